@@ -1,0 +1,2 @@
+/* chat.c - see chat.h. Not yet implemented. */
+#include "chat.h"

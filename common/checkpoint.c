@@ -1,0 +1,2 @@
+/* checkpoint.c - see checkpoint.h. Not yet implemented. */
+#include "checkpoint.h"

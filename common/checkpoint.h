@@ -1,0 +1,75 @@
+/* checkpoint.h - one door to a model's weights, whether a GGUF file or a Hugging Face directory.
+ *
+ * A checkpoint is either a single .gguf file or a directory holding config.json and
+ * model.safetensors, or shards listed in model.safetensors.index.json. The model asks for
+ * tensors by role and layer (CKPT_ATTN_Q of layer 3), never by file-specific name, and gets
+ * them as f32 in Hugging Face layout: a linear weight is (out_features, in_features) and
+ * Q/K rows are in Hugging Face head order (GGUF's llama files store Q and K permuted for
+ * interleaved RoPE; that permutation is undone here, so the model uses one RoPE
+ * convention: rotate-half). Reading a row range reads and dequantizes only those rows, so
+ * a tensor-parallel rank never holds the full weights.
+ *
+ * Every tensor's shape is checked against the config before any data is read; a missing
+ * tensor, wrong shape or non-computable dtype is an error naming the file and the tensor.
+ */
+#ifndef DERAS_CHECKPOINT_H
+#define DERAS_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "model_config.h"
+
+typedef struct checkpoint checkpoint_t;
+
+enum ckpt_tensor {
+    CKPT_TOK_EMBD,      /* (vocab, d_model) */
+    CKPT_OUTPUT_NORM,   /* (d_model) */
+    CKPT_OUTPUT,        /* (vocab, d_model); absent when embeddings are tied */
+    CKPT_ATTN_NORM,     /* (d_model), per layer */
+    CKPT_ATTN_Q,        /* (n_heads * head_dim, d_model) */
+    CKPT_ATTN_K,        /* (n_kv_heads * head_dim, d_model) */
+    CKPT_ATTN_V,        /* (n_kv_heads * head_dim, d_model) */
+    CKPT_ATTN_Q_BIAS,   /* (n_heads * head_dim), qkv_bias only */
+    CKPT_ATTN_K_BIAS,   /* (n_kv_heads * head_dim), qkv_bias only */
+    CKPT_ATTN_V_BIAS,   /* (n_kv_heads * head_dim), qkv_bias only */
+    CKPT_ATTN_OUT,      /* (d_model, n_heads * head_dim) */
+    CKPT_FFN_NORM,      /* (d_model) */
+    CKPT_FFN_GATE,      /* (d_ff, d_model) */
+    CKPT_FFN_UP,        /* (d_ff, d_model) */
+    CKPT_FFN_DOWN,      /* (d_model, d_ff) */
+    CKPT_N_TENSORS
+};
+
+/* Open a .gguf file or a Hugging Face model directory, read its config and check that
+ * every tensor the config implies is present with the right shape and a computable dtype.
+ * Tensor data is mapped, not read. */
+int checkpoint_open(const char *path, checkpoint_t **out);
+void checkpoint_destroy(checkpoint_t **c);
+
+const model_config *checkpoint_config(const checkpoint_t *c);
+const char *checkpoint_path(const checkpoint_t *c);
+
+/* The GGUF file for a .gguf checkpoint (its metadata carries the tokenizer), else NULL. */
+const gguf_t *checkpoint_gguf(const checkpoint_t *c);
+/* The directory of a Hugging Face checkpoint (tokenizer.json lives there), else NULL. */
+const char *checkpoint_hf_dir(const checkpoint_t *c);
+
+/* True if the checkpoint holds this tensor (CKPT_OUTPUT is absent when tied, biases when
+ * the architecture has none). layer is ignored for non-layer tensors. */
+bool checkpoint_has(const checkpoint_t *c, enum ckpt_tensor t, int layer);
+
+/* The shape in Hugging Face layout: rows (out_features, or 1 for a vector) and cols. */
+int checkpoint_shape(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t *rows,
+                     int64_t *cols);
+
+/* Dequantize rows [row0, row0 + n_rows) of the tensor into dst, (n_rows, cols) row-major
+ * f32 in Hugging Face layout. For vectors use row0 = 0, n_rows = 1. DERAS_ERANGE if the
+ * range is outside the tensor. O(n_rows * cols); allocates at most one row of scratch. */
+int checkpoint_read_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
+                         int64_t n_rows, float *dst);
+
+/* Resident bytes of the mapped tensor data (what reading the whole model would touch). */
+uint64_t checkpoint_file_bytes(const checkpoint_t *c);
+
+#endif

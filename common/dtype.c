@@ -1,0 +1,2 @@
+/* dtype.c - see dtype.h. Not yet implemented. */
+#include "dtype.h"

@@ -1,0 +1,2 @@
+/* gguf.c - see gguf.h. Not yet implemented. */
+#include "gguf.h"

@@ -1,0 +1,2 @@
+/* model_config.c - see model_config.h. Not yet implemented. */
+#include "model_config.h"

@@ -1,0 +1,2 @@
+/* tokenizer.c - see tokenizer.h. Not yet implemented. */
+#include "tokenizer.h"
