@@ -1,0 +1,166 @@
+/* backend.c - backend construction and argument-checked dispatch (see backend.h).
+ *
+ * Each public op checks what is cheap to check (NULL buffers, non-positive sizes, shapes
+ * that cannot be right) and forwards to the implementation's table, so implementations
+ * hold only the arithmetic. The checks cost a few comparisons per op, nothing per element.
+ */
+#include "backend_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+
+int backend_new(const char *device, int n_threads, backend_t **out)
+{
+    if (!device || !out)
+        return deras_fail(DERAS_EINVAL, "backend_new: NULL argument");
+    *out = NULL;
+    if (!strcmp(device, "cpu"))
+        return backend_cpu_new(n_threads, out);
+    if (!strncmp(device, "cuda", 4))
+        return deras_fail(DERAS_EUNSUPPORTED,
+                          "device '%s': this build has no CUDA model backend yet; use --device cpu",
+                          device);
+    return deras_fail(DERAS_EINVAL, "unknown device '%s' (expected cpu or cuda:N)", device);
+}
+
+void backend_destroy(backend_t **b)
+{
+    if (b && *b) {
+        (*b)->ops->destroy(*b);
+        *b = NULL;
+    }
+}
+
+const char *backend_name(const backend_t *b)
+{
+    return b ? b->name : "";
+}
+
+size_t backend_elem_size(const backend_t *b)
+{
+    return b ? b->elem_size : 0;
+}
+
+#define CHECK(cond, op)                                                                       \
+    do {                                                                                      \
+        if (!(cond))                                                                          \
+            return deras_fail(DERAS_EINVAL, "backend %s: invalid arguments (%s)", op, #cond); \
+    } while (0)
+
+int backend_alloc(backend_t *b, size_t bytes, void **out)
+{
+    CHECK(b && out && bytes > 0, "alloc");
+    return b->ops->alloc(b, bytes, out);
+}
+
+void backend_free(backend_t *b, void *buf)
+{
+    if (b && buf)
+        b->ops->free(b, buf);
+}
+
+int backend_upload(backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    CHECK(b && dst && src, "upload");
+    return bytes ? b->ops->upload(b, dst, src, bytes) : DERAS_OK;
+}
+
+int backend_upload_f32(backend_t *b, void *dst, const float *src, size_t n)
+{
+    CHECK(b && dst && src, "upload_f32");
+    return n ? b->ops->upload_f32(b, dst, src, n) : DERAS_OK;
+}
+
+int backend_download_f32(backend_t *b, float *dst, const void *src, size_t n)
+{
+    CHECK(b && dst && src, "download_f32");
+    return n ? b->ops->download_f32(b, dst, src, n) : DERAS_OK;
+}
+
+int backend_sync(backend_t *b)
+{
+    CHECK(b, "sync");
+    return b->ops->sync(b);
+}
+
+int backend_embed(backend_t *b, void *out, const void *table, const int32_t *ids, int n, int d,
+                  int vocab)
+{
+    CHECK(b && out && table && ids && n > 0 && d > 0 && vocab > 0, "embed");
+    return b->ops->embed(b, out, table, ids, n, d, vocab);
+}
+
+int backend_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n, int d, float eps)
+{
+    CHECK(b && out && x && w && n > 0 && d > 0 && eps >= 0, "rmsnorm");
+    return b->ops->rmsnorm(b, out, x, w, n, d, eps);
+}
+
+int backend_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, const void *w,
+                        int n, int d, float eps)
+{
+    CHECK(b && out && residual && x && w && n > 0 && d > 0 && eps >= 0, "add_rmsnorm");
+    return b->ops->add_rmsnorm(b, out, residual, x, w, n, d, eps);
+}
+
+int backend_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
+                   int n_out, int n_in)
+{
+    CHECK(b && y && x && w && n > 0 && n_out > 0 && n_in > 0 && y != x, "matmul");
+    return b->ops->matmul(b, y, x, w, bias, n, n_out, n_in);
+}
+
+int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d)
+{
+    CHECK(b && out && x && rows && n > 0 && d > 0 && out != x, "gather_rows");
+    return b->ops->gather_rows(b, out, x, rows, n, d);
+}
+
+int backend_rope_table(backend_t *b, float *cos_sin, const int32_t *positions,
+                       const float *inv_freq, int n, int head_dim)
+{
+    CHECK(b && cos_sin && positions && inv_freq && n > 0 && head_dim > 0 && head_dim % 2 == 0,
+          "rope_table");
+    return b->ops->rope_table(b, cos_sin, positions, inv_freq, n, head_dim);
+}
+
+int backend_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, int head_dim,
+                 int row_stride)
+{
+    CHECK(b && x && cos_sin && n > 0 && n_heads > 0 && head_dim > 0 && head_dim % 2 == 0 &&
+              row_stride >= n_heads * head_dim,
+          "rope");
+    return b->ops->rope(b, x, cos_sin, n, n_heads, head_dim, row_stride);
+}
+
+int backend_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
+                     int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
+                     int block_size)
+{
+    CHECK(b && k_cache && v_cache && k && v && slots && n > 0 && n_kv_heads > 0 &&
+              head_dim > 0 && block_size > 0 && row_stride >= n_kv_heads * head_dim,
+          "kv_write");
+    return b->ops->kv_write(b, k_cache, v_cache, k, v, row_stride, slots, n, n_kv_heads, head_dim,
+                            block_size);
+}
+
+int backend_attention(backend_t *b, const attn_args *a)
+{
+    CHECK(b && a && a->out && a->q && a->k_cache && a->v_cache && a->q_start && a->ctx_len &&
+              a->block_tables,
+          "attention");
+    CHECK(a->n_seqs > 0 && a->n_tokens > 0 && a->max_blocks > 0 && a->n_heads > 0 &&
+              a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->head_dim > 0 &&
+              a->block_size > 0 && a->window >= 0 && a->q_stride >= a->n_heads * a->head_dim &&
+              a->max_q_len > 0 && a->max_ctx_len >= a->max_q_len,
+          "attention");
+    return b->ops->attention(b, a);
+}
+
+int backend_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
+{
+    CHECK(b && out && gu && n > 0 && d_ff > 0, "silu_mul");
+    return b->ops->silu_mul(b, out, gu, n, d_ff);
+}

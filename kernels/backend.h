@@ -1,0 +1,107 @@
+/* backend.h - the compute backend: device memory and the ops one forward pass needs.
+ *
+ * The model is written once against this interface; a backend (CPU reference, CUDA)
+ * supplies memory and kernels. Every pointer named a "buffer" below is backend memory from
+ * backend_alloc(): host memory on the CPU backend, device memory on CUDA. Activations and
+ * weights are stored in the backend's dtype (f32 on CPU; bf16/fp16 on CUDA) and are moved
+ * with backend_upload_f32 / backend_download_f32, which convert. Integer index arrays
+ * (token ids, positions, block tables, slot mappings) are int32 buffers uploaded with
+ * backend_upload.
+ *
+ * Shapes are given in comments as (rows, cols), row-major. Ops run in stream order and may
+ * be asynchronous; backend_sync() waits. Every op validates its arguments cheaply and
+ * returns DERAS_EINVAL on nonsense (non-positive sizes, NULL buffers); device failures are
+ * DERAS_EBACKEND with a message naming the op. Ops allocate nothing.
+ *
+ * Paged KV cache layout, per layer: k_cache and v_cache are (n_blocks, n_kv_heads,
+ * block_size, head_dim). Token t of a sequence lives in block block_table[t / block_size]
+ * at offset t % block_size; its "slot" is block * block_size + offset.
+ */
+#ifndef DERAS_BACKEND_H
+#define DERAS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct backend backend_t;
+
+/* Create a backend from a device spec: "cpu" or "cuda:N". n_threads applies to the CPU
+ * backend (0: all cores). DERAS_EUNSUPPORTED for a backend this build lacks. */
+int backend_new(const char *device, int n_threads, backend_t **out);
+void backend_destroy(backend_t **b);
+
+const char *backend_name(const backend_t *b);  /* "cpu", "cuda:0" */
+size_t backend_elem_size(const backend_t *b);  /* bytes per activation/weight element */
+
+/* Memory. backend_alloc returns zero-filled memory aligned to 64 bytes. */
+int backend_alloc(backend_t *b, size_t bytes, void **out);
+void backend_free(backend_t *b, void *buf);
+int backend_upload(backend_t *b, void *dst, const void *src, size_t bytes);
+int backend_upload_f32(backend_t *b, void *dst, const float *src, size_t n_elems);
+int backend_download_f32(backend_t *b, float *dst, const void *src, size_t n_elems);
+int backend_sync(backend_t *b);
+
+/* out (n, d) = table[ids[i]] rows; ids (n) int32 buffer, checked against vocab. */
+int backend_embed(backend_t *b, void *out, const void *table, const int32_t *ids, int n, int d,
+                  int vocab);
+
+/* out (n, d) = x / sqrt(mean(x^2) + eps) * w, per row; w (d). out may equal x. */
+int backend_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n, int d,
+                    float eps);
+
+/* Fused residual step: residual (n, d) += x; out = rmsnorm(residual) * w. */
+int backend_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, const void *w,
+                        int n, int d, float eps);
+
+/* y (n, n_out) = x (n, n_in) * w^T + bias, w (n_out, n_in) row-major, bias (n_out) or NULL. */
+int backend_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
+                   int n_out, int n_in);
+
+/* out (n, d) = rows[i] of x (., d); rows (n) int32 buffer. */
+int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d);
+
+/* RoPE tables for one step: cos_sin (n, head_dim) with cos in [0, head_dim/2) and sin in
+ * [head_dim/2, head_dim), angle = positions[i] * inv_freq[j] computed in f32. inv_freq
+ * (head_dim/2) f32 buffer; cos_sin is always f32. */
+int backend_rope_table(backend_t *b, float *cos_sin, const int32_t *positions,
+                       const float *inv_freq, int n, int head_dim);
+
+/* Rotate-half RoPE in place on x: n rows of row_stride elements, n_heads heads of head_dim
+ * starting at the row's first element: x1 = x[j], x2 = x[j + hd/2];
+ * x[j] = x1 cos - x2 sin; x[j + hd/2] = x2 cos + x1 sin. */
+int backend_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, int head_dim,
+                 int row_stride);
+
+/* Write each token's K and V heads into its cache slot. k, v: n rows of row_stride elements,
+ * n_kv_heads * head_dim values each; slots (n) int32 buffer, slot < n_blocks * block_size. */
+int backend_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
+                     int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
+                     int block_size);
+
+/* Causal attention over the paged cache for a batch of sequences. Sequence s owns query
+ * rows [q_start[s], q_start[s+1]); they are its last n_q = q_start[s+1] - q_start[s]
+ * tokens, at positions ctx_len[s] - n_q .. ctx_len[s] - 1, and their keys/values are
+ * already in the cache. Query at position p attends keys max(0, p - window + 1) .. p
+ * (window 0: no limit). Query head h uses kv head h / (n_heads / n_kv_heads). */
+typedef struct attn_args {
+    void *out;                   /* (n_tokens, n_heads * head_dim) */
+    const void *q;               /* n_tokens rows of q_stride elements */
+    int q_stride;
+    const void *k_cache;         /* (n_blocks, n_kv_heads, block_size, head_dim) */
+    const void *v_cache;
+    const int32_t *q_start;      /* (n_seqs + 1) buffer */
+    const int32_t *ctx_len;      /* (n_seqs) buffer */
+    const int32_t *block_tables; /* (n_seqs, max_blocks) buffer */
+    int n_seqs, n_tokens, max_blocks;
+    int n_heads, n_kv_heads, head_dim, block_size;
+    int window;                  /* sliding window, 0 = none */
+    float scale;                 /* softmax scale, usually 1/sqrt(head_dim) */
+    int max_q_len, max_ctx_len;  /* upper bounds over the batch, for launch shapes */
+} attn_args;
+
+int backend_attention(backend_t *b, const attn_args *a);
+
+/* SwiGLU: out (n, d_ff) = silu(gu[:, :d_ff]) * gu[:, d_ff:], gu (n, 2 * d_ff). */
+int backend_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff);
+
+#endif

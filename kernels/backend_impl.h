@@ -1,0 +1,47 @@
+/* backend_impl.h - what a backend implementation provides (private to kernels/).
+ *
+ * backend.c validates arguments and dispatches through this table; implementations may
+ * assume valid arguments. A backend struct starts with `struct backend` (its base) and
+ * carries its own state after it.
+ */
+#ifndef DERAS_BACKEND_IMPL_H
+#define DERAS_BACKEND_IMPL_H
+
+#include "backend.h"
+
+struct backend_ops {
+    void (*destroy)(backend_t *b);
+    int (*alloc)(backend_t *b, size_t bytes, void **out);
+    void (*free)(backend_t *b, void *buf);
+    int (*upload)(backend_t *b, void *dst, const void *src, size_t bytes);
+    int (*upload_f32)(backend_t *b, void *dst, const float *src, size_t n);
+    int (*download_f32)(backend_t *b, float *dst, const void *src, size_t n);
+    int (*sync)(backend_t *b);
+    int (*embed)(backend_t *b, void *out, const void *table, const int32_t *ids, int n, int d,
+                 int vocab);
+    int (*rmsnorm)(backend_t *b, void *out, const void *x, const void *w, int n, int d, float eps);
+    int (*add_rmsnorm)(backend_t *b, void *out, void *residual, const void *x, const void *w,
+                       int n, int d, float eps);
+    int (*matmul)(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
+                  int n_out, int n_in);
+    int (*gather_rows)(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d);
+    int (*rope_table)(backend_t *b, float *cos_sin, const int32_t *positions,
+                      const float *inv_freq, int n, int head_dim);
+    int (*rope)(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, int head_dim,
+                int row_stride);
+    int (*kv_write)(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
+                    int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
+                    int block_size);
+    int (*attention)(backend_t *b, const attn_args *a);
+    int (*silu_mul)(backend_t *b, void *out, const void *gu, int n, int d_ff);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+    char name[32];
+    size_t elem_size;
+};
+
+int backend_cpu_new(int n_threads, backend_t **out);
+
+#endif

@@ -1,0 +1,245 @@
+/* cpu_backend.c - the CPU reference backend: f32 everywhere, OpenBLAS for matrix products.
+ *
+ * This is the semantics every other backend is tested against, so it stays simple: plain
+ * loops over rows, OpenMP across rows, `omp simd` reductions inside a row. OpenBLAS is the
+ * OpenMP build, so its threads and ours are the same pool and never fight over the cores.
+ * Memory is ordinary 64-byte aligned host memory; upload/download are memcpy.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "kernels/backend_impl.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+/* OpenBLAS extension, declared by its cblas.h in most builds but not all. */
+void openblas_set_num_threads(int num_threads);
+
+typedef struct cpu_backend {
+    struct backend base;
+    int n_threads;
+} cpu_backend;
+
+static void cpu_destroy(backend_t *b)
+{
+    free(b);
+}
+
+static int cpu_alloc(backend_t *b, size_t bytes, void **out)
+{
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (!p)
+        return deras_fail(DERAS_ENOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+    memset(p, 0, rounded);
+    *out = p;
+    return DERAS_OK;
+}
+
+static void cpu_free(backend_t *b, void *buf)
+{
+    free(buf);
+}
+
+static int cpu_upload(backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    memmove(dst, src, bytes);
+    return DERAS_OK;
+}
+
+static int cpu_upload_f32(backend_t *b, void *dst, const float *src, size_t n)
+{
+    memmove(dst, src, n * sizeof(float));
+    return DERAS_OK;
+}
+
+static int cpu_download_f32(backend_t *b, float *dst, const void *src, size_t n)
+{
+    memmove(dst, src, n * sizeof(float));
+    return DERAS_OK;
+}
+
+static int cpu_sync(backend_t *b)
+{
+    return DERAS_OK;
+}
+
+static int cpu_embed(backend_t *b, void *out, const void *table, const int32_t *ids, int n, int d,
+                     int vocab)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return deras_fail(DERAS_ERANGE, "embed: token id %d at row %d is outside [0, %d)",
+                              ids[i], i, vocab);
+    float *o = out;
+    const float *t = table;
+#pragma omp parallel for if (n > 8)
+    for (int i = 0; i < n; i++)
+        memcpy(o + (size_t)i * d, t + (size_t)ids[i] * d, (size_t)d * sizeof(float));
+    return DERAS_OK;
+}
+
+static int cpu_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n, int d,
+                       float eps)
+{
+#pragma omp parallel for if (n > 4)
+    for (int i = 0; i < n; i++)
+        cpu_rmsnorm_row((float *)out + (size_t)i * d, (const float *)x + (size_t)i * d, w, d, eps);
+    return DERAS_OK;
+}
+
+static int cpu_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, const void *w,
+                           int n, int d, float eps)
+{
+#pragma omp parallel for if (n > 4)
+    for (int i = 0; i < n; i++) {
+        float *r = (float *)residual + (size_t)i * d;
+        const float *xi = (const float *)x + (size_t)i * d;
+#pragma omp simd
+        for (int j = 0; j < d; j++)
+            r[j] += xi[j];
+        cpu_rmsnorm_row((float *)out + (size_t)i * d, r, w, d, eps);
+    }
+    return DERAS_OK;
+}
+
+static int cpu_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
+                      int n_out, int n_in)
+{
+    float *yf = y;
+    if (n == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, w, n_in, x, 1, 0.0f, yf, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n_out, n_in, 1.0f, x, n_in, w, n_in,
+                    0.0f, yf, n_out);
+    if (bias) {
+        const float *bf = bias;
+#pragma omp parallel for if (n > 4)
+        for (int i = 0; i < n; i++) {
+            float *row = yf + (size_t)i * n_out;
+#pragma omp simd
+            for (int j = 0; j < n_out; j++)
+                row[j] += bf[j];
+        }
+    }
+    return DERAS_OK;
+}
+
+static int cpu_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n,
+                           int d)
+{
+    for (int i = 0; i < n; i++)
+        memcpy((float *)out + (size_t)i * d, (const float *)x + (size_t)rows[i] * d,
+               (size_t)d * sizeof(float));
+    return DERAS_OK;
+}
+
+static int cpu_rope_table(backend_t *b, float *cos_sin, const int32_t *positions,
+                          const float *inv_freq, int n, int head_dim)
+{
+    int half = head_dim / 2;
+#pragma omp parallel for if (n > 16)
+    for (int i = 0; i < n; i++) {
+        float *cs = cos_sin + (size_t)i * head_dim;
+        float pos = (float)positions[i];
+        for (int j = 0; j < half; j++) {
+            /* The angle is rounded to f32 before cos/sin, as Hugging Face computes it. */
+            float angle = pos * inv_freq[j];
+            cs[j] = cosf(angle);
+            cs[half + j] = sinf(angle);
+        }
+    }
+    return DERAS_OK;
+}
+
+static int cpu_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, int head_dim,
+                    int row_stride)
+{
+    int half = head_dim / 2;
+#pragma omp parallel for if (n > 4)
+    for (int i = 0; i < n; i++) {
+        const float *c = cos_sin + (size_t)i * head_dim;
+        const float *s = c + half;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = (float *)x + (size_t)i * row_stride + (size_t)h * head_dim;
+#pragma omp simd
+            for (int j = 0; j < half; j++) {
+                float x1 = v[j], x2 = v[j + half];
+                v[j] = x1 * c[j] - x2 * s[j];
+                v[j + half] = x2 * c[j] + x1 * s[j];
+            }
+        }
+    }
+    return DERAS_OK;
+}
+
+static int cpu_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
+                        int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
+                        int block_size)
+{
+    float *kc = k_cache, *vc = v_cache;
+    for (int i = 0; i < n; i++) {
+        size_t block = (size_t)slots[i] / (size_t)block_size;
+        size_t off = (size_t)slots[i] % (size_t)block_size;
+        for (int g = 0; g < n_kv_heads; g++) {
+            size_t dst = ((block * n_kv_heads + g) * block_size + off) * head_dim;
+            size_t src = (size_t)i * row_stride + (size_t)g * head_dim;
+            memcpy(kc + dst, (const float *)k + src, (size_t)head_dim * sizeof(float));
+            memcpy(vc + dst, (const float *)v + src, (size_t)head_dim * sizeof(float));
+        }
+    }
+    return DERAS_OK;
+}
+
+static int cpu_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
+{
+#pragma omp parallel for if (n > 4)
+    for (int i = 0; i < n; i++) {
+        const float *g = (const float *)gu + (size_t)i * 2 * d_ff;
+        const float *u = g + d_ff;
+        float *o = (float *)out + (size_t)i * d_ff;
+        for (int j = 0; j < d_ff; j++)
+            o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    return DERAS_OK;
+}
+
+static const struct backend_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .upload_f32 = cpu_upload_f32,
+    .download_f32 = cpu_download_f32,
+    .sync = cpu_sync,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .matmul = cpu_matmul,
+    .gather_rows = cpu_gather_rows,
+    .rope_table = cpu_rope_table,
+    .rope = cpu_rope,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+};
+
+int backend_cpu_new(int n_threads, backend_t **out)
+{
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return deras_fail(DERAS_ENOMEM, "cpu backend: out of memory");
+    if (n_threads <= 0)
+        n_threads = omp_get_num_procs();
+    cb->n_threads = n_threads;
+    omp_set_num_threads(n_threads);
+    openblas_set_num_threads(n_threads);
+    cb->base.ops = &cpu_ops;
+    cb->base.elem_size = sizeof(float);
+    strcpy(cb->base.name, "cpu");
+    *out = &cb->base;
+    return DERAS_OK;
+}

@@ -1,0 +1,193 @@
+/* test_cpu_ops.c - the CPU backend's non-attention ops against naive double references.
+ *
+ * Fresh random inputs per shape (never zeros). Tolerances: f32 results of O(1) values with
+ * reductions of length <= 1,000 carry relative errors around 1e-6; 1e-5 relative (1e-5
+ * absolute near zero) is loose enough for that and tight enough to catch any wrong index,
+ * missing term or wrong formula, whose errors are O(1).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "kernels/backend.h"
+#include "test_util.h"
+
+static backend_t *be;
+
+static int setup(void **state)
+{
+    (void)state;
+    return backend_new("cpu", 2, &be);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    backend_destroy(&be);
+    return 0;
+}
+
+static float *rnd(size_t n, uint64_t *seed, float scale)
+{
+    float *x = malloc(n * sizeof(float));
+    test_fill_random(x, n, seed, scale);
+    return x;
+}
+
+static void expect_close(const char *what, const float *got, const double *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double tol = 1e-5 * fmax(1.0, fabs(want[i]));
+        if (!(fabs(got[i] - want[i]) <= tol))
+            fail_msg("%s: element %zu: got %.9g, expected %.9g", what, i, got[i], want[i]);
+    }
+}
+
+static void matmul_matches_reference_with_and_without_bias(void **state)
+{
+    (void)state;
+    uint64_t seed = 11;
+    const int shapes[][3] = {{1, 7, 5}, {1, 576, 1536}, {3, 64, 96}, {17, 130, 64}, {64, 33, 1000}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int n = shapes[si][0], no = shapes[si][1], ni = shapes[si][2];
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            float *x = rnd((size_t)n * ni, &seed, 1), *w = rnd((size_t)no * ni, &seed, 0.2f);
+            float *bias = with_bias ? rnd((size_t)no, &seed, 1) : NULL;
+            float *y = malloc((size_t)n * no * sizeof(float));
+            double *ref = malloc((size_t)n * no * sizeof(double));
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < no; j++) {
+                    double acc = bias ? bias[j] : 0;
+                    for (int k = 0; k < ni; k++)
+                        acc += (double)x[i * ni + k] * w[(size_t)j * ni + k];
+                    ref[(size_t)i * no + j] = acc;
+                }
+            assert_int_equal(backend_matmul(be, y, x, w, bias, n, no, ni), DERAS_OK);
+            expect_close("matmul", y, ref, (size_t)n * no);
+            free(x), free(w), free(bias), free(y), free(ref);
+        }
+    }
+}
+
+static void rmsnorm_and_fused_residual_match_reference(void **state)
+{
+    (void)state;
+    uint64_t seed = 12;
+    const int n = 5, d = 576;
+    float *x = rnd((size_t)n * d, &seed, 2), *w = rnd(d, &seed, 1), *r = rnd((size_t)n * d, &seed, 1);
+    float *res = malloc((size_t)n * d * sizeof(float)), *out = malloc((size_t)n * d * sizeof(float));
+    memcpy(res, r, (size_t)n * d * sizeof(float));
+    double *ref = malloc((size_t)n * d * sizeof(double)), *ref2 = malloc((size_t)n * d * sizeof(double));
+    const float eps = 1e-5f;
+    for (int i = 0; i < n; i++) {
+        double ss = 0, ss2 = 0;
+        for (int j = 0; j < d; j++) {
+            ss += (double)x[i * d + j] * x[i * d + j];
+            double s = (double)r[i * d + j] + x[i * d + j];
+            ss2 += s * s;
+        }
+        double inv = 1 / sqrt(ss / d + eps), inv2 = 1 / sqrt(ss2 / d + eps);
+        for (int j = 0; j < d; j++) {
+            ref[i * d + j] = w[j] * x[i * d + j] * inv;
+            ref2[i * d + j] = w[j] * ((double)r[i * d + j] + x[i * d + j]) * inv2;
+        }
+    }
+    assert_int_equal(backend_rmsnorm(be, out, x, w, n, d, eps), DERAS_OK);
+    expect_close("rmsnorm", out, ref, (size_t)n * d);
+    assert_int_equal(backend_add_rmsnorm(be, out, res, x, w, n, d, eps), DERAS_OK);
+    expect_close("add_rmsnorm", out, ref2, (size_t)n * d);
+    for (int i = 0; i < n * d; i++)
+        ref[i] = (double)r[i] + x[i];
+    expect_close("add_rmsnorm residual", res, ref, (size_t)n * d);
+    free(x), free(w), free(r), free(res), free(out), free(ref), free(ref2);
+}
+
+static void rope_rotates_half_pairs_by_position(void **state)
+{
+    (void)state;
+    uint64_t seed = 13;
+    const int n = 6, heads = 3, hd = 16, stride = heads * hd + 5;
+    int32_t pos[6] = {0, 1, 7, 100, 4095, 31};
+    float inv_freq[8];
+    for (int j = 0; j < hd / 2; j++)
+        inv_freq[j] = powf(10000.0f, -2.0f * j / hd);
+    float *x = rnd((size_t)n * stride, &seed, 1), *orig = malloc((size_t)n * stride * sizeof(float));
+    memcpy(orig, x, (size_t)n * stride * sizeof(float));
+    float *cs = malloc((size_t)n * hd * sizeof(float));
+    assert_int_equal(backend_rope_table(be, cs, pos, inv_freq, n, hd), DERAS_OK);
+    assert_int_equal(backend_rope(be, x, cs, n, heads, hd, stride), DERAS_OK);
+    double *ref = malloc((size_t)n * stride * sizeof(double));
+    for (int i = 0; i < n * stride; i++)
+        ref[i] = orig[i]; /* padding after the heads must stay untouched */
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < heads; h++)
+            for (int j = 0; j < hd / 2; j++) {
+                double a = (double)(float)((float)pos[i] * inv_freq[j]);
+                const float *v = orig + i * stride + h * hd;
+                ref[i * stride + h * hd + j] = v[j] * cos(a) - v[j + hd / 2] * sin(a);
+                ref[i * stride + h * hd + j + hd / 2] = v[j + hd / 2] * cos(a) + v[j] * sin(a);
+            }
+    expect_close("rope", x, ref, (size_t)n * stride);
+    free(x), free(orig), free(cs), free(ref);
+}
+
+static void silu_mul_embed_and_gather(void **state)
+{
+    (void)state;
+    uint64_t seed = 14;
+    const int n = 4, dff = 37, vocab = 11, d = 9;
+    float *gu = rnd((size_t)n * 2 * dff, &seed, 4), *out = malloc((size_t)n * dff * sizeof(float));
+    double *ref = malloc((size_t)n * dff * sizeof(double));
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < dff; j++) {
+            double g = gu[i * 2 * dff + j];
+            ref[i * dff + j] = g / (1 + exp(-g)) * gu[i * 2 * dff + dff + j];
+        }
+    assert_int_equal(backend_silu_mul(be, out, gu, n, dff), DERAS_OK);
+    expect_close("silu_mul", out, ref, (size_t)n * dff);
+
+    float *table = rnd((size_t)vocab * d, &seed, 1), *emb = malloc((size_t)3 * d * sizeof(float));
+    int32_t ids[3] = {10, 0, 4};
+    assert_int_equal(backend_embed(be, emb, table, ids, 3, d, vocab), DERAS_OK);
+    for (int i = 0; i < 3; i++)
+        assert_memory_equal(emb + i * d, table + ids[i] * d, d * sizeof(float));
+    int32_t bad[2] = {3, 11};
+    assert_int_equal(backend_embed(be, emb, table, bad, 2, d, vocab), DERAS_ERANGE);
+    assert_non_null(strstr(deras_errmsg(), "token id 11"));
+
+    float *g = malloc((size_t)2 * d * sizeof(float));
+    int32_t rows[2] = {2, 0};
+    assert_int_equal(backend_gather_rows(be, g, emb, rows, 2, d), DERAS_OK);
+    assert_memory_equal(g, emb + 2 * d, d * sizeof(float));
+    assert_memory_equal(g + d, emb, d * sizeof(float));
+    free(gu), free(out), free(ref), free(table), free(emb), free(g);
+}
+
+static void ops_reject_invalid_arguments(void **state)
+{
+    (void)state;
+    float buf[16] = {1};
+    assert_int_equal(backend_matmul(be, buf, buf, buf, NULL, 1, 1, 1), DERAS_EINVAL);
+    assert_int_equal(backend_rmsnorm(be, buf, buf, buf, 0, 4, 1e-5f), DERAS_EINVAL);
+    assert_int_equal(backend_rope(be, buf, buf, 1, 1, 3, 3), DERAS_EINVAL);
+    backend_t *none = NULL;
+    assert_int_equal(backend_new("tpu", 1, &none), DERAS_EINVAL);
+    assert_null(none);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(matmul_matches_reference_with_and_without_bias),
+        cmocka_unit_test(rmsnorm_and_fused_residual_match_reference),
+        cmocka_unit_test(rope_rotates_half_pairs_by_position),
+        cmocka_unit_test(silu_mul_embed_and_gather),
+        cmocka_unit_test(ops_reject_invalid_arguments),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
