@@ -658,7 +658,7 @@ static int load_config(struct jload *L, const char *dir)
         }
     }
     if (file_exists(pj)) {
-        char *s;
+        char *s = NULL;
         if ((rc = read_text(pj, &s)) < 0)
             goto done;
         free(t->chat_template);
@@ -740,7 +740,7 @@ int tokenizer_from_hf_dir(const char *dir, tokenizer_t **out)
     json_t *pp = json_object_get(root, "post_processor");
     if (pp && !json_is_null(pp) && (rc = load_post(&L, pp, "post_processor")) < 0)
         goto fail;
-    enum tok_decoder dec;
+    enum tok_decoder dec = DEC_BYTELEVEL;
     if ((rc = load_decoder(&L, json_object_get(root, "decoder"), &dec)) < 0)
         goto fail;
     if (L.dec_byte_fallback) {

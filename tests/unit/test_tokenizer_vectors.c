@@ -28,7 +28,7 @@ static size_t read_cases(const char *dir, const char *name, struct vcase **out)
     char p_inp[1024], p_out[1024];
     snprintf(p_inp, sizeof p_inp, "%s/%s.inp", dir, name);
     snprintf(p_out, sizeof p_out, "%s/%s.out", dir, name);
-    size_t ni, no;
+    size_t ni = 0, no = 0;
     char *inp = test_read_file(p_inp, &ni), *outf = test_read_file(p_out, &no);
     if (!inp || !outf)
         fail_msg("cannot read %s or %s", p_inp, p_out);
