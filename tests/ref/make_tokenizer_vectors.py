@@ -307,6 +307,41 @@ def make_chat():
         json.dump(doc, fh, ensure_ascii=False, indent=1)
 
 
+def make_gguf_fixtures():
+    """Tiny vocabulary-only GGUF files for the loader's checks: a byte-level one that names
+    a pre-tokenizer we do not know, one with an unsupported tokenizer model, and a valid
+    llama-bpe one with EOT/EOM ids and add_bos_token."""
+    import gguf
+    alphabet = [chr(c) for c in range(ord("a"), ord("z") + 1)] + ["\u0120"]
+
+    def write(name, model, pre, extra=None):
+        w = gguf.GGUFWriter(os.path.join(OUT, name), "llama")
+        w.add_tokenizer_model(model)
+        if pre is not None:
+            w.add_tokenizer_pre(pre)
+        toks = alphabet + ["ab", "\u0120a", "<|bos|>", "<|eot|>", "<|eom|>"]
+        w.add_token_list(toks)
+        w.add_token_types([1] * (len(toks) - 3) + [3, 3, 3])
+        w.add_token_merges(["a b", "\u0120 a"])
+        if extra:
+            extra(w, toks)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+    def ids(w, toks):
+        w.add_bos_token_id(toks.index("<|bos|>"))
+        w.add_eos_token_id(toks.index("<|eot|>"))
+        w.add_eot_token_id(toks.index("<|eot|>"))
+        w.add_eom_token_id(toks.index("<|eom|>"))
+        w.add_add_bos_token(True)
+
+    write("gguf_pre_unknown.gguf", "gpt2", "no-such-pre")
+    write("gguf_model_bert.gguf", "bert", None)
+    write("gguf_llama_bpe_tiny.gguf", "gpt2", "llama-bpe", ids)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "corpus.json"), "w", encoding="utf-8") as f:
@@ -316,6 +351,7 @@ def main():
     make_spm()
     make_qwen2()
     make_chat()
+    make_gguf_fixtures()
 
 
 if __name__ == "__main__":
