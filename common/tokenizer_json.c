@@ -329,8 +329,8 @@ static int load_model(struct jload *L, json_t *m, json_t *added)
     return 0;
 }
 
-/* Merges need the vocabulary hash, so they load after tok_finish's strmap... which needs
- * the rest; build the hash here first (tok_finish rebuilds nothing it already has). */
+/* Merges are stored by token id, so they load after tok_finish has hashed the vocabulary.
+ * A merge whose parts or result are not tokens is DERAS_EFORMAT. O(merges). */
 static int load_merges(struct jload *L, json_t *m)
 {
     struct tokenizer *t = L->t;
