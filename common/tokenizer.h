@@ -84,10 +84,14 @@ void detok_destroy(detok_t **d);
 /* Start over (new sequence) without reallocating. */
 void detok_reset(detok_t *d, bool at_start);
 /* Feed one id; the text it completes is written to out (at most cap bytes, NUL not
- * added) and its length to *n_out. A token's bytes plus held bytes never exceed 256 +
- * 3, so cap >= 512 always suffices; a smaller cap may give DERAS_ERANGE. Allocates
- * nothing. */
+ * added) and its length to *n_out. The output never exceeds detok_max_output(d) (three
+ * times the longest token's bytes plus the 3 held ones, for the case where every byte is
+ * invalid and becomes U+FFFD); a smaller cap may give DERAS_ERANGE, which leaves the
+ * detokenizer unchanged. Ids outside the vocabulary are DERAS_ERANGE. Allocates nothing;
+ * O(token length). */
 int detok_push(detok_t *d, int32_t id, char *out, size_t cap, size_t *n_out);
+/* A cap that every detok_push and detok_flush of d fits in. */
+size_t detok_max_output(const detok_t *d);
 /* At the end of a sequence: emit whatever is held (incomplete characters as U+FFFD). */
 int detok_flush(detok_t *d, char *out, size_t cap, size_t *n_out);
 
