@@ -26,10 +26,10 @@ enum deras_dtype {
     DT_Q5_K = 13,
     DT_Q6_K = 14,
     DT_BF16 = 30,
-    DT_UNKNOWN = -1, /* a type deras cannot compute with; the view still bounds its bytes */
+    DT_UNSUPPORTED = -1, /* a type deras cannot compute with; the view still bounds its bytes */
 };
 
-/* True for the types above other than DT_UNKNOWN. */
+/* True for the types above other than DT_UNSUPPORTED. */
 bool dtype_supported(int dtype);
 
 /* "F32", "Q4_K", ...; "unknown" for anything else. Never NULL. */
@@ -63,7 +63,7 @@ uint16_t f32_to_bf16(float f);
  * pointers are owned by the file object the view came from. */
 typedef struct tensor_view {
     const char *name;  /* NUL-terminated */
-    int dtype;         /* enum deras_dtype, DT_UNKNOWN if deras cannot compute with it */
+    int dtype;         /* enum deras_dtype, DT_UNSUPPORTED if deras cannot compute with it */
     const char *type_name; /* the file's own name for the type ("I64", "Q2_K"), for errors */
     int n_dims;
     int64_t shape[TENSOR_MAX_DIMS];

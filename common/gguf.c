@@ -453,7 +453,7 @@ static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_
     if (n_blocks > SIZE_MAX / ti->block_bytes)
         return deras_fail(DERAS_EFORMAT, "%s: %s: the byte size overflows", r->file, ctx);
     v->n_bytes = (size_t)n_blocks * ti->block_bytes;
-    v->dtype = dtype_supported((int)type) ? (int)type : DT_UNKNOWN;
+    v->dtype = dtype_supported((int)type) ? (int)type : DT_UNSUPPORTED;
     v->type_name = ti->name;
     if ((rc = rd_u64(r, &offset, ctx, "data offset")))
         return rc;

@@ -11,7 +11,7 @@
  * lookups are O(log n) and nothing allocates after open.
  *
  * Dtypes: every standard safetensors dtype is known for bounds checking (sub-byte F4/F6
- * types by bit count); F32, F16 and BF16 map to deras types, the rest become DT_UNKNOWN
+ * types by bit count); F32, F16 and BF16 map to deras types, the rest become DT_UNSUPPORTED
  * with their own name, for callers to refuse.
  */
 #include "safetensors.h"
@@ -49,13 +49,13 @@ struct st_dtype {
 };
 
 static const struct st_dtype st_dtypes[] = {
-    {"BOOL", 8, DT_UNKNOWN},    {"U8", 8, DT_UNKNOWN},      {"I8", 8, DT_UNKNOWN},
-    {"F8_E5M2", 8, DT_UNKNOWN}, {"F8_E4M3", 8, DT_UNKNOWN}, {"F8_E8M0", 8, DT_UNKNOWN},
-    {"I16", 16, DT_UNKNOWN},    {"U16", 16, DT_UNKNOWN},    {"F16", 16, DT_F16},
-    {"BF16", 16, DT_BF16},      {"I32", 32, DT_UNKNOWN},    {"U32", 32, DT_UNKNOWN},
-    {"F32", 32, DT_F32},        {"F64", 64, DT_UNKNOWN},    {"I64", 64, DT_UNKNOWN},
-    {"U64", 64, DT_UNKNOWN},    {"C64", 64, DT_UNKNOWN},    {"F4", 4, DT_UNKNOWN},
-    {"F6_E2M3", 6, DT_UNKNOWN}, {"F6_E3M2", 6, DT_UNKNOWN},
+    {"BOOL", 8, DT_UNSUPPORTED},    {"U8", 8, DT_UNSUPPORTED},      {"I8", 8, DT_UNSUPPORTED},
+    {"F8_E5M2", 8, DT_UNSUPPORTED}, {"F8_E4M3", 8, DT_UNSUPPORTED}, {"F8_E8M0", 8, DT_UNSUPPORTED},
+    {"I16", 16, DT_UNSUPPORTED},    {"U16", 16, DT_UNSUPPORTED},    {"F16", 16, DT_F16},
+    {"BF16", 16, DT_BF16},      {"I32", 32, DT_UNSUPPORTED},    {"U32", 32, DT_UNSUPPORTED},
+    {"F32", 32, DT_F32},        {"F64", 64, DT_UNSUPPORTED},    {"I64", 64, DT_UNSUPPORTED},
+    {"U64", 64, DT_UNSUPPORTED},    {"C64", 64, DT_UNSUPPORTED},    {"F4", 4, DT_UNSUPPORTED},
+    {"F6_E2M3", 6, DT_UNSUPPORTED}, {"F6_E3M2", 6, DT_UNSUPPORTED},
 };
 
 static const struct st_dtype *st_dtype_lookup(const char *s)

@@ -7,7 +7,7 @@
  * types, shapes (non-negative, no overflow), that data_offsets match dtype x shape, lie
  * inside the data section and do not overlap. Every standard dtype is understood for
  * bounds checking; deras computes with F32, F16 and BF16, and other dtypes appear in views
- * as DT_UNKNOWN with their type_name, to be refused by whoever asks for them.
+ * as DT_UNSUPPORTED with their type_name, to be refused by whoever asks for them.
  */
 #ifndef DERAS_SAFETENSORS_H
 #define DERAS_SAFETENSORS_H

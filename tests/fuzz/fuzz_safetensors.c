@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sum += ((const uint8_t *)v.data)[k];
         (void)sum;
         int64_t numel = tensor_view_numel(&v);
-        if (v.dtype != DT_UNKNOWN && numel > 0 && numel <= (1 << 16)) {
+        if (v.dtype != DT_UNSUPPORTED && numel > 0 && numel <= (1 << 16)) {
             float *out = malloc((size_t)numel * sizeof *out);
             if (out && dtype_to_f32(v.dtype, v.data, out, numel) != DERAS_OK)
                 abort();
