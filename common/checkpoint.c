@@ -176,9 +176,18 @@ static int alloc_entries(struct checkpoint *c)
 
 /* ---- GGUF ---- */
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
 static int open_gguf(struct checkpoint *c)
 {
     int rc = gguf_open(c->path, &c->gguf);
+    if (rc == DERAS_EFORMAT && (ends_with(c->path, ".safetensors") || ends_with(c->path, ".json")))
+        return deras_fail(rc, "%s: not a GGUF file (open a Hugging Face checkpoint by its "
+                          "directory)", c->path);
     if (rc)
         return rc;
     if ((rc = model_config_from_gguf(c->gguf, &c->cfg)) || (rc = alloc_entries(c)))

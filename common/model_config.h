@@ -2,7 +2,8 @@
  *
  * Filled from GGUF metadata ("llama.*", "qwen2.*" keys) or from a Hugging Face config.json
  * (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM). Everything the forward pass
- * needs is here and nothing else: tokenizer facts live in the tokenizer.
+ * needs is here and nothing else: tokenizer facts live in the tokenizer. The struct is
+ * plain data (no pointers), so it can be copied between processes as bytes.
  */
 #ifndef DERAS_MODEL_CONFIG_H
 #define DERAS_MODEL_CONFIG_H

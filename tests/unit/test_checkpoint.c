@@ -920,6 +920,10 @@ static void hf_checkpoint_errors_name_file_and_tensor(void **state)
     free(f);
     rm_tree(d);
 
+    char *shard = path_join(src, "model-00001-of-00002.safetensors");
+    expect_open_fails(shard, DERAS_EFORMAT, "by its directory", shard, NULL);
+    free(shard);
+
     /* a directory with a config but no weights */
     d = make_tmpdir();
     char *cfg_src = path_join(src, "config.json");
