@@ -10,7 +10,13 @@
  * a tensor-parallel rank never holds the full weights.
  *
  * Every tensor's shape is checked against the config before any data is read; a missing
- * tensor, wrong shape or non-computable dtype is an error naming the file and the tensor.
+ * tensor (DERAS_ENOTFOUND), wrong shape (DERAS_EFORMAT) or non-computable dtype
+ * (DERAS_EUNSUPPORTED) is an error naming the file and the tensor. A llama GGUF carrying
+ * projection biases deras would ignore is refused too. An HF config with tied embeddings
+ * uses the embedding as the LM head even if an lm_head tensor was saved.
+ *
+ * After open everything is resolved: the accessors are O(1) table lookups and the object
+ * is read-only, so threads (or tensor-parallel ranks in one process) may read concurrently.
  */
 #ifndef DERAS_CHECKPOINT_H
 #define DERAS_CHECKPOINT_H
@@ -43,8 +49,11 @@ enum ckpt_tensor {
 
 /* Open a .gguf file or a Hugging Face model directory, read its config and check that
  * every tensor the config implies is present with the right shape and a computable dtype.
- * Tensor data is mapped, not read. */
+ * Tensor data is mapped, not read. On failure *out is NULL: DERAS_EIO (path missing or
+ * unreadable), DERAS_ENOTFOUND (no config.json / weights / tensor), DERAS_EFORMAT,
+ * DERAS_EUNSUPPORTED, from the readers and the config loaders. O(header sizes + tensors). */
 int checkpoint_open(const char *path, checkpoint_t **out);
+/* Unmap everything and free; sets *c to NULL. NULL-safe. */
 void checkpoint_destroy(checkpoint_t **c);
 
 const model_config *checkpoint_config(const checkpoint_t *c);
@@ -59,17 +68,21 @@ const char *checkpoint_hf_dir(const checkpoint_t *c);
  * the architecture has none). layer is ignored for non-layer tensors. */
 bool checkpoint_has(const checkpoint_t *c, enum ckpt_tensor t, int layer);
 
-/* The shape in Hugging Face layout: rows (out_features, or 1 for a vector) and cols. */
+/* The shape in Hugging Face layout: rows (out_features, or 1 for a vector) and cols.
+ * DERAS_ENOTFOUND if absent, DERAS_ERANGE for a layer outside 0..n_layers-1. */
 int checkpoint_shape(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t *rows,
                      int64_t *cols);
 
 /* Dequantize rows [row0, row0 + n_rows) of the tensor into dst, (n_rows, cols) row-major
- * f32 in Hugging Face layout. For vectors use row0 = 0, n_rows = 1. DERAS_ERANGE if the
- * range is outside the tensor. O(n_rows * cols); allocates at most one row of scratch. */
+ * f32 in Hugging Face layout. For vectors use row0 = 0, n_rows = 1. Any range works (Q/K
+ * rows of permuted GGUF files are fetched one by one from where they are stored).
+ * DERAS_ERANGE if the range or layer is outside the tensor, DERAS_ENOTFOUND if the tensor
+ * is absent, DERAS_EINVAL for a NULL dst. O(n_rows * cols); allocates nothing. */
 int checkpoint_read_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
                          int64_t n_rows, float *dst);
 
-/* Resident bytes of the mapped tensor data (what reading the whole model would touch). */
+/* Bytes of the mapped tensor data the model uses (what reading every role of every layer
+ * would touch); unused tensors (a tied config's lm_head, rope_freqs) are not counted. */
 uint64_t checkpoint_file_bytes(const checkpoint_t *c);
 
 #endif

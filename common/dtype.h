@@ -26,10 +26,10 @@ enum deras_dtype {
     DT_Q5_K = 13,
     DT_Q6_K = 14,
     DT_BF16 = 30,
-    DT_UNKNOWN = -1, /* a type deras cannot compute with; the view still bounds its bytes */
+    DT_UNSUPPORTED = -1, /* a type deras cannot compute with; the view still bounds its bytes */
 };
 
-/* True for the types above other than DT_UNKNOWN. */
+/* True for the types above other than DT_UNSUPPORTED. */
 bool dtype_supported(int dtype);
 
 /* "F32", "Q4_K", ...; "unknown" for anything else. Never NULL. */
@@ -45,11 +45,15 @@ size_t dtype_block_bytes(int dtype);
 int dtype_nbytes(int dtype, int64_t n_elems, size_t *out);
 
 /* Convert n_elems elements of `src` (any alignment) to f32. n_elems must be a whole
- * number of blocks. Returns DERAS_EINVAL / DERAS_EFORMAT / DERAS_EUNSUPPORTED on bad
- * arguments. O(n_elems), allocates nothing. */
+ * number of blocks. Returns DERAS_EINVAL (NULL pointers with n_elems > 0, negative count),
+ * DERAS_EFORMAT (partial block) or DERAS_EUNSUPPORTED (type). O(n_elems), allocates
+ * nothing, thread-safe. */
 int dtype_to_f32(int dtype, const void *src, float *dst, int64_t n_elems);
 
-/* IEEE half and bfloat16 <-> f32, round-to-nearest-even on the way down. */
+/* IEEE half and bfloat16 <-> f32, exact on the way up, round-to-nearest-even on the way
+ * down (overflow gives infinity, subnormals are exact). NaN stays NaN with its sign and
+ * top payload bits (a payload that would vanish becomes the quiet NaN), so
+ * half -> f32 -> half and bf16 -> f32 -> bf16 are the identity on all 65536 patterns. */
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);
 float bf16_to_f32(uint16_t h);
@@ -63,7 +67,7 @@ uint16_t f32_to_bf16(float f);
  * pointers are owned by the file object the view came from. */
 typedef struct tensor_view {
     const char *name;  /* NUL-terminated */
-    int dtype;         /* enum deras_dtype, DT_UNKNOWN if deras cannot compute with it */
+    int dtype;         /* enum deras_dtype, DT_UNSUPPORTED if deras cannot compute with it */
     const char *type_name; /* the file's own name for the type ("I64", "Q2_K"), for errors */
     int n_dims;
     int64_t shape[TENSOR_MAX_DIMS];
@@ -71,7 +75,7 @@ typedef struct tensor_view {
     size_t n_bytes;
 } tensor_view;
 
-/* Product of the shape. */
+/* Product of the shape (1 for a 0-dim scalar, 0 for NULL). */
 int64_t tensor_view_numel(const tensor_view *v);
 
 #endif

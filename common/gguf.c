@@ -72,6 +72,7 @@ struct gguf {
     struct gguf_kv *kv; /* sorted by key */
     int64_t n_tensors;
     tensor_view *tensors;   /* file order */
+    uint64_t *offsets;      /* per tensor, relative to the data section; used while opening */
     const tensor_view **tensor_sorted; /* into tensors, sorted by name */
     struct arena_chunk *arena;
 };
@@ -402,7 +403,8 @@ static const struct gguf_kv *find_kv(const gguf_t *g, const char *key)
 
 /* ---- tensors ---- */
 
-static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_view *v)
+static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_view *v,
+                            uint64_t *offset)
 {
     char ctx[NAME_BUF + 48], nb[NAME_BUF];
     struct gguf_str name;
@@ -438,7 +440,6 @@ static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_
     for (uint32_t d = 0; d < n_dims; d++) /* GGUF's ne[0] is the innermost dimension */
         v->shape[d] = (int64_t)ne[n_dims - 1 - d];
     uint32_t type;
-    uint64_t offset;
     if ((rc = rd_u32(r, &type, ctx, "type")))
         return rc;
     const struct ggml_type_info *ti = ggml_type_lookup(type);
@@ -453,19 +454,15 @@ static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_
     if (n_blocks > SIZE_MAX / ti->block_bytes)
         return deras_fail(DERAS_EFORMAT, "%s: %s: the byte size overflows", r->file, ctx);
     v->n_bytes = (size_t)n_blocks * ti->block_bytes;
-    v->dtype = dtype_supported((int)type) ? (int)type : DT_UNKNOWN;
+    v->dtype = dtype_supported((int)type) ? (int)type : DT_UNSUPPORTED;
     v->type_name = ti->name;
-    if ((rc = rd_u64(r, &offset, ctx, "data offset")))
-        return rc;
-    /* checked against the data section once its start is known; kept in data meanwhile */
-    v->data = (const void *)(uintptr_t)offset;
-    return DERAS_OK;
+    /* checked by place_tensor once the data section's start is known */
+    return rd_u64(r, offset, ctx, "data offset");
 }
 
-static int place_tensor(struct gguf *g, tensor_view *v)
+static int place_tensor(struct gguf *g, tensor_view *v, uint64_t offset)
 {
     char nb[NAME_BUF];
-    uint64_t offset = (uint64_t)(uintptr_t)v->data;
     const char *name = printable(v->name, strlen(v->name), nb, sizeof nb);
     if (offset % g->alignment)
         return deras_fail(DERAS_EFORMAT,
@@ -548,7 +545,8 @@ static int parse(struct gguf *g)
     g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
     g->tensor_sorted = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensor_sorted);
-    if (!g->kv || !g->tensors || !g->tensor_sorted)
+    g->offsets = calloc(n_tensors ? n_tensors : 1, sizeof *g->offsets);
+    if (!g->kv || !g->tensors || !g->tensor_sorted || !g->offsets)
         return deras_fail(DERAS_ENOMEM, "%s: out of memory for %llu keys and %llu tensors",
                           g->name, (unsigned long long)n_kv, (unsigned long long)n_tensors);
 
@@ -566,7 +564,7 @@ static int parse(struct gguf *g)
         return rc;
 
     for (int64_t i = 0; i < g->n_tensors; i++)
-        if ((rc = read_tensor_info(g, &r, i, &g->tensors[i])))
+        if ((rc = read_tensor_info(g, &r, i, &g->tensors[i], &g->offsets[i])))
             return rc;
     /* the data section starts at the next multiple of the alignment */
     size_t pad = (g->alignment - r.pos % g->alignment) % g->alignment;
@@ -576,7 +574,7 @@ static int parse(struct gguf *g)
                           "bytes of padding)", g->name, r.pos, pad);
     g->data_offset = pad > left(&r) ? g->size : r.pos + pad;
     for (int64_t i = 0; i < g->n_tensors; i++)
-        if ((rc = place_tensor(g, &g->tensors[i])))
+        if ((rc = place_tensor(g, &g->tensors[i], g->offsets[i])))
             return rc;
 
     for (int64_t i = 0; i < g->n_tensors; i++)
@@ -602,6 +600,7 @@ static void free_contents(struct gguf *g)
     free(g->kv);
     free(g->tensors);
     free(g->tensor_sorted);
+    free(g->offsets);
     while (g->arena) {
         struct arena_chunk *next = g->arena->next;
         free(g->arena);
@@ -633,6 +632,8 @@ static int open_common(const void *data, size_t size, const char *name, void *ma
     }
     if ((rc = parse(g)))
         goto fail;
+    free(g->offsets);
+    g->offsets = NULL;
     *out = g;
     return DERAS_OK;
 fail:

@@ -121,31 +121,31 @@ static int load_tensor(model_t *m, void **dst, enum ckpt_tensor t, int layer,
     return load_rows(m, *dst, 0, t, layer, ck, stage, 0, rows, cols);
 }
 
-/* Allocate one matrix holding the given tensors' rows one after another. */
+/* Allocate one buffer holding the given tensors one after another: the rows of matrices
+ * with equal column counts (a fused weight), or vectors end to end (a fused bias). */
 static int load_fused(model_t *m, void **dst, const enum ckpt_tensor *parts, int n_parts, int layer,
                       const checkpoint_t *ck, float *stage)
 {
-    int64_t total_rows = 0, cols = 0;
+    int64_t rows[4], cols[4], total = 0;
     for (int i = 0; i < n_parts; i++) {
-        int64_t r, c;
-        int rc = checkpoint_shape(ck, parts[i], layer, &r, &c);
+        int rc = checkpoint_shape(ck, parts[i], layer, &rows[i], &cols[i]);
         if (rc)
             return rc;
-        total_rows += r;
-        cols = c;
+        if (rows[i] > 1 && cols[i] != cols[0])
+            return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
+                              layer, (long long)cols[0], (long long)cols[i]);
+        total += rows[i] * cols[i];
     }
-    int rc = balloc(m, dst, (size_t)(total_rows * cols), backend_elem_size(m->be));
+    int rc = balloc(m, dst, (size_t)total, backend_elem_size(m->be));
     if (rc)
         return rc;
-    m->weight_bytes += (uint64_t)total_rows * cols * backend_elem_size(m->be);
-    int64_t row = 0;
+    m->weight_bytes += (uint64_t)total * backend_elem_size(m->be);
+    int64_t off = 0;
     for (int i = 0; i < n_parts; i++) {
-        int64_t r, c;
-        checkpoint_shape(ck, parts[i], layer, &r, &c);
-        rc = load_rows(m, *dst, (size_t)(row * cols), parts[i], layer, ck, stage, 0, r, c);
+        rc = load_rows(m, *dst, (size_t)off, parts[i], layer, ck, stage, 0, rows[i], cols[i]);
         if (rc)
             return rc;
-        row += r;
+        off += rows[i] * cols[i];
     }
     return DERAS_OK;
 }

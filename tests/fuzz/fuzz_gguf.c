@@ -1,7 +1,7 @@
 /* fuzz_gguf.c - libFuzzer target: arbitrary bytes through gguf_open_memory and every accessor.
  *
  * Whatever the input, open must either fail with a message or give an object whose every
- * accessor stays inside the input (ASan checks the reads; tensor data is read fully by
+ * accessor (and model_config_from_gguf on its metadata) stays inside the input (ASan checks the reads; tensor data is read fully by
  * summing its bytes and, for computable types, dequantized block by block).
  */
 #include <stdint.h>
@@ -10,12 +10,14 @@
 
 #include "common/dtype.h"
 #include "common/gguf.h"
+#include "common/model_config.h"
 #include "common/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *keys[] = {
     "general.architecture", "general.alignment", "general.name", "llama.block_count",
+    "llama.attention.head_count", "llama.rope.scaling.type",
     "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores", "a", "",
 };
 
@@ -76,12 +78,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sum += p[k];
         (void)sum;
         int64_t numel = tensor_view_numel(&v);
-        if (v.dtype != DT_UNKNOWN && numel > 0 && numel <= (1 << 16)) {
+        if (v.dtype != DT_UNSUPPORTED && numel > 0 && numel <= (1 << 16)) {
             float *out = malloc((size_t)numel * sizeof *out);
             if (out && dtype_to_f32(v.dtype, v.data, out, numel) != DERAS_OK)
                 abort();
             free(out);
         }
+    }
+    model_config cfg;
+    if (model_config_from_gguf(g, &cfg) == DERAS_OK) {
+        if (model_config_validate(&cfg) != DERAS_OK)
+            abort();
+        float inv[MODEL_MAX_HEAD_DIM / 2];
+        char desc[256];
+        model_config_rope_inv_freq(&cfg, inv);
+        model_config_describe(&cfg, desc, sizeof desc);
     }
     tensor_view v;
     (void)gguf_tensor_at(g, nt, &v);

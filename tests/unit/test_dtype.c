@@ -209,7 +209,7 @@ static void block_sizes_match_ggml(void **state)
         assert_int_equal(dtype_block_elems(want[i].dt), want[i].elems);
         assert_int_equal(dtype_block_bytes(want[i].dt), want[i].bytes);
     }
-    const int unsupported[] = {DT_UNKNOWN, 4, 5, 9, 10, 11, 15, 24, 28, 29, 31, 1000};
+    const int unsupported[] = {DT_UNSUPPORTED, 4, 5, 9, 10, 11, 15, 24, 28, 29, 31, 1000};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         assert_false(dtype_supported(unsupported[i]));
         assert_string_equal(dtype_name(unsupported[i]), "unknown");
@@ -241,7 +241,7 @@ static void nbytes_counts_whole_blocks_and_refuses_the_rest(void **state)
     assert_true(n == SIZE_MAX - 3);
     n = 12345;
     assert_int_equal(dtype_nbytes(10 /* Q2_K */, 256, &n), DERAS_EUNSUPPORTED);
-    assert_int_equal(dtype_nbytes(DT_UNKNOWN, 1, &n), DERAS_EUNSUPPORTED);
+    assert_int_equal(dtype_nbytes(DT_UNSUPPORTED, 1, &n), DERAS_EUNSUPPORTED);
     assert_int_equal(dtype_nbytes(DT_F32, -1, &n), DERAS_EINVAL);
     assert_int_equal(dtype_nbytes(DT_F32, 1, NULL), DERAS_EINVAL);
     assert_int_equal(n, 12345);
@@ -253,7 +253,7 @@ static void to_f32_refuses_partial_blocks_and_unknown_types(void **state)
     uint8_t src[64] = {0};
     float dst[64];
     assert_int_equal(dtype_to_f32(DT_Q8_0, src, dst, 16), DERAS_EFORMAT);
-    assert_int_equal(dtype_to_f32(DT_UNKNOWN, src, dst, 1), DERAS_EUNSUPPORTED);
+    assert_int_equal(dtype_to_f32(DT_UNSUPPORTED, src, dst, 1), DERAS_EUNSUPPORTED);
     assert_int_equal(dtype_to_f32(11, src, dst, 256), DERAS_EUNSUPPORTED);
     assert_int_equal(dtype_to_f32(DT_F32, NULL, dst, 1), DERAS_EINVAL);
     assert_int_equal(dtype_to_f32(DT_F32, src, NULL, 1), DERAS_EINVAL);

@@ -313,8 +313,8 @@ static void tensors_have_reversed_shapes_types_and_data(void **state)
         {"t.q8_0.expected", DT_F32, "F32", 2, {2, 64}, 512},
         {"t.q4_k", DT_Q4_K, "Q4_K", 2, {1, 256}, 144},
         {"t.q4_k.expected", DT_F32, "F32", 2, {1, 256}, 1024},
-        {"t.i32", DT_UNKNOWN, "I32", 1, {5}, 20},
-        {"t.q2_k", DT_UNKNOWN, "Q2_K", 2, {1, 256}, 84},
+        {"t.i32", DT_UNSUPPORTED, "I32", 1, {5}, 20},
+        {"t.q2_k", DT_UNSUPPORTED, "Q2_K", 2, {1, 256}, 84},
         {"t.3d", DT_F32, "F32", 3, {2, 3, 4}, 96},
         {"t.4d", DT_F32, "F32", 4, {2, 1, 3, 2}, 48},
     };

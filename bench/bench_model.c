@@ -1,0 +1,239 @@
+/* bench_model.c - single-stream prefill and decode speed of a model on this machine,
+ * against the machine's own limits measured in the same run.
+ *
+ *   bench_model [--model PATH] [--threads N] [--prompt-lens 16,128,512]
+ *               [--decode-tokens 128] [--repeat 3]
+ *
+ * Prefill: a prompt of L random (fixed-seed) token ids in one forward pass, logits for the
+ * last position; tokens/s = L / time. Decode: after a 128-token prompt, one token per
+ * forward pass with greedy argmax, tokens/s = tokens / time. Each figure is the median
+ * over --repeat runs after one warm-up.
+ *
+ * Hardware floor, measured here too: read bandwidth (summing a 1 GiB array) gives the
+ * fastest decode possible when every weight byte is read once per token
+ * (weight_bytes / bandwidth); the OpenBLAS sgemm rate on a large square product gives the
+ * fastest prefill (2 x matmul params FLOPs per token / rate). Results are JSON lines on
+ * stdout, progress on stderr.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/checkpoint.h"
+#include "common/status.h"
+#include "tools/cli_util.h"
+#include "worker/model.h"
+
+#define MAX_LENS 8
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Bytes per second reading a 1 GiB array (best of 3). */
+static double read_bandwidth(void)
+{
+    size_t n = (1u << 30) / sizeof(float);
+    float *a = malloc(n * sizeof(float));
+    if (!a)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        a[i] = (float)(i & 7);
+    double best = 0;
+    volatile float sink = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = cli_now();
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp parallel for reduction(+ : s0, s1, s2, s3)
+        for (size_t i = 0; i < n; i += 4) {
+            s0 += a[i];
+            s1 += a[i + 1];
+            s2 += a[i + 2];
+            s3 += a[i + 3];
+        }
+        double dt = cli_now() - t0;
+        sink = s0 + s1 + s2 + s3;
+        best = n * sizeof(float) / dt > best ? n * sizeof(float) / dt : best;
+    }
+    (void)sink;
+    free(a);
+    return best;
+}
+
+/* FLOP/s of sgemm on 2048^3 (best of 3). */
+static double sgemm_rate(void)
+{
+    const int n = 2048;
+    float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float)),
+          *c = malloc((size_t)n * n * sizeof(float));
+    if (!a || !b || !c)
+        return 0;
+    for (size_t i = 0; i < (size_t)n * n; i++)
+        a[i] = b[i] = (float)(i % 13) * 0.01f;
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = cli_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        double rate = 2.0 * n * n * n / (cli_now() - t0);
+        best = rate > best ? rate : best;
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+static int parse_lens(const char *s, int *lens, int *n)
+{
+    *n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (*n == MAX_LENS || cli_int("--prompt-lens", t, 1, 1 << 16, &v)) {
+            free(copy);
+            return -1;
+        }
+        lens[(*n)++] = (int)v;
+    }
+    free(copy);
+    return *n ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    char model_path[4096];
+    cli_default_model(model_path, sizeof model_path);
+    int threads = 0, lens[MAX_LENS] = {16, 128, 512}, n_lens = 3, decode_tokens = 128, repeat = 3;
+    for (int i = 1; i < argc; i++) {
+        long v;
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!val) {
+            fprintf(stderr, "usage: bench_model [--model PATH] [--threads N] "
+                            "[--prompt-lens a,b,c] [--decode-tokens N] [--repeat N]\n");
+            return 2;
+        }
+        if (!strcmp(arg, "--model"))
+            snprintf(model_path, sizeof model_path, "%s", val);
+        else if (!strcmp(arg, "--threads") && !cli_int(arg, val, 0, 1024, &v))
+            threads = (int)v;
+        else if (!strcmp(arg, "--prompt-lens") && !parse_lens(val, lens, &n_lens))
+            ;
+        else if (!strcmp(arg, "--decode-tokens") && !cli_int(arg, val, 1, 1 << 16, &v))
+            decode_tokens = (int)v;
+        else if (!strcmp(arg, "--repeat") && !cli_int(arg, val, 1, 100, &v))
+            repeat = (int)v;
+        else {
+            fprintf(stderr, "bench_model: bad option %s %s\n", arg, val);
+            return 2;
+        }
+        i++;
+    }
+
+    checkpoint_t *ck = NULL;
+    backend_t *be = NULL;
+    model_t *m = NULL;
+    int rc;
+    if ((rc = checkpoint_open(model_path, &ck)) || (rc = backend_new("cpu", threads, &be))) {
+        fprintf(stderr, "bench_model: %s\n", deras_errmsg());
+        return 1;
+    }
+    const model_config *c = checkpoint_config(ck);
+    int max_len = 128;
+    for (int i = 0; i < n_lens; i++)
+        max_len = lens[i] > max_len ? lens[i] : max_len;
+    int ctx_cap = max_len > 128 + decode_tokens ? max_len : 128 + decode_tokens;
+    const int bs = 16, n_blocks = (ctx_cap + bs - 1) / bs;
+    int progress_last = -100;
+    model_opts mo = {.max_batch_tokens = max_len, .max_seqs = 1, .max_logits = 1,
+                     .block_size = bs, .n_kv_blocks = n_blocks, .max_blocks_per_seq = n_blocks,
+                     .progress = cli_progress, .progress_ctx = &progress_last};
+    if ((rc = model_new(ck, be, &mo, &m))) {
+        fprintf(stderr, "bench_model: %s\n", deras_errmsg());
+        return 1;
+    }
+    int32_t *ids = malloc((size_t)ctx_cap * sizeof(int32_t)), *table = malloc(n_blocks * sizeof(int32_t));
+    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
+    double *times = malloc((size_t)(repeat + 1) * sizeof(double));
+    uint64_t seed = 12345;
+    for (int i = 0; i < ctx_cap; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((seed >> 33) % (uint64_t)c->vocab_size);
+    }
+    for (int i = 0; i < n_blocks; i++)
+        table[i] = i;
+
+    fprintf(stderr, "measuring memory bandwidth and sgemm rate...\n");
+    double bw = read_bandwidth(), flops = sgemm_rate();
+    uint64_t wbytes = model_weight_bytes(m);
+    /* matrix parameters per token: every linear layer plus the LM head for one row */
+    double mm_params = (double)c->n_layers *
+                           ((double)c->d_model * (c->n_heads + 2 * c->n_kv_heads) * c->head_dim +
+                            (double)c->n_heads * c->head_dim * c->d_model +
+                            3.0 * c->d_model * c->d_ff);
+    printf("{\"bench\":\"machine\",\"threads\":%d,\"read_bandwidth_GBps\":%.2f,"
+           "\"sgemm_GFLOPs\":%.2f,\"weight_bytes\":%llu,\"matmul_params\":%.0f}\n",
+           threads, bw / 1e9, flops / 1e9, (unsigned long long)wbytes, mm_params);
+    fflush(stdout);
+
+    for (int li = 0; li < n_lens; li++) {
+        int L = lens[li];
+        for (int r = 0; r <= repeat; r++) {
+            int32_t q_start[2] = {0, L}, ctx = L, last = L - 1;
+            model_batch bt = {L, ids, 1, q_start, &ctx, table, 1, &last};
+            double t0 = cli_now();
+            if ((rc = model_forward(m, &bt, logits)))
+                goto fail;
+            times[r] = cli_now() - t0; /* times[0] is the warm-up, dropped below */
+        }
+        double t = median(times + 1, repeat);
+        double floor_s = 2.0 * mm_params * L / flops;
+        printf("{\"bench\":\"prefill\",\"prompt_tokens\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.1f,"
+               "\"floor_tokens_per_s\":%.1f,\"fraction_of_floor\":%.3f}\n",
+               L, t, L / t, L / floor_s, floor_s / t);
+        fflush(stdout);
+        fprintf(stderr, "prefill %d tokens: %.1f tok/s\n", L, L / t);
+    }
+
+    const int P = 128;
+    for (int r = 0; r <= repeat; r++) {
+        int32_t q_start[2] = {0, P}, ctx = P, last = P - 1;
+        model_batch bt = {P, ids, 1, q_start, &ctx, table, 1, &last};
+        if ((rc = model_forward(m, &bt, logits)))
+            goto fail;
+        double t0 = cli_now();
+        for (int i = 0; i < decode_tokens; i++) {
+            int32_t best = 0;
+            for (int v = 1; v < c->vocab_size; v++)
+                best = logits[v] > logits[best] ? v : best;
+            ids[P + i] = best;
+            int32_t one[2] = {0, 1}, zero = 0;
+            ctx = P + i + 1;
+            model_batch d = {1, &ids[P + i], 1, one, &ctx, table, 1, &zero};
+            if ((rc = model_forward(m, &d, logits)))
+                goto fail;
+        }
+        times[r] = cli_now() - t0;
+    }
+    double t = median(times + 1, repeat);
+    double floor_tps = bw / (double)wbytes;
+    printf("{\"bench\":\"decode\",\"context_start\":%d,\"tokens\":%d,\"seconds\":%.4f,"
+           "\"tokens_per_s\":%.2f,\"floor_tokens_per_s\":%.2f,\"fraction_of_floor\":%.3f}\n",
+           P, decode_tokens, t, decode_tokens / t, floor_tps, decode_tokens / t / floor_tps);
+    fprintf(stderr, "decode: %.2f tok/s (floor %.2f)\n", decode_tokens / t, floor_tps);
+    rc = 0;
+fail:
+    if (rc)
+        fprintf(stderr, "bench_model: %s\n", deras_errmsg());
+    free(ids), free(table), free(logits), free(times);
+    model_destroy(&m);
+    backend_destroy(&be);
+    checkpoint_destroy(&ck);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,25 @@
+/* cli_util.h - small helpers shared by the command-line tools: strict number parsing,
+ * the default model location, and a load-progress printer. */
+#ifndef DERAS_CLI_UTIL_H
+#define DERAS_CLI_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parse the whole string as a number in [lo, hi]; on failure print
+ * "OPTION: expected ... got '...'" to stderr and return -1. */
+int cli_int(const char *opt, const char *s, long lo, long hi, long *out);
+int cli_float(const char *opt, const char *s, double lo, double hi, double *out);
+int cli_u64(const char *opt, const char *s, uint64_t *out);
+
+/* The cached test model: $DERAS_MODELS (or ~/.cache/deras/models) + the file name that
+ * tools/bootstrap fetches. */
+void cli_default_model(char *buf, size_t cap);
+
+/* model_opts.progress callback: "loading weights: 40%" on stderr, a line per 10%. */
+void cli_progress(void *ctx, int done, int total);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
+#endif

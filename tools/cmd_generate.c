@@ -1,0 +1,417 @@
+/* cmd_generate.c - `deras generate`: one completion from a model on this machine.
+ *
+ * Loads a checkpoint (GGUF file or Hugging Face directory), tokenizes the prompt (wrapped
+ * in the model's chat format with --chat), prefills it in chunks, then decodes one token at
+ * a time, streaming text to stdout as it is produced: tokens go through the streaming
+ * detokenizer (no broken UTF-8) and the stop-string matcher (no partial stop strings).
+ * Timings go to stderr at the end: prompt and generation tokens per second.
+ *
+ * It runs one sequence with a private KV cache just big enough for prompt + max_tokens,
+ * laid out as blocks 0..n-1 of the paged cache: the same forward pass the server uses.
+ */
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/chat.h"
+#include "common/checkpoint.h"
+#include "common/status.h"
+#include "common/stop_matcher.h"
+#include "common/tokenizer.h"
+#include "tools/cli_util.h"
+#include "tools/commands.h"
+#include "worker/model.h"
+#include "worker/sampler.h"
+
+#define MAX_STOPS 16
+#define PREFILL_CHUNK 512
+
+typedef struct gen_args {
+    char model[4096];
+    const char *prompt;
+    const char *system;
+    const char *device;
+    bool chat, ignore_eos;
+    int max_tokens, threads, block_size;
+    sampling_params sp;
+    uint64_t seed;
+    bool has_seed;
+    const char *stops[MAX_STOPS];
+    int n_stops;
+    int32_t stop_ids[MAX_STOPS];
+    int n_stop_ids;
+} gen_args;
+
+static void usage(FILE *f)
+{
+    fputs("usage: deras generate [options] --prompt TEXT\n"
+          "\n"
+          "  --model PATH            .gguf file or Hugging Face model directory\n"
+          "                          (default: the cached test model)\n"
+          "  --prompt TEXT           prompt text (required)\n"
+          "  --chat                  wrap the prompt as a user message in the model's chat format\n"
+          "  --system TEXT           system message for --chat (default: the template's own)\n"
+          "  --max-tokens N          tokens to generate (default 256)\n"
+          "  --temperature T         0 = greedy (default 0)\n"
+          "  --top-k K  --top-p P  --min-p P\n"
+          "  --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
+          "  --seed N                sampling seed (same seed and inputs: same output)\n"
+          "  --stop TEXT             stop string, repeatable (at most 16)\n"
+          "  --stop-token-id ID      stop token, repeatable (at most 16)\n"
+          "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
+          "  --logprobs N            print the top-N logprobs of each token to stderr\n"
+          "  --threads N             CPU threads (default: all cores)\n"
+          "  --device DEV            cpu (default)\n"
+          "  --block-size N          KV block size in tokens (default 16)\n",
+          f);
+}
+
+static int parse_args(int argc, char **argv, gen_args *a)
+{
+    enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP,
+           O_REP, O_PRES, O_FREQ, O_SEED, O_STOP, O_STOPID, O_IGNEOS, O_LOGPROBS, O_THREADS,
+           O_DEVICE, O_BLOCK, O_HELP };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"prompt", required_argument, 0, O_PROMPT},
+        {"chat", no_argument, 0, O_CHAT},
+        {"system", required_argument, 0, O_SYSTEM},
+        {"max-tokens", required_argument, 0, O_MAXTOK},
+        {"temperature", required_argument, 0, O_TEMP},
+        {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP},
+        {"min-p", required_argument, 0, O_MINP},
+        {"repetition-penalty", required_argument, 0, O_REP},
+        {"presence-penalty", required_argument, 0, O_PRES},
+        {"frequency-penalty", required_argument, 0, O_FREQ},
+        {"seed", required_argument, 0, O_SEED},
+        {"stop", required_argument, 0, O_STOP},
+        {"stop-token-id", required_argument, 0, O_STOPID},
+        {"ignore-eos", no_argument, 0, O_IGNEOS},
+        {"logprobs", required_argument, 0, O_LOGPROBS},
+        {"threads", required_argument, 0, O_THREADS},
+        {"device", required_argument, 0, O_DEVICE},
+        {"block-size", required_argument, 0, O_BLOCK},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    memset(a, 0, sizeof *a);
+    cli_default_model(a->model, sizeof a->model);
+    a->device = "cpu";
+    a->max_tokens = 256;
+    a->block_size = 16;
+    sampling_params_default(&a->sp);
+    long l;
+    double d;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: snprintf(a->model, sizeof a->model, "%s", optarg); break;
+        case O_PROMPT: a->prompt = optarg; break;
+        case O_CHAT: a->chat = true; break;
+        case O_SYSTEM: a->system = optarg; break;
+        case O_MAXTOK:
+            if (cli_int("--max-tokens", optarg, 1, 1 << 20, &l)) return 2;
+            a->max_tokens = (int)l;
+            break;
+        case O_TEMP:
+            if (cli_float("--temperature", optarg, 0, 100, &d)) return 2;
+            a->sp.temperature = (float)d;
+            break;
+        case O_TOPK:
+            if (cli_int("--top-k", optarg, 0, 1 << 24, &l)) return 2;
+            a->sp.top_k = (int)l;
+            break;
+        case O_TOPP:
+            if (cli_float("--top-p", optarg, 1e-9, 1, &d)) return 2;
+            a->sp.top_p = (float)d;
+            break;
+        case O_MINP:
+            if (cli_float("--min-p", optarg, 0, 1, &d)) return 2;
+            a->sp.min_p = (float)d;
+            break;
+        case O_REP:
+            if (cli_float("--repetition-penalty", optarg, 1e-9, 10, &d)) return 2;
+            a->sp.repetition_penalty = (float)d;
+            break;
+        case O_PRES:
+            if (cli_float("--presence-penalty", optarg, -2, 2, &d)) return 2;
+            a->sp.presence_penalty = (float)d;
+            break;
+        case O_FREQ:
+            if (cli_float("--frequency-penalty", optarg, -2, 2, &d)) return 2;
+            a->sp.frequency_penalty = (float)d;
+            break;
+        case O_SEED:
+            if (cli_u64("--seed", optarg, &a->seed)) return 2;
+            a->has_seed = true;
+            break;
+        case O_STOP:
+            if (a->n_stops == MAX_STOPS || !*optarg) {
+                fprintf(stderr, "--stop: at most %d non-empty stop strings\n", MAX_STOPS);
+                return 2;
+            }
+            a->stops[a->n_stops++] = optarg;
+            break;
+        case O_STOPID:
+            if (a->n_stop_ids == MAX_STOPS) {
+                fprintf(stderr, "--stop-token-id: at most %d\n", MAX_STOPS);
+                return 2;
+            }
+            if (cli_int("--stop-token-id", optarg, 0, 1L << 30, &l)) return 2;
+            a->stop_ids[a->n_stop_ids++] = (int32_t)l;
+            break;
+        case O_IGNEOS: a->ignore_eos = true; break;
+        case O_LOGPROBS:
+            if (cli_int("--logprobs", optarg, 0, SAMPLER_MAX_LOGPROBS, &l)) return 2;
+            a->sp.n_logprobs = (int)l;
+            break;
+        case O_THREADS:
+            if (cli_int("--threads", optarg, 0, 1024, &l)) return 2;
+            a->threads = (int)l;
+            break;
+        case O_DEVICE: a->device = optarg; break;
+        case O_BLOCK:
+            if (cli_int("--block-size", optarg, 1, 256, &l)) return 2;
+            a->block_size = (int)l;
+            break;
+        case O_HELP: usage(stdout); exit(0);
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!a->prompt) {
+        fprintf(stderr, "generate: --prompt is required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* The prompt as token ids, wrapped in the chat format when asked. *ids is malloc'd. */
+static int tokenize_prompt(const gen_args *a, const tokenizer_t *tok, int32_t **ids, int *n)
+{
+    char *text = NULL;
+    const char *src = a->prompt;
+    int rc;
+    if (a->chat) {
+        chat_format cf;
+        if ((rc = chat_format_detect(tokenizer_chat_template(tok), &cf)))
+            return deras_fail_ctx(rc, "--chat: ");
+        chat_msg msgs[2];
+        size_t n_msgs = 0;
+        const char *sys = a->system ? a->system : (cf.default_system[0] ? cf.default_system : NULL);
+        if (sys)
+            msgs[n_msgs++] = (chat_msg){"system", sys};
+        msgs[n_msgs++] = (chat_msg){"user", a->prompt};
+        if ((rc = chat_format_render(&cf, msgs, n_msgs, true, &text)))
+            return rc;
+        src = text;
+    }
+    size_t len = strlen(src), need = 0;
+    size_t cap = len + 16;
+    *ids = malloc(cap * sizeof(int32_t));
+    if (!*ids) {
+        free(text);
+        return deras_fail(DERAS_ENOMEM, "out of memory");
+    }
+    rc = tokenizer_encode(tok, src, len, true, true, *ids, cap, &need);
+    free(text);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        return rc;
+    }
+    *n = (int)need;
+    return DERAS_OK;
+}
+
+static bool is_stop_token(const gen_args *a, const tokenizer_t *tok, int32_t id)
+{
+    if (!a->ignore_eos && tokenizer_is_eog(tok, id))
+        return true;
+    for (int i = 0; i < a->n_stop_ids; i++)
+        if (a->stop_ids[i] == id)
+            return true;
+    return false;
+}
+
+static void print_logprobs(const tokenizer_t *tok, int i, const sample_result *r)
+{
+    fprintf(stderr, "[%d] %d %s logprob=%.4f |", i, r->token, tokenizer_token_text(tok, r->token),
+            r->logprob);
+    for (int k = 0; k < r->n_top; k++)
+        fprintf(stderr, " %d:%.4f", r->top_ids[k], r->top_logprobs[k]);
+    fputc('\n', stderr);
+}
+
+static int generate(const gen_args *a)
+{
+    checkpoint_t *ck = NULL;
+    tokenizer_t *tok = NULL;
+    backend_t *be = NULL;
+    model_t *m = NULL;
+    sampler_t *smp = NULL;
+    detok_t *dt = NULL;
+    stop_matcher_t *sm = NULL;
+    int32_t *ids = NULL, *table = NULL;
+    float *logits = NULL;
+    char *text = NULL;
+    int n_prompt = 0, rc;
+
+    if ((rc = checkpoint_open(a->model, &ck)))
+        goto fail;
+    rc = checkpoint_gguf(ck) ? tokenizer_from_gguf(checkpoint_gguf(ck), &tok)
+                             : tokenizer_from_hf_dir(checkpoint_hf_dir(ck), &tok);
+    if (rc || (rc = tokenize_prompt(a, tok, &ids, &n_prompt)))
+        goto fail;
+    const model_config *cfg = checkpoint_config(ck);
+    if (n_prompt + a->max_tokens > cfg->max_seq_len) {
+        rc = deras_fail(DERAS_ERANGE,
+                        "context_length_exceeded: prompt %d + max_tokens %d = %d tokens exceeds "
+                        "the model's context length %d",
+                        n_prompt, a->max_tokens, n_prompt + a->max_tokens, cfg->max_seq_len);
+        goto fail;
+    }
+    if ((rc = sampling_params_validate(&a->sp, cfg->vocab_size)))
+        goto fail;
+
+    if ((rc = backend_new(a->device, a->threads, &be)))
+        goto fail;
+    int total = n_prompt + a->max_tokens;
+    int n_blocks = (total + a->block_size - 1) / a->block_size;
+    int progress_last = -100;
+    model_opts mo = {
+        .max_batch_tokens = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK,
+        .max_seqs = 1, .max_logits = 1, .block_size = a->block_size, .n_kv_blocks = n_blocks,
+        .max_blocks_per_seq = n_blocks, .progress = cli_progress, .progress_ctx = &progress_last,
+    };
+    if ((rc = model_new(ck, be, &mo, &m)))
+        goto fail;
+    table = malloc((size_t)n_blocks * sizeof(int32_t));
+    logits = malloc((size_t)cfg->vocab_size * sizeof(float));
+    ids = realloc(ids, (size_t)total * sizeof(int32_t));
+    smp = sampler_new(cfg->vocab_size);
+    dt = detok_new(tok, true, false);
+    if (!table || !logits || !ids || !smp || !dt) {
+        rc = deras_fail(DERAS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = stop_matcher_new(a->stops, a->n_stops, &sm)))
+        goto fail;
+    size_t out_cap = stop_matcher_out_cap(sm);
+    if (!(text = malloc(out_cap + 1024))) {
+        rc = deras_fail(DERAS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n_blocks; i++)
+        table[i] = i;
+    sampler_rng rng;
+    sampler_rng_seed(&rng, a->has_seed ? a->seed : (uint64_t)(cli_now() * 1e9));
+
+    /* prefill in chunks; the last chunk yields the first token's logits */
+    double t0 = cli_now();
+    int32_t q_start[2] = {0, 0}, ctx = 0;
+    for (int done = 0; done < n_prompt;) {
+        int chunk = n_prompt - done < mo.max_batch_tokens ? n_prompt - done : mo.max_batch_tokens;
+        int32_t last = chunk - 1;
+        q_start[1] = chunk;
+        ctx = done + chunk;
+        model_batch bt = {chunk, ids + done, 1, q_start, &ctx, table,
+                          done + chunk == n_prompt ? 1 : 0, &last};
+        if ((rc = model_forward(m, &bt, logits)))
+            goto fail;
+        done += chunk;
+    }
+    double t1 = cli_now();
+
+    const char *finish = "length";
+    bool stop_string = false;
+    int n_gen = 0;
+    sample_result sr;
+    size_t n_piece, n_out;
+    while (n_gen < a->max_tokens) {
+        sample_history hist = {ids, n_prompt, ids + n_prompt, n_gen};
+        if ((rc = sampler_sample(smp, logits, &a->sp, &rng, &hist, &sr)))
+            goto fail;
+        ids[n_prompt + n_gen++] = sr.token;
+        if (a->sp.n_logprobs)
+            print_logprobs(tok, n_gen - 1, &sr);
+        if (is_stop_token(a, tok, sr.token)) {
+            finish = "stop";
+            break;
+        }
+        int stop;
+        if ((rc = detok_push(dt, sr.token, text, 1024, &n_piece)) ||
+            (rc = stop_matcher_push(sm, text, n_piece, text + 1024, out_cap, &n_out, &stop)))
+            goto fail;
+        fwrite(text + 1024, 1, n_out, stdout);
+        fflush(stdout);
+        if (stop >= 0) {
+            finish = "stop";
+            stop_string = true;
+            break;
+        }
+        if (n_gen == a->max_tokens)
+            break;
+        /* decode: the newest token, at position n_prompt + n_gen - 1 */
+        int32_t zero = 0, one[2] = {0, 1};
+        ctx = n_prompt + n_gen;
+        model_batch bt = {1, &ids[ctx - 1], 1, one, &ctx, table, 1, &zero};
+        if ((rc = model_forward(m, &bt, logits)))
+            goto fail;
+    }
+    if (!stop_string) {
+        /* release what the detokenizer and the stop matcher still hold */
+        int stop = -1;
+        if ((rc = detok_flush(dt, text, 1024, &n_piece)) ||
+            (rc = stop_matcher_push(sm, text, n_piece, text + 1024, out_cap, &n_out, &stop)))
+            goto fail;
+        fwrite(text + 1024, 1, n_out, stdout);
+        if (stop < 0) {
+            if ((rc = stop_matcher_flush(sm, text + 1024, out_cap, &n_out)))
+                goto fail;
+            fwrite(text + 1024, 1, n_out, stdout);
+        } else {
+            finish = "stop";
+        }
+    }
+    double t2 = cli_now();
+    fputc('\n', stdout);
+    fflush(stdout);
+    fprintf(stderr,
+            "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s "
+            "(%.1f tok/s decode); finish: %s\n",
+            n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1,
+            n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, finish);
+    rc = DERAS_OK;
+
+fail:
+    if (rc)
+        fprintf(stderr, "deras generate: %s (%s)\n", deras_errmsg(), deras_status_name(rc));
+    free(text);
+    free(logits);
+    free(table);
+    free(ids);
+    stop_matcher_destroy(&sm);
+    detok_destroy(&dt);
+    sampler_destroy(&smp);
+    model_destroy(&m);
+    backend_destroy(&be);
+    tokenizer_destroy(&tok);
+    checkpoint_destroy(&ck);
+    return rc ? 1 : 0;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    gen_args a;
+    int rc = parse_args(argc, argv, &a);
+    return rc ? rc : generate(&a);
+}

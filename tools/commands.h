@@ -1,0 +1,11 @@
+/* commands.h - entry points of the `deras` subcommands (tools/cmd_*.c).
+ *
+ * Each takes the subcommand's own argv (argv[0] is the subcommand name) and returns the
+ * process exit status: 0 success, 1 failure (message already printed), 2 usage error.
+ */
+#ifndef DERAS_COMMANDS_H
+#define DERAS_COMMANDS_H
+
+int cmd_generate(int argc, char **argv);
+
+#endif

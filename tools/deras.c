@@ -1,0 +1,41 @@
+/* deras.c - the `deras` command: one binary, one subcommand per job.
+ *
+ *   deras generate   load a model and stream a completion to stdout (this machine, no server)
+ *
+ * Each subcommand lives in its own cmd_*.c with a `cmd_NAME(argc, argv)` entry returning
+ * the process exit status; this file only dispatches.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "tools/commands.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: deras COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  generate   stream a completion from a model on this machine\n"
+          "\n"
+          "Run `deras COMMAND --help` for a command's options.\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    log_set_name("deras");
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "generate"))
+        return cmd_generate(argc - 1, argv + 1);
+    fprintf(stderr, "deras: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
