@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     char model_path[4096];
     cli_default_model(model_path, sizeof model_path);
     int threads = 0, lens[MAX_LENS] = {16, 128, 512}, n_lens = 3, decode_tokens = 128, repeat = 3;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         long v;
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
@@ -133,7 +133,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_model: bad option %s %s\n", arg, val);
             return 2;
         }
-        i++;
     }
 
     checkpoint_t *ck = NULL;
