@@ -18,15 +18,11 @@
  */
 #include "gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "mapped_file.h"
 #include "status.h"
 
 #define GGUF_MAGIC "GGUF"
@@ -607,7 +603,7 @@ static void free_contents(struct gguf *g)
         g->arena = next;
     }
     if (g->map)
-        munmap(g->map, g->map_size);
+        mapped_file_close(g->map, g->map_size);
     free(g->name);
 }
 
@@ -617,7 +613,7 @@ static int open_common(const void *data, size_t size, const char *name, void *ma
     struct gguf *g = calloc(1, sizeof *g);
     if (!g) {
         if (map)
-            munmap(map, size);
+            mapped_file_close(map, size);
         return deras_fail(DERAS_ENOMEM, "%s: out of memory", name);
     }
     g->map = map;
@@ -659,24 +655,10 @@ int gguf_open(const char *path, gguf_t **out)
     if (!out || !path)
         return deras_fail(DERAS_EINVAL, "gguf_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return deras_fail(DERAS_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return deras_fail(DERAS_EIO, "%s: not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        return deras_fail(DERAS_EFORMAT, "%s: empty file (not a GGUF file)", path);
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return deras_fail(DERAS_EIO, "%s: mmap of %zu bytes failed", path, size);
-    return open_common(map, size, path, map, out);
+    void *map;
+    size_t size;
+    int rc = mapped_file_open(path, 1, "a GGUF file", &map, &size);
+    return rc ? rc : open_common(map, size, path, map, out);
 }
 
 void gguf_destroy(gguf_t **gp)

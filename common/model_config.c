@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "json_util.h"
 #include "status.h"
 
 /* Caps that keep every derived size comfortably inside int and int64 arithmetic. */
@@ -389,19 +390,6 @@ struct hf_ctx {
     const char *path;
     const json_t *root;
 };
-
-static const char *json_kind(const json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
 /* Field `key` of `obj` (where = "" or "rope_scaling." for messages): an integer in
  * [lo, hi]; absent or null gives `def` unless required. */

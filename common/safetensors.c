@@ -16,16 +16,13 @@
  */
 #include "safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "json_util.h"
+#include "mapped_file.h"
 #include "status.h"
 
 #define ST_HEADER_CAP (100u * 1000u * 1000u) /* as the reference implementation */
@@ -84,19 +81,6 @@ static const char *printable(const char *s, char *buf, size_t cap)
     }
     buf[o] = '\0';
     return buf;
-}
-
-static const char *json_kind(const json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
 }
 
 /* Check one entry and fill its view (data holds the begin offset until placed). */
@@ -328,7 +312,7 @@ static void free_contents(struct st_file *f)
     free(f->by_name);
     free(f->names);
     if (f->map)
-        munmap(f->map, f->size);
+        mapped_file_close(f->map, f->size);
     free(f->name);
 }
 
@@ -339,7 +323,7 @@ static int open_common(const void *data, size_t size, const char *name, void *ma
     int rc = DERAS_ENOMEM;
     if (!f) {
         if (map)
-            munmap(map, size);
+            mapped_file_close(map, size);
         return deras_fail(rc, "%s: out of memory", name);
     }
     f->map = map;
@@ -377,25 +361,10 @@ int st_open(const char *path, st_file_t **out)
     if (!out || !path)
         return deras_fail(DERAS_EINVAL, "st_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return deras_fail(DERAS_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return deras_fail(DERAS_EIO, "%s: not a regular file", path);
-    }
-    if (st.st_size < 8) {
-        close(fd);
-        return deras_fail(DERAS_EFORMAT, "%s: %lld bytes is too short for a safetensors file",
-                          path, (long long)st.st_size);
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return deras_fail(DERAS_EIO, "%s: mmap of %zu bytes failed", path, size);
-    return open_common(map, size, path, map, out);
+    void *map;
+    size_t size;
+    int rc = mapped_file_open(path, 8, "a safetensors file", &map, &size);
+    return rc ? rc : open_common(map, size, path, map, out);
 }
 
 void st_destroy(st_file_t **fp)
