@@ -185,7 +185,7 @@ int main(int argc, char **argv)
         int L = lens[li];
         for (int r = 0; r <= repeat; r++) {
             int32_t q_start[2] = {0, L}, ctx = L, last = L - 1;
-            model_batch bt = {L, ids, 1, q_start, &ctx, table, 1, &last};
+            model_batch bt = {L, ids, 1, q_start, &ctx, table, 1, &last, 0, NULL};
             double t0 = cli_now();
             if ((rc = model_forward(m, &bt, logits)))
                 goto fail;
@@ -203,7 +203,7 @@ int main(int argc, char **argv)
     const int P = 128;
     for (int r = 0; r <= repeat; r++) {
         int32_t q_start[2] = {0, P}, ctx = P, last = P - 1;
-        model_batch bt = {P, ids, 1, q_start, &ctx, table, 1, &last};
+        model_batch bt = {P, ids, 1, q_start, &ctx, table, 1, &last, 0, NULL};
         if ((rc = model_forward(m, &bt, logits)))
             goto fail;
         double t0 = cli_now();
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
             ids[P + i] = best;
             int32_t one[2] = {0, 1}, zero = 0;
             ctx = P + i + 1;
-            model_batch d = {1, &ids[P + i], 1, one, &ctx, table, 1, &zero};
+            model_batch d = {1, &ids[P + i], 1, one, &ctx, table, 1, &zero, 0, NULL};
             if ((rc = model_forward(m, &d, logits)))
                 goto fail;
         }

@@ -164,3 +164,9 @@ int backend_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
     CHECK(b && out && gu && n > 0 && d_ff > 0, "silu_mul");
     return b->ops->silu_mul(b, out, gu, n, d_ff);
 }
+
+int backend_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems)
+{
+    CHECK(b && cache && pairs && n > 0 && block_elems > 0, "copy_blocks");
+    return b->ops->copy_blocks(b, cache, pairs, n, block_elems);
+}

@@ -101,6 +101,11 @@ typedef struct attn_args {
 
 int backend_attention(backend_t *b, const attn_args *a);
 
+/* Copy whole cache blocks: for each i, block pairs[2i+1] = block pairs[2i] in `cache`
+ * (n_blocks, block_elems). pairs (2 n) int32 buffer; a destination never equals any
+ * source of the same call. Used for copy-on-write of shared KV blocks. */
+int backend_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems);
+
 /* SwiGLU: out (n, d_ff) = silu(gu[:, :d_ff]) * gu[:, d_ff:], gu (n, 2 * d_ff). */
 int backend_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff);
 

@@ -34,6 +34,7 @@ struct backend_ops {
                     int block_size);
     int (*attention)(backend_t *b, const attn_args *a);
     int (*silu_mul)(backend_t *b, void *out, const void *gu, int n, int d_ff);
+    int (*copy_blocks)(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems);
 };
 
 struct backend {

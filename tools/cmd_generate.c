@@ -6,8 +6,9 @@
  * detokenizer (no broken UTF-8) and the stop-string matcher (no partial stop strings).
  * Timings go to stderr at the end: prompt and generation tokens per second.
  *
- * It runs one sequence with a private KV cache just big enough for prompt + max_tokens,
- * laid out as blocks 0..n-1 of the paged cache: the same forward pass the server uses.
+ * It runs the same engine a worker runs (scheduler, paged KV cache, sampler) with one
+ * sequence and a cache just big enough for prompt + max_tokens. Stop strings are matched
+ * on the text here; a match aborts the request in the engine.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -22,6 +23,7 @@
 #include "common/tokenizer.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "worker/engine.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
 
@@ -232,16 +234,6 @@ static int tokenize_prompt(const gen_args *a, const tokenizer_t *tok, int32_t **
     return DERAS_OK;
 }
 
-static bool is_stop_token(const gen_args *a, const tokenizer_t *tok, int32_t id)
-{
-    if (!a->ignore_eos && tokenizer_is_eog(tok, id))
-        return true;
-    for (int i = 0; i < a->n_stop_ids; i++)
-        if (a->stop_ids[i] == id)
-            return true;
-    return false;
-}
-
 static void print_logprobs(const tokenizer_t *tok, int i, const sample_result *r)
 {
     fprintf(stderr, "[%d] %d %s logprob=%.4f |", i, r->token, tokenizer_token_text(tok, r->token),
@@ -251,18 +243,74 @@ static void print_logprobs(const tokenizer_t *tok, int i, const sample_result *r
     fputc('\n', stderr);
 }
 
+/* Streaming state shared with the engine callbacks. */
+typedef struct gen_stream {
+    const tokenizer_t *tok;
+    detok_t *dt;
+    stop_matcher_t *sm;
+    char *piece, *out;      /* detokenizer piece, stop-matcher output */
+    size_t piece_cap, out_cap;
+    bool log_probs, stopped_by_string, finished;
+    engine_finish why;
+    int n_gen, err;
+    double t_first;
+} gen_stream;
+
+static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
+{
+    gen_stream *g = ctx;
+    if (g->n_gen++ == 0)
+        g->t_first = cli_now();
+    if (g->log_probs)
+        print_logprobs(g->tok, g->n_gen - 1, r);
+    if (g->stopped_by_string)
+        return;
+    size_t n_piece, n_out;
+    int stop;
+    if ((g->err = detok_push(g->dt, r->token, g->piece, g->piece_cap, &n_piece)) ||
+        (g->err = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
+        return;
+    fwrite(g->out, 1, n_out, stdout);
+    fflush(stdout);
+    g->stopped_by_string = stop >= 0; /* the caller aborts the request after this step */
+}
+
+static void on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt,
+                      int n_generated)
+{
+    gen_stream *g = ctx;
+    g->finished = true;
+    g->why = why;
+}
+
+/* Release what the detokenizer and the stop matcher still hold (natural end). */
+static int flush_stream(gen_stream *g)
+{
+    size_t n_piece, n_out;
+    int stop = -1, rc;
+    if ((rc = detok_flush(g->dt, g->piece, g->piece_cap, &n_piece)) ||
+        (rc = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
+        return rc;
+    fwrite(g->out, 1, n_out, stdout);
+    if (stop >= 0) {
+        g->stopped_by_string = true;
+        return DERAS_OK;
+    }
+    if ((rc = stop_matcher_flush(g->sm, g->out, g->out_cap, &n_out)))
+        return rc;
+    fwrite(g->out, 1, n_out, stdout);
+    return DERAS_OK;
+}
+
 static int generate(const gen_args *a)
 {
     checkpoint_t *ck = NULL;
     tokenizer_t *tok = NULL;
     backend_t *be = NULL;
     model_t *m = NULL;
-    sampler_t *smp = NULL;
-    detok_t *dt = NULL;
-    stop_matcher_t *sm = NULL;
-    int32_t *ids = NULL, *table = NULL;
-    float *logits = NULL;
-    char *text = NULL;
+    engine_t *e = NULL;
+    int32_t *ids = NULL, *eog = NULL;
+    gen_stream g = {0};
     int n_prompt = 0, rc;
 
     if ((rc = checkpoint_open(a->model, &ck)))
@@ -279,129 +327,77 @@ static int generate(const gen_args *a)
                         n_prompt, a->max_tokens, n_prompt + a->max_tokens, cfg->max_seq_len);
         goto fail;
     }
-    if ((rc = sampling_params_validate(&a->sp, cfg->vocab_size)))
-        goto fail;
-
     if ((rc = backend_new(a->device, a->threads, &be)))
         goto fail;
+    /* one sequence: a cache just big enough for prompt + max_tokens */
     int total = n_prompt + a->max_tokens;
     int n_blocks = (total + a->block_size - 1) / a->block_size;
+    int chunk = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
     int progress_last = -100;
-    model_opts mo = {
-        .max_batch_tokens = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK,
-        .max_seqs = 1, .max_logits = 1, .block_size = a->block_size, .n_kv_blocks = n_blocks,
-        .max_blocks_per_seq = n_blocks, .progress = cli_progress, .progress_ctx = &progress_last,
-    };
+    model_opts mo = {.max_batch_tokens = chunk, .max_seqs = 1, .max_logits = 1,
+                     .block_size = a->block_size, .n_kv_blocks = n_blocks + 1,
+                     .max_blocks_per_seq = n_blocks, .max_copies = 1, .progress = cli_progress,
+                     .progress_ctx = &progress_last};
     if ((rc = model_new(ck, be, &mo, &m)))
         goto fail;
-    table = malloc((size_t)n_blocks * sizeof(int32_t));
-    logits = malloc((size_t)cfg->vocab_size * sizeof(float));
-    ids = realloc(ids, (size_t)total * sizeof(int32_t));
-    smp = sampler_new(cfg->vocab_size);
-    dt = detok_new(tok, true, false);
-    if (!table || !logits || !ids || !smp || !dt) {
+    int n_eog = tokenizer_n_eog(tok);
+    eog = malloc((size_t)(n_eog + 1) * sizeof(int32_t));
+    g.tok = tok;
+    g.log_probs = a->sp.n_logprobs > 0;
+    if ((rc = stop_matcher_new(a->stops, a->n_stops, &g.sm)))
+        goto fail;
+    g.dt = detok_new(tok, true, false);
+    g.piece_cap = g.dt ? detok_max_output(g.dt) : 0;
+    g.out_cap = stop_matcher_out_cap(g.sm);
+    g.piece = malloc(g.piece_cap);
+    g.out = malloc(g.out_cap);
+    if (!eog || !g.dt || !g.piece || !g.out) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = stop_matcher_new(a->stops, a->n_stops, &sm)))
+    for (int i = 0; i < n_eog; i++)
+        eog[i] = tokenizer_eog_at(tok, i);
+    engine_opts eo = {.max_seqs = 1, .max_batch_tokens = chunk, .max_live_seqs = 1,
+                      .eog_ids = eog, .n_eog = n_eog, .cb = {on_token, on_finish, &g}};
+    if ((rc = engine_new(m, &eo, &e)))
         goto fail;
-    size_t out_cap = stop_matcher_out_cap(sm);
-    if (!(text = malloc(out_cap + 1024))) {
-        rc = deras_fail(DERAS_ENOMEM, "out of memory");
+    engine_request req = {.id = 1, .prompt = ids, .n_prompt = n_prompt, .sp = a->sp,
+                          .seed = a->has_seed ? a->seed : (uint64_t)(cli_now() * 1e9),
+                          .max_tokens = a->max_tokens, .n = 1, .stop_ids = a->stop_ids,
+                          .n_stop_ids = a->n_stop_ids, .ignore_eos = a->ignore_eos};
+    if ((rc = engine_add(e, &req)))
         goto fail;
-    }
-    for (int i = 0; i < n_blocks; i++)
-        table[i] = i;
-    sampler_rng rng;
-    sampler_rng_seed(&rng, a->has_seed ? a->seed : (uint64_t)(cli_now() * 1e9));
 
-    /* prefill in chunks; the last chunk yields the first token's logits */
     double t0 = cli_now();
-    int32_t q_start[2] = {0, 0}, ctx = 0;
-    for (int done = 0; done < n_prompt;) {
-        int chunk = n_prompt - done < mo.max_batch_tokens ? n_prompt - done : mo.max_batch_tokens;
-        int32_t last = chunk - 1;
-        q_start[1] = chunk;
-        ctx = done + chunk;
-        model_batch bt = {chunk, ids + done, 1, q_start, &ctx, table,
-                          done + chunk == n_prompt ? 1 : 0, &last};
-        if ((rc = model_forward(m, &bt, logits)))
+    while (engine_has_work(e)) {
+        if ((rc = engine_step(e, NULL)) || (rc = g.err))
             goto fail;
-        done += chunk;
-    }
-    double t1 = cli_now();
-
-    const char *finish = "length";
-    bool stop_string = false;
-    int n_gen = 0;
-    sample_result sr;
-    size_t n_piece, n_out;
-    while (n_gen < a->max_tokens) {
-        sample_history hist = {ids, n_prompt, ids + n_prompt, n_gen};
-        if ((rc = sampler_sample(smp, logits, &a->sp, &rng, &hist, &sr)))
-            goto fail;
-        ids[n_prompt + n_gen++] = sr.token;
-        if (a->sp.n_logprobs)
-            print_logprobs(tok, n_gen - 1, &sr);
-        if (is_stop_token(a, tok, sr.token)) {
-            finish = "stop";
-            break;
-        }
-        int stop;
-        if ((rc = detok_push(dt, sr.token, text, 1024, &n_piece)) ||
-            (rc = stop_matcher_push(sm, text, n_piece, text + 1024, out_cap, &n_out, &stop)))
-            goto fail;
-        fwrite(text + 1024, 1, n_out, stdout);
-        fflush(stdout);
-        if (stop >= 0) {
-            finish = "stop";
-            stop_string = true;
-            break;
-        }
-        if (n_gen == a->max_tokens)
-            break;
-        /* decode: the newest token, at position n_prompt + n_gen - 1 */
-        int32_t zero = 0, one[2] = {0, 1};
-        ctx = n_prompt + n_gen;
-        model_batch bt = {1, &ids[ctx - 1], 1, one, &ctx, table, 1, &zero};
-        if ((rc = model_forward(m, &bt, logits)))
+        if (g.stopped_by_string && !g.finished && (rc = engine_abort(e, req.id)))
             goto fail;
     }
-    if (!stop_string) {
-        /* release what the detokenizer and the stop matcher still hold */
-        int stop = -1;
-        if ((rc = detok_flush(dt, text, 1024, &n_piece)) ||
-            (rc = stop_matcher_push(sm, text, n_piece, text + 1024, out_cap, &n_out, &stop)))
-            goto fail;
-        fwrite(text + 1024, 1, n_out, stdout);
-        if (stop < 0) {
-            if ((rc = stop_matcher_flush(sm, text + 1024, out_cap, &n_out)))
-                goto fail;
-            fwrite(text + 1024, 1, n_out, stdout);
-        } else {
-            finish = "stop";
-        }
-    }
-    double t2 = cli_now();
+    if (!g.stopped_by_string && (rc = flush_stream(&g)))
+        goto fail;
+    double t2 = cli_now(), t1 = g.n_gen ? g.t_first : t2;
+    const char *finish = g.stopped_by_string ? "stop" : engine_finish_name(g.why);
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr,
             "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s "
             "(%.1f tok/s decode); finish: %s\n",
-            n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1,
-            n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, finish);
+            n_prompt, t1 - t0, n_prompt / (t1 - t0), g.n_gen, t2 - t1,
+            g.n_gen > 1 ? (g.n_gen - 1) / (t2 - t1) : 0.0, finish);
     rc = DERAS_OK;
 
 fail:
     if (rc)
         fprintf(stderr, "deras generate: %s (%s)\n", deras_errmsg(), deras_status_name(rc));
-    free(text);
-    free(logits);
-    free(table);
+    free(g.piece);
+    free(g.out);
+    free(eog);
     free(ids);
-    stop_matcher_destroy(&sm);
-    detok_destroy(&dt);
-    sampler_destroy(&smp);
+    stop_matcher_destroy(&g.sm);
+    detok_destroy(&g.dt);
+    engine_destroy(&e);
     model_destroy(&m);
     backend_destroy(&be);
     tokenizer_destroy(&tok);

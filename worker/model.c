@@ -63,6 +63,7 @@ struct model {
     void *lg;          /* (max_logits, vocab) */
     float *cos_sin;    /* (T, head_dim) f32 */
     int32_t *d_tokens, *d_positions, *d_slots, *d_q_start, *d_ctx_len, *d_tables, *d_lrows;
+    int32_t *d_copies;     /* (max_copies, 2), NULL when max_copies is 0 */
 
     /* host scratch for the per-step index arrays */
     int32_t *h_positions, *h_slots;
@@ -168,7 +169,9 @@ static int alloc_scratch(model_t *m)
         (rc = balloc(m, (void **)&m->d_q_start, S + 1, sizeof(int32_t))) ||
         (rc = balloc(m, (void **)&m->d_ctx_len, S, sizeof(int32_t))) ||
         (rc = balloc(m, (void **)&m->d_tables, S * m->opts.max_blocks_per_seq, sizeof(int32_t))) ||
-        (rc = balloc(m, (void **)&m->d_lrows, L, sizeof(int32_t))))
+        (rc = balloc(m, (void **)&m->d_lrows, L, sizeof(int32_t))) ||
+        (m->opts.max_copies > 0 &&
+         (rc = balloc(m, (void **)&m->d_copies, 2 * (size_t)m->opts.max_copies, sizeof(int32_t)))))
         return rc;
     m->h_positions = malloc(T * sizeof(int32_t));
     m->h_slots = malloc(T * sizeof(int32_t));
@@ -180,7 +183,7 @@ static int alloc_scratch(model_t *m)
 static int check_opts(const model_opts *o)
 {
     if (o->max_batch_tokens <= 0 || o->max_seqs <= 0 || o->max_logits <= 0 || o->block_size <= 0 ||
-        o->n_kv_blocks <= 0 || o->max_blocks_per_seq <= 0)
+        o->n_kv_blocks <= 0 || o->max_blocks_per_seq <= 0 || o->max_copies < 0)
         return deras_fail(DERAS_EINVAL,
                           "model options: every size must be positive (tokens %d, seqs %d, "
                           "logits %d, block %d, blocks %d, blocks/seq %d)",
@@ -297,7 +300,7 @@ void model_destroy(model_t **mp)
     void *bufs[] = {m->tok_embd, m->out_norm, m->inv_freq, m->x, m->h, m->qkv, m->att,
                     m->o, m->gu, m->ff, m->lg_x, m->lg, m->cos_sin, m->d_tokens,
                     m->d_positions, m->d_slots, m->d_q_start, m->d_ctx_len, m->d_tables,
-                    m->d_lrows};
+                    m->d_lrows, m->d_copies};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         backend_free(b, bufs[i]);
     free(m->h_positions);
@@ -353,6 +356,18 @@ static int prepare_batch(model_t *m, const model_batch *bt, int *max_q, int *max
         if (bt->logits_rows[i] < 0 || bt->logits_rows[i] >= bt->n_tokens)
             return deras_fail(DERAS_ERANGE, "forward: logits row %d outside the batch",
                               bt->logits_rows[i]);
+    if (bt->n_copies < 0 || bt->n_copies > o->max_copies || (bt->n_copies && !bt->copies))
+        return deras_fail(DERAS_EINVAL, "forward: %d block copies (max %d)", bt->n_copies,
+                          o->max_copies);
+    for (int i = 0; i < 2 * bt->n_copies; i++)
+        if (bt->copies[i] < 0 || bt->copies[i] >= o->n_kv_blocks)
+            return deras_fail(DERAS_ERANGE, "forward: copy block id %d outside [0, %d)",
+                              bt->copies[i], o->n_kv_blocks);
+    for (int i = 0; i < bt->n_copies; i++)
+        for (int j = 0; j < bt->n_copies; j++)
+            if (bt->copies[2 * i + 1] == bt->copies[2 * j])
+                return deras_fail(DERAS_EINVAL, "forward: copy destination %d is also a source",
+                                  bt->copies[2 * i + 1]);
     return DERAS_OK;
 }
 
@@ -369,7 +384,9 @@ static int upload_batch(model_t *m, const model_batch *bt)
         (rc = backend_upload(b, m->d_tables, bt->block_tables,
                              (size_t)bt->n_seqs * m->opts.max_blocks_per_seq * i4)) ||
         (bt->n_logits &&
-         (rc = backend_upload(b, m->d_lrows, bt->logits_rows, (size_t)bt->n_logits * i4))))
+         (rc = backend_upload(b, m->d_lrows, bt->logits_rows, (size_t)bt->n_logits * i4))) ||
+        (bt->n_copies &&
+         (rc = backend_upload(b, m->d_copies, bt->copies, 2 * (size_t)bt->n_copies * i4))))
         return rc;
     return DERAS_OK;
 }
@@ -385,6 +402,13 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
     int max_q = 0, max_ctx = 0, rc;
     if ((rc = prepare_batch(m, bt, &max_q, &max_ctx)) || (rc = upload_batch(m, bt)))
         return rc;
+
+    /* copy-on-write: shared blocks are copied in every layer before anything is written */
+    const size_t block_elems = (size_t)m->opts.block_size * m->kv_dim;
+    for (int l = 0; l < c->n_layers && bt->n_copies; l++)
+        if ((rc = backend_copy_blocks(b, m->layers[l].k_cache, m->d_copies, bt->n_copies, block_elems)) ||
+            (rc = backend_copy_blocks(b, m->layers[l].v_cache, m->d_copies, bt->n_copies, block_elems)))
+            return rc;
 
     /* x (T, D) = embeddings; cos_sin (T, hd) for this step's positions */
     if ((rc = backend_embed(b, m->x, m->tok_embd, m->d_tokens, T, D, c->vocab_size)) ||

@@ -31,6 +31,7 @@ typedef struct model_opts {
     int block_size;       /* tokens per KV block */
     int n_kv_blocks;      /* KV cache capacity in blocks (per layer) */
     int max_blocks_per_seq; /* width of a block table row */
+    int max_copies;       /* most copy-on-write block copies one step may carry */
     void (*progress)(void *ctx, int done, int total); /* weight loading progress, or NULL */
     void *progress_ctx;
 } model_opts;
@@ -46,6 +47,9 @@ typedef struct model_batch {
     const int32_t *block_tables; /* (n_seqs, max_blocks_per_seq) */
     int n_logits;
     const int32_t *logits_rows;  /* (n_logits) rows whose next-token logits are wanted */
+    int n_copies;
+    const int32_t *copies;       /* (n_copies, 2) KV blocks to copy (src, dst) before the
+                                    step: copy-on-write of shared blocks */
 } model_batch;
 
 /* Load the model. DERAS_ENOMEM if the weights or cache do not fit; errors from the

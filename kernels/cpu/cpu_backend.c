@@ -207,6 +207,16 @@ static int cpu_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff
     return DERAS_OK;
 }
 
+static int cpu_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n,
+                           size_t block_elems)
+{
+    float *c = cache;
+    for (int i = 0; i < n; i++)
+        memcpy(c + (size_t)pairs[2 * i + 1] * block_elems, c + (size_t)pairs[2 * i] * block_elems,
+               block_elems * sizeof(float));
+    return DERAS_OK;
+}
+
 static const struct backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
@@ -225,6 +235,7 @@ static const struct backend_ops cpu_ops = {
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
+    .copy_blocks = cpu_copy_blocks,
 };
 
 int backend_cpu_new(int n_threads, backend_t **out)

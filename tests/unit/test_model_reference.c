@@ -117,7 +117,7 @@ static void runner_step(runner *r, const int32_t *tokens, int start, int n, bool
     int32_t *rows = malloc((size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++)
         rows[i] = last_only ? n - 1 : i;
-    model_batch bt = {n, tokens + start, 1, q_start, &ctx, r->table, last_only ? 1 : n, rows};
+    model_batch bt = {n, tokens + start, 1, q_start, &ctx, r->table, last_only ? 1 : n, rows, 0, NULL};
     if (model_forward(r->m, &bt, out))
         fail_msg("model_forward: %s", deras_errmsg());
     free(rows);
