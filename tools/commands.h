@@ -7,5 +7,6 @@
 #define DERAS_COMMANDS_H
 
 int cmd_generate(int argc, char **argv);
+int cmd_kvcalc(int argc, char **argv);
 
 #endif

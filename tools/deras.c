@@ -1,6 +1,7 @@
 /* deras.c - the `deras` command: one binary, one subcommand per job.
  *
  *   deras generate   load a model and stream a completion to stdout (this machine, no server)
+ *   deras kvcalc     KV-cache and weight memory of a model, and what fits on a device
  *
  * Each subcommand lives in its own cmd_*.c with a `cmd_NAME(argc, argv)` entry returning
  * the process exit status; this file only dispatches.
@@ -17,6 +18,7 @@ static void usage(FILE *f)
           "\n"
           "commands:\n"
           "  generate   stream a completion from a model on this machine\n"
+          "  kvcalc     KV-cache and weight memory of a model, and what fits on a device\n"
           "\n"
           "Run `deras COMMAND --help` for a command's options.\n",
           f);
@@ -35,6 +37,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "generate"))
         return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "kvcalc"))
+        return cmd_kvcalc(argc - 1, argv + 1);
     fprintf(stderr, "deras: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

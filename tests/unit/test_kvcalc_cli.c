@@ -1,0 +1,238 @@
+/* test_kvcalc_cli.c - `deras kvcalc` end to end: the binary's output and exit statuses.
+ *
+ * Runs $DERAS_BUILD_DIR/tools/deras as a child process (skips when it is absent) and checks
+ * what a user sees: the 2 GiB line for Llama-2-7B at 4096 tokens, the same numbers in
+ * --json (parsed), configs read from files, and exit 2 / 1 with a message naming the bad
+ * option or file for usage errors and unreadable models.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+static char deras_bin[4096];
+
+typedef struct run_result {
+    int status; /* exit status, or -1 if killed */
+    char out[65536], err[8192];
+} run_result;
+
+static void read_all(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < cap && (got = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)got;
+    buf[n] = '\0';
+    char sink[4096]; /* drain the rest so the child never blocks */
+    while (read(fd, sink, sizeof sink) > 0)
+        ;
+}
+
+/* Run `deras kvcalc ARGS...` (NULL-terminated); stderr goes to a file to avoid two pipes. */
+static void run(run_result *r, ...)
+{
+    const char *argv[64];
+    int argc = 0;
+    argv[argc++] = deras_bin;
+    argv[argc++] = "kvcalc";
+    va_list ap;
+    va_start(ap, r);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) && argc < 63)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+
+    char err_path[] = "/tmp/deras-kvcalc-err-XXXXXX";
+    int err_fd = mkstemp(err_path);
+    assert_true(err_fd >= 0);
+    int pipe_fd[2];
+    assert_int_equal(pipe(pipe_fd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(pipe_fd[1], 1);
+        dup2(err_fd, 2);
+        close(pipe_fd[0]);
+        close(pipe_fd[1]);
+        execv(deras_bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(pipe_fd[1]);
+    read_all(pipe_fd[0], r->out, sizeof r->out);
+    close(pipe_fd[0]);
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    lseek(err_fd, 0, SEEK_SET);
+    read_all(err_fd, r->err, sizeof r->err);
+    close(err_fd);
+    unlink(err_path);
+}
+
+static void expect_status(const run_result *r, int want, const char *what)
+{
+    if (r->status != want)
+        fail_msg("%s: expected exit %d, got %d\nstdout:\n%s\nstderr:\n%s", what, want, r->status,
+                 r->out, r->err);
+}
+
+static void expect_in(const char *haystack, const char *needle, const char *what)
+{
+    if (!strstr(haystack, needle))
+        fail_msg("%s: expected '%s' in:\n%s", what, needle, haystack);
+}
+
+static void test_llama2_7b_sequence_of_4096_is_2_GiB(void **state)
+{
+    run_result *r = malloc(sizeof *r);
+    run(r, "--preset", "llama-2-7b", "--seq-len", "4096", "--dtype", "fp16", NULL);
+    expect_status(r, 0, "llama-2-7b");
+    expect_in(r->out, "= 512.00 KiB (524288 bytes)", "per token line");
+    expect_in(r->out, "4096 tokens = 256 blocks = 2.00 GiB (2147483648 bytes)", "per sequence");
+    free(r);
+}
+
+static void test_json_carries_the_same_numbers(void **state)
+{
+    run_result *r = malloc(sizeof *r);
+    run(r, "--preset", "llama-2-7b", "--seq-len", "4096", "--dtype", "fp16", "--device-memory",
+        "80GiB", "--json", NULL);
+    expect_status(r, 0, "--json");
+    json_error_t e;
+    json_t *o = json_loads(r->out, 0, &e);
+    if (!o)
+        fail_msg("--json output is not JSON (%s):\n%s", e.text, r->out);
+    json_int_t per_token = -1, per_seq = -1, blocks = -1, params = -1;
+    int fits = -1;
+    if (json_unpack(o, "{s:{s:I, s:I}, s:{s:{s:I}}, s:{s:I, s:b}}", "kv_cache",
+                    "bytes_per_token", &per_token, "bytes_per_seq", &per_seq, "weights",
+                    "params", "total", &params, "device", "kv_blocks", &blocks, "batch_fits",
+                    &fits))
+        fail_msg("--json output lacks the expected fields:\n%s", r->out);
+    assert_int_equal(per_token, 524288);
+    assert_int_equal(per_seq, 2147483648ll);
+    assert_int_equal(params, 6738415616ll);
+    assert_int_equal(blocks, 7609);
+    assert_int_equal(fits, 1);
+    json_decref(o);
+    free(r);
+}
+
+static void test_configs_from_files(void **state)
+{
+    run_result *r = malloc(sizeof *r);
+    char *cfg = test_data_path("config/mistral/config.json");
+    char *gguf = test_data_path("ckpt/llama.gguf");
+    char *dir = test_data_path("ckpt/qwen2_hf");
+    struct stat st;
+    if (stat(cfg, &st) || stat(gguf, &st) || stat(dir, &st))
+        test_skip("test data missing under %s", getenv("DERAS_TEST_DATA"));
+    run(r, "--config", cfg, "--seq-len", "1", NULL);
+    expect_status(r, 0, "--config mistral");
+    expect_in(r->out, "(131072 bytes)", "mistral per token");
+    expect_in(r->out, "sliding window 4096", "mistral window note");
+    run(r, "--model", cfg, "--seq-len", "17", "--block-size", "16", NULL);
+    expect_status(r, 0, "--model config.json");
+    expect_in(r->out, "17 tokens = 2 blocks (rounded up to 32 token slots)", "rounding");
+    run(r, "--model", gguf, NULL); /* 2 layers, 2 KV heads x 8, ctx 128 */
+    expect_status(r, 0, "--model .gguf");
+    expect_in(r->out, "= 128 B", "gguf per token");
+    expect_in(r->out, "128 tokens = 8 blocks", "gguf default seq-len = context length");
+    run(r, "--model", dir, "--tp", "2", NULL);
+    expect_status(r, 0, "--model HF directory");
+    expect_in(r->out, "1 KV head per rank", "qwen2 tp 2");
+    free(cfg), free(gguf), free(dir), free(r);
+}
+
+static void test_bad_input_exits_2_naming_the_option(void **state)
+{
+    static const struct {
+        const char *args[6];
+        const char *needle; /* in stderr */
+    } cases[] = {
+        {{"--preset", "llama-2-7b", "--bogus"}, "--bogus"},
+        {{"--preset", "llama-2-7b", "--seq-len", "abc"}, "--seq-len"},
+        {{"--preset", "llama-2-7b", "--seq-len", "0"}, "--seq-len"},
+        {{"--preset", "llama-2-7b", "--dtype", "int4"}, "int4"},
+        {{"--preset", "llama-2-7b", "--weight-dtype", "q4"}, "--weight-dtype"},
+        {{"--preset", "llama-2-7b", "--device-memory", "80G"}, "80G"},
+        {{"--preset", "llama-2-7b", "--device-memory", "0"}, "--device-memory"},
+        {{"--preset", "llama-2-7b", "--memory-utilization", "1.5"}, "--memory-utilization"},
+        {{"--preset", "llama-2-7b", "--tp", "3"}, "--tp 3"},
+        {{"--preset", "llama-2-7b", "--block-size", "-1"}, "--block-size"},
+        {{"--preset", "no-such-model"}, "no-such-model"},
+        {{"--preset", "llama-2-7b", "--preset", "x", "stray"}, "stray"},
+        {{"--preset", "llama-2-7b", "--config", "x.json"}, "only one"},
+        {{"--seq-len", "10"}, "--preset"},
+    };
+    run_result *r = malloc(sizeof *r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *const *a = cases[i].args;
+        run(r, a[0], a[1], a[2], a[3], a[4], a[5], NULL);
+        char what[128];
+        snprintf(what, sizeof what, "kvcalc %s %s %s %s", a[0], a[1], a[2] ? a[2] : "",
+                 a[2] && a[3] ? a[3] : "");
+        expect_status(r, 2, what);
+        expect_in(r->err, cases[i].needle, what);
+    }
+    free(r);
+}
+
+static void test_unreadable_model_exits_1(void **state)
+{
+    run_result *r = malloc(sizeof *r);
+    run(r, "--model", "/nonexistent/model.gguf", NULL);
+    expect_status(r, 1, "--model missing");
+    expect_in(r->err, "/nonexistent/model.gguf", "--model missing");
+    char *gguf = test_data_path("ckpt/llama.gguf");
+    struct stat st;
+    if (!stat(gguf, &st)) {
+        run(r, "--config", gguf, NULL); /* a GGUF is not a config.json */
+        expect_status(r, 1, "--config with a gguf");
+        expect_in(r->err, "--config", "--config with a gguf");
+    }
+    free(gguf);
+    free(r);
+}
+
+static void test_help_and_list_presets(void **state)
+{
+    run_result *r = malloc(sizeof *r);
+    run(r, "--help", NULL);
+    expect_status(r, 0, "--help");
+    expect_in(r->out, "--device-memory", "--help");
+    run(r, "--list-presets", NULL);
+    expect_status(r, 0, "--list-presets");
+    expect_in(r->out, "smollm2-135m", "--list-presets");
+    expect_in(r->out, "llama-3.1-70b", "--list-presets");
+    free(r);
+}
+
+int main(void)
+{
+    const char *dir = getenv("DERAS_BUILD_DIR");
+    if (!dir || !*dir)
+        test_skip("DERAS_BUILD_DIR is not set (run the tests through ctest)");
+    snprintf(deras_bin, sizeof deras_bin, "%s/tools/deras", dir);
+    if (access(deras_bin, X_OK))
+        test_skip("%s not built", deras_bin);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama2_7b_sequence_of_4096_is_2_GiB),
+        cmocka_unit_test(test_json_carries_the_same_numbers),
+        cmocka_unit_test(test_configs_from_files),
+        cmocka_unit_test(test_bad_input_exits_2_naming_the_option),
+        cmocka_unit_test(test_unreadable_model_exits_1),
+        cmocka_unit_test(test_help_and_list_presets),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
