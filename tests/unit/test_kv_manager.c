@@ -470,6 +470,59 @@ static void a_reused_parent_block_does_not_revive_its_old_children(void **state)
     }
 }
 
+static void a_duplicate_prefix_registers_its_own_blocks_once_the_original_is_evicted(void **state)
+{
+    (void)state;
+    kv_manager_t *kv = make(4, 4, 4, true); /* 3 usable */
+    int32_t xy[9];
+    fill(xy, 9, 10);
+    int c;
+    /* slots 0 and 1 compute x concurrently; slot 0 commits first, slot 1's x is a dup */
+    OK(kv_claim_prefix(kv, 0, xy, 4, &c));
+    OK(kv_claim_prefix(kv, 1, xy, 9, &c));
+    OK(kv_grow(kv, 0, 4));
+    OK(kv_grow(kv, 1, 8));
+    OK(kv_commit(kv, 0, xy, 4));
+    OK(kv_commit(kv, 1, xy, 4));
+    EXPECT_EQ("cached after the duplicate commit", stats(kv).n_cached, 1);
+    kv_free(kv, 0);
+    OK(kv_grow(kv, 2, 1)); /* evicts slot 0's x */
+    EXPECT_EQ("evictions", stats(kv).evictions, 1);
+    OK(kv_commit(kv, 1, xy, 8)); /* y must not hang under the evicted x */
+    CHECK(kv);
+    EXPECT_EQ("cached: slot 1's x and y", stats(kv).n_cached, 2);
+    EXPECT_EQ("claim of x + y", claim(kv, 3, xy, 9), 2 * BS);
+    EXPECT_EQ("claimed x", blk(kv, 3, 0), blk(kv, 1, 0));
+    EXPECT_EQ("claimed y", blk(kv, 3, 1), blk(kv, 1, 1));
+    kv_manager_destroy(&kv);
+}
+
+static void a_block_registered_under_an_evicted_duplicate_is_found_again(void **state)
+{
+    (void)state;
+    kv_manager_t *kv = make(4, 4, 4, true); /* 3 usable */
+    int32_t xy[9];
+    fill(xy, 9, 10);
+    int c;
+    OK(kv_claim_prefix(kv, 0, xy, 4, &c));
+    OK(kv_claim_prefix(kv, 1, xy, 9, &c));
+    OK(kv_grow(kv, 0, 4));
+    OK(kv_grow(kv, 1, 8));
+    OK(kv_fork(kv, 1, 2)); /* slot 2 shares slot 1's x' and y, commits later */
+    OK(kv_commit(kv, 0, xy, 4));
+    OK(kv_commit(kv, 1, xy, 8)); /* x' duplicates slot 0's x; y registers under x */
+    kv_free(kv, 0);
+    kv_free(kv, 1);
+    OK(kv_grow(kv, 3, 1)); /* evicts x: y is cached but unreachable */
+    EXPECT_EQ("claim while y hangs under the evicted x", claim(kv, 0, xy, 9), 0);
+    OK(kv_commit(kv, 2, xy, 8)); /* x' registers, and y moves under it */
+    CHECK(kv);
+    EXPECT_EQ("claim of x + y", claim(kv, 1, xy, 9), 2 * BS);
+    EXPECT_EQ("claimed x'", blk(kv, 1, 0), blk(kv, 2, 0));
+    EXPECT_EQ("claimed y", blk(kv, 1, 1), blk(kv, 2, 1));
+    kv_manager_destroy(&kv);
+}
+
 static void prefix_caching_off_never_claims_or_registers(void **state)
 {
     (void)state;
@@ -1292,6 +1345,8 @@ int main(void)
         cmocka_unit_test(a_cached_block_is_never_handed_out_while_referenced),
         cmocka_unit_test(same_tokens_under_a_different_parent_are_not_a_hit),
         cmocka_unit_test(a_reused_parent_block_does_not_revive_its_old_children),
+        cmocka_unit_test(a_duplicate_prefix_registers_its_own_blocks_once_the_original_is_evicted),
+        cmocka_unit_test(a_block_registered_under_an_evicted_duplicate_is_found_again),
         cmocka_unit_test(prefix_caching_off_never_claims_or_registers),
         cmocka_unit_test(fork_shares_every_block_and_frees_balance),
         cmocka_unit_test(first_write_into_a_shared_partial_block_copies_it_once),
