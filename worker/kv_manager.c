@@ -389,31 +389,22 @@ int kv_blocks_needed(const kv_manager_t *kv, int slot, int n_total)
     return grow_need(kv, s, n_total, &cow);
 }
 
-static int grow_check(const kv_manager_t *kv, int slot, int n_total, int *need, bool *cow)
+/* kv_grow's answer without its message (can_grow is asked every step: no formatting). */
+static int grow_status(const kv_manager_t *kv, int slot, int n_total, int *need, bool *cow)
 {
-    int st = check_slot(kv, slot, "kv_grow");
-    if (st)
-        return st;
-    const kv_slot *s = &kv->slots[slot];
-    if (n_total < s->n_tokens)
-        return deras_fail(DERAS_EINVAL, "kv_grow: slot %d holds %d tokens, cannot grow to %d",
-                          slot, s->n_tokens, n_total);
+    if (!kv || slot < 0 || slot >= kv->o.max_seqs || n_total < kv->slots[slot].n_tokens)
+        return DERAS_EINVAL;
     if (n_total > kv->o.max_blocks_per_seq * kv->o.block_size)
-        return deras_fail(DERAS_ERANGE, "kv_grow: slot %d: %d tokens exceed the %d blocks of %d "
-                          "a sequence may hold", slot, n_total, kv->o.max_blocks_per_seq,
-                          kv->o.block_size);
-    *need = grow_need(kv, s, n_total, cow);
-    if (*need > block_pool_n_free(kv->pool))
-        return deras_fail(DERAS_EBUSY, "kv_grow: slot %d needs %d blocks for %d tokens, %d free",
-                          slot, *need, n_total, block_pool_n_free(kv->pool));
-    return DERAS_OK;
+        return DERAS_ERANGE;
+    *need = grow_need(kv, &kv->slots[slot], n_total, cow);
+    return *need > block_pool_n_free(kv->pool) ? DERAS_EBUSY : DERAS_OK;
 }
 
 bool kv_can_grow(const kv_manager_t *kv, int slot, int n_total)
 {
     int need;
     bool cow;
-    return grow_check(kv, slot, n_total, &need, &cow) == DERAS_OK;
+    return grow_status(kv, slot, n_total, &need, &cow) == DERAS_OK;
 }
 
 static int32_t take_block(kv_manager_t *kv)
@@ -427,11 +418,24 @@ static int32_t take_block(kv_manager_t *kv)
 
 int kv_grow(kv_manager_t *kv, int slot, int n_total)
 {
-    int need;
-    bool cow;
-    int st = grow_check(kv, slot, n_total, &need, &cow);
-    if (st)
-        return st;
+    int need = 0;
+    bool cow = false;
+    switch (grow_status(kv, slot, n_total, &need, &cow)) {
+    case DERAS_OK:
+        break;
+    case DERAS_ERANGE:
+        return deras_fail(DERAS_ERANGE, "kv_grow: slot %d: %d tokens exceed the %d blocks of %d "
+                          "a sequence may hold", slot, n_total, kv->o.max_blocks_per_seq,
+                          kv->o.block_size);
+    case DERAS_EBUSY:
+        return deras_fail(DERAS_EBUSY, "kv_grow: slot %d needs %d blocks for %d tokens, %d free",
+                          slot, need, n_total, block_pool_n_free(kv->pool));
+    default: {
+        int st = check_slot(kv, slot, "kv_grow");
+        return st ? st : deras_fail(DERAS_EINVAL, "kv_grow: slot %d holds %d tokens, cannot "
+                                    "grow to %d", slot, kv->slots[slot].n_tokens, n_total);
+    }
+    }
     kv_slot *s = &kv->slots[slot];
     if (n_total == s->n_tokens)
         return DERAS_OK;
