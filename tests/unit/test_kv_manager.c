@@ -790,6 +790,7 @@ typedef struct stress {
     const char *what;
     bool trace; /* KV_TEST_TRACE=seed:sequence prints every operation of that sequence */
     kv_manager_opts o;
+    int hash_bits;
     kv_manager_t *kv;
     model_slot slots[MAX_SEQS];
     int *tref;     /* (n_blocks) expected block-table references */
@@ -807,10 +808,12 @@ typedef struct stress {
     do {                                                                                   \
         char m_[512];                                                                      \
         snprintf(m_, sizeof m_, __VA_ARGS__);                                              \
-        fail_msg("seed %llu sequence %d op %d (%s, n_blocks %d bs %d seqs %d width %d "   \
-                 "caching %d): %s", (unsigned long long)(st)->seed, (st)->seq, (st)->op,  \
-                 (st)->what, (st)->o.n_blocks, (st)->o.block_size, (st)->o.max_seqs,       \
-                 (st)->o.max_blocks_per_seq, (st)->o.prefix_caching, m_);                  \
+        fail_msg("seed %llu sequence %d op %d (%s; n_blocks %d bs %d seqs %d width %d "   \
+                 "caching %d hash bits %d): %s [replay: KV_TEST_TRACE=%llu:%d]",           \
+                 (unsigned long long)(st)->seed, (st)->seq, (st)->op, (st)->what,          \
+                 (st)->o.n_blocks, (st)->o.block_size, (st)->o.max_seqs,                   \
+                 (st)->o.max_blocks_per_seq, (st)->o.prefix_caching, (st)->hash_bits, m_,  \
+                 (unsigned long long)(st)->seed, (st)->seq);                               \
     } while (0)
 
 static int rnd(stress *st, int n)
@@ -824,13 +827,11 @@ static uint64_t fingerprint(uint64_t prev, int32_t tok)
     return test_rng_next(&z) | 1; /* 0 means "never written" */
 }
 
-static void set_tokens(model_slot *m, int from, int to, const int32_t *src)
+/* Fingerprints of positions [from, to) from the tokens already in m->tok. */
+static void set_fingerprints(model_slot *m, int from, int to)
 {
-    for (int i = from; i < to; i++) {
-        if (src)
-            m->tok[i] = src[i];
+    for (int i = from; i < to; i++)
         m->fp[i] = fingerprint(i ? m->fp[i - 1] : 0, m->tok[i]);
-    }
 }
 
 static int cap_tokens(const stress *st)
@@ -1057,7 +1058,7 @@ static void op_admit(stress *st)
         same = len;
     for (int i = 0; i < len; i++)
         m->tok[i] = i < same ? tpl[i] : random_token(st);
-    set_tokens(m, 0, len, NULL);
+    set_fingerprints(m, 0, len);
     int cached = -1;
     int rc = kv_claim_prefix(st->kv, s, m->tok, len, &cached);
     if (rc)
@@ -1116,7 +1117,7 @@ static void op_grow(stress *st)
         n_total = CAP;
     for (int i = n; i < n_total; i++)
         m->tok[i] = random_token(st);
-    set_tokens(m, n, n_total, NULL);
+    set_fingerprints(m, n, n_total);
     grow(st, s, n_total);
 }
 
@@ -1230,7 +1231,8 @@ static void run_sequence(stress *st, int n_ops)
     int rc = kv_manager_new(&st->o, &st->kv);
     if (rc)
         SFAIL(st, "kv_manager_new: %s", deras_errmsg());
-    kv_manager_set_hash_bits(st->kv, bits_choice[rnd(st, 6)]);
+    st->hash_bits = bits_choice[rnd(st, 6)];
+    kv_manager_set_hash_bits(st->kv, st->hash_bits);
     size_t nb = (size_t)st->o.n_blocks;
     st->tref = calloc(nb, sizeof *st->tref);
     st->pin = calloc(nb, sizeof *st->pin);
