@@ -67,12 +67,14 @@ int kv_manager_new(const kv_manager_opts *o, kv_manager_t **out);
 /* Frees the manager and sets *kv to NULL; NULL or *kv == NULL is a no-op. */
 void kv_manager_destroy(kv_manager_t **kv);
 
-const kv_manager_opts *kv_manager_get_opts(const kv_manager_t *kv);
+const kv_manager_opts *kv_manager_get_opts(const kv_manager_t *kv); /* NULL for NULL; O(1) */
 
 /* Claim the longest cached prefix of tokens[0..n) for the empty slot: whole blocks only,
  * and at most n - 1 tokens (the last token is always computed, to produce logits).
  * *n_cached = tokens now available from the cache (a multiple of block_size). With
- * prefix caching off, *n_cached = 0. DERAS_EINVAL if the slot is not empty. */
+ * prefix caching off, *n_cached = 0. DERAS_EINVAL if the slot is not empty. Claimed
+ * blocks are referenced (a free cached one leaves the free queue), so the caller frees
+ * the slot if it then cannot grow it. O(block_size) per block looked up. */
 int kv_claim_prefix(kv_manager_t *kv, int slot, const int32_t *tokens, int n, int *n_cached);
 
 /* Blocks that growing `slot` to n_total tokens would take from the free pool (new blocks
@@ -115,7 +117,8 @@ int kv_truncate(kv_manager_t *kv, int slot, int n_tokens);
 void kv_free(kv_manager_t *kv, int slot);
 
 /* The slot's block table: max_blocks_per_seq ids, the first ceil(n_tokens / block_size)
- * valid, the rest 0 (the null block). Valid until the next call that changes the slot. */
+ * valid, the rest 0 (the null block). Valid until the next call that changes the slot.
+ * Both O(1). */
 const int32_t *kv_block_table(const kv_manager_t *kv, int slot); /* NULL for a bad slot */
 int kv_slot_tokens(const kv_manager_t *kv, int slot);            /* DERAS_EINVAL: bad slot */
 
@@ -127,6 +130,7 @@ int kv_slot_tokens(const kv_manager_t *kv, int slot);            /* DERAS_EINVAL
  * n_blocks - 1 are ever pending. DERAS_EINVAL for cap < 0 or a NULL out. O(taken). */
 int kv_take_copies(kv_manager_t *kv, kv_copy *out, int cap);
 
+/* Current counts and running totals. O(1). */
 void kv_get_stats(const kv_manager_t *kv, kv_stats *out);
 
 /* For tests: keep only the low `bits` bits (0 .. 64; 64 is the default) of every block
