@@ -1,8 +1,9 @@
 /* step_plan.c - the flat step record (see step_plan.h).
  *
  * Layout: header, then tokens, q_start, ctx_len, block_tables, seq_ref, logits_rows,
- * copies, each an int32 array at the offset the capacities give. Sizes are computed in
- * 64 bits and capped so a forged header cannot make offsets wrap.
+ * copies, each an int32 array at the offset the capacities give; the offsets are stored
+ * in the header so accessors are one addition. Sizes are computed in 64 bits and capped,
+ * and validation recomputes the offsets, so a forged header cannot point outside.
  */
 #include "step_plan.h"
 
@@ -54,19 +55,26 @@ size_t step_plan_bytes(int cap_tokens, int cap_seqs, int max_blocks, int cap_log
 step_plan *step_plan_new(int cap_tokens, int cap_seqs, int max_blocks, int cap_logits,
                          int cap_copies)
 {
-    size_t bytes = step_plan_bytes(cap_tokens, cap_seqs, max_blocks, cap_logits, cap_copies);
-    if (!bytes)
+    plan_layout l;
+    if (layout(cap_tokens, cap_seqs, max_blocks, cap_logits, cap_copies, &l))
         return NULL;
-    step_plan *p = calloc(1, bytes);
+    step_plan *p = calloc(1, l.end);
     if (!p)
         return NULL;
     p->magic = STEP_PLAN_MAGIC;
-    p->bytes = (uint32_t)bytes;
+    p->bytes = (uint32_t)l.end;
     p->cap_tokens = cap_tokens;
     p->cap_seqs = cap_seqs;
     p->max_blocks = max_blocks;
     p->cap_logits = cap_logits;
     p->cap_copies = cap_copies;
+    p->off_tokens = (uint32_t)l.tokens;
+    p->off_q_start = (uint32_t)l.q_start;
+    p->off_ctx_len = (uint32_t)l.ctx_len;
+    p->off_tables = (uint32_t)l.tables;
+    p->off_seq_ref = (uint32_t)l.seq_ref;
+    p->off_logits = (uint32_t)l.logits;
+    p->off_copies = (uint32_t)l.copies;
     return p;
 }
 
@@ -78,25 +86,13 @@ void step_plan_destroy(step_plan **p)
     }
 }
 
-static int32_t *at(step_plan *p, size_t off)
-{
-    return (int32_t *)((char *)p + off);
-}
-
-#define ACCESSOR(fn, field)                                                                  \
-    int32_t *fn(step_plan *p)                                                                \
-    {                                                                                        \
-        plan_layout l;                                                                       \
-        layout(p->cap_tokens, p->cap_seqs, p->max_blocks, p->cap_logits, p->cap_copies, &l); \
-        return at(p, l.field);                                                               \
-    }
-ACCESSOR(plan_tokens, tokens)
-ACCESSOR(plan_q_start, q_start)
-ACCESSOR(plan_ctx_len, ctx_len)
-ACCESSOR(plan_block_tables, tables)
-ACCESSOR(plan_seq_ref, seq_ref)
-ACCESSOR(plan_logits_rows, logits)
-ACCESSOR(plan_copies, copies)
+int32_t *plan_tokens(step_plan *p) { return (int32_t *)((char *)p + p->off_tokens); }
+int32_t *plan_q_start(step_plan *p) { return (int32_t *)((char *)p + p->off_q_start); }
+int32_t *plan_ctx_len(step_plan *p) { return (int32_t *)((char *)p + p->off_ctx_len); }
+int32_t *plan_block_tables(step_plan *p) { return (int32_t *)((char *)p + p->off_tables); }
+int32_t *plan_seq_ref(step_plan *p) { return (int32_t *)((char *)p + p->off_seq_ref); }
+int32_t *plan_logits_rows(step_plan *p) { return (int32_t *)((char *)p + p->off_logits); }
+int32_t *plan_copies(step_plan *p) { return (int32_t *)((char *)p + p->off_copies); }
 
 void step_plan_reset(step_plan *p, uint64_t step_id)
 {
@@ -116,6 +112,10 @@ int step_plan_validate(const step_plan *cp, size_t bytes)
     if (layout(p->cap_tokens, p->cap_seqs, p->max_blocks, p->cap_logits, p->cap_copies, &l) ||
         l.end != p->bytes || l.end > bytes)
         return deras_fail(DERAS_EFORMAT, "step plan: capacities do not match its %u bytes", p->bytes);
+    if (p->off_tokens != l.tokens || p->off_q_start != l.q_start || p->off_ctx_len != l.ctx_len ||
+        p->off_tables != l.tables || p->off_seq_ref != l.seq_ref || p->off_logits != l.logits ||
+        p->off_copies != l.copies)
+        return deras_fail(DERAS_EFORMAT, "step plan: array offsets do not match its capacities");
     if (p->n_tokens < 0 || p->n_tokens > p->cap_tokens || p->n_seqs < 0 ||
         p->n_seqs > p->cap_seqs || p->n_logits < 0 || p->n_logits > p->cap_logits ||
         p->n_copies < 0 || p->n_copies > p->cap_copies)

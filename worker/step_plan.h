@@ -34,7 +34,9 @@ typedef struct step_plan {
     uint64_t step_id;
     int32_t cap_tokens, cap_seqs, max_blocks, cap_logits, cap_copies;
     int32_t n_tokens, n_seqs, n_logits, n_copies;
-    int32_t pad_;
+    /* byte offsets of the arrays from the start of the plan, fixed by the capacities */
+    uint32_t off_tokens, off_q_start, off_ctx_len, off_tables, off_seq_ref, off_logits,
+        off_copies, pad_;
 } step_plan;
 
 /* Bytes a plan with these capacities takes; 0 on overflow or non-positive capacities. */
@@ -49,7 +51,7 @@ void step_plan_destroy(step_plan **p);
 /* Start a new step: counts to zero, q_start[0] = 0. */
 void step_plan_reset(step_plan *p, uint64_t step_id);
 
-/* Array accessors (offsets derived from the capacities). */
+/* Array accessors: O(1), the header's offsets. */
 int32_t *plan_tokens(step_plan *p);
 int32_t *plan_q_start(step_plan *p);
 int32_t *plan_ctx_len(step_plan *p);

@@ -117,7 +117,7 @@ typedef struct rig {
     checkpoint_t *ck;
     backend_t *be;
     model_t *m;
-    int vocab;
+    int vocab, max_tokens;
 } rig;
 
 static void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, int max_tokens)
@@ -132,6 +132,7 @@ static void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, in
     if (model_new(g->ck, g->be, &mo, &g->m))
         fail_msg("%s", deras_errmsg());
     g->vocab = checkpoint_config(g->ck)->vocab_size;
+    g->max_tokens = max_tokens;
 }
 
 static void rig_close(rig *g)
@@ -196,7 +197,7 @@ static void run_to_end(engine_t *e, run_stats *rs, int block_size)
 static void run_solo(rig *g, const workload *w, outputs *solo)
 {
     memset(solo, 0, sizeof *solo);
-    engine_t *e = engine_for(g, solo, 1, 512, false, false);
+    engine_t *e = engine_for(g, solo, 1, g->max_tokens, false, false);
     run_stats rs;
     for (int r = 0; r < w->n; r++) {
         assert_int_equal(engine_add(e, &w->req[r]), DERAS_OK);
@@ -556,24 +557,40 @@ static void random_add_abort_fork_finish_keeps_accounting_exact(void **state)
     rig_close(&g);
 }
 
+static int env_int(const char *name, int dflt, int lo, int hi)
+{
+    const char *v = getenv(name);
+    int x = v ? atoi(v) : dflt;
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* The test model: 16 requests by default (CI); DERAS_ENGINE_REQUESTS / _MAX_PROMPT /
+ * _MAX_OUTPUT scale it up to the full 64 x 1..1000 x 1..300 workload by hand. */
 static void test_model_batched_matches_alone(void **state)
 {
     (void)state;
+    int n = env_int("DERAS_ENGINE_REQUESTS", 16, 4, 64);
+    int max_prompt = env_int("DERAS_ENGINE_MAX_PROMPT", 300, 4, 1000);
+    int max_out = env_int("DERAS_ENGINE_MAX_OUTPUT", 48, 4, 300);
+    int per_seq = (max_prompt + max_out + 15) / 16;
     rig g;
-    rig_open(&g, test_model_path(), 400, 16, 256);
+    rig_open(&g, test_model_path(), n * per_seq + 1, n, 256);
     workload w;
-    make_workload(&w, 16, 300, 48, g.vocab, 0, 0x5A011ull);
+    make_workload(&w, n, max_prompt, max_out, g.vocab, 0, 0x5A011ull);
     outputs *solo = calloc(1, sizeof *solo), *got = calloc(1, sizeof *got);
     run_solo(&g, &w, solo);
-    engine_t *e = engine_for(&g, got, 16, 256, true, false);
+    engine_t *e = engine_for(&g, got, n, 256, true, false);
     for (int r = 0; r < w.n; r++)
         assert_int_equal(engine_add(e, &w.req[r]), DERAS_OK);
     run_stats rs;
     run_to_end(e, &rs, 16);
     int ties = compare(&w, solo, got, "test model batched");
-    printf("test model, 16 requests (prompts 1..300, outputs 1..48): identical to solo runs "
-           "except %d near-tie divergences, %d steps, up to %d running\n", ties, rs.steps,
-           rs.max_running);
+    int total = 0;
+    for (int r = 0; r < w.n; r++)
+        total += got->s[r][0].n;
+    printf("test model, %d requests (prompts 1..%d, outputs 1..%d): %d tokens, identical to solo "
+           "runs except %d near-tie divergences; %d steps, up to %d running, max KV waste %.1f%%\n",
+           n, max_prompt, max_out, total, ties, rs.steps, rs.max_running, 100 * rs.max_waste_frac);
     engine_destroy(&e);
     free(solo), free(got);
     free_workload(&w);
