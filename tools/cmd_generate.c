@@ -24,6 +24,7 @@
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "worker/engine.h"
+#include "worker/kv_sizing.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
 
@@ -330,14 +331,17 @@ static int generate(const gen_args *a)
     if ((rc = backend_new(a->device, a->threads, &be)))
         goto fail;
     /* one sequence: a cache just big enough for prompt + max_tokens */
-    int total = n_prompt + a->max_tokens;
-    int n_blocks = (total + a->block_size - 1) / a->block_size;
+    kv_sizing kvs;
+    if ((rc = kv_sizing_for_tokens(cfg, backend_elem_size(be), a->block_size,
+                                   n_prompt + a->max_tokens, &kvs)))
+        goto fail;
+    kv_sizing_log(&kvs);
     int chunk = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
     int progress_last = -100;
     model_opts mo = {.max_batch_tokens = chunk, .max_seqs = 1, .max_logits = 1,
-                     .block_size = a->block_size, .n_kv_blocks = n_blocks + 1,
-                     .max_blocks_per_seq = n_blocks, .max_copies = 1, .progress = cli_progress,
-                     .progress_ctx = &progress_last};
+                     .block_size = a->block_size, .n_kv_blocks = kvs.n_blocks,
+                     .max_blocks_per_seq = kvs.n_blocks - 1, .max_copies = 1,
+                     .progress = cli_progress, .progress_ctx = &progress_last};
     if ((rc = model_new(ck, be, &mo, &m)))
         goto fail;
     int n_eog = tokenizer_n_eog(tok);

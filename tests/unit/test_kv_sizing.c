@@ -1,0 +1,78 @@
+/* test_kv_sizing.c - KV cache size from a byte budget, a fraction of available memory, or
+ * a token count. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "worker/kv_sizing.h"
+
+/* SmolLM2-135M: 30 layers, 3 KV heads x 64 */
+static model_config smollm2(void)
+{
+    model_config c = {.arch = MODEL_ARCH_LLAMA, .n_layers = 30, .d_model = 576, .n_heads = 9,
+                      .n_kv_heads = 3, .head_dim = 64, .d_ff = 1536, .vocab_size = 49152,
+                      .max_seq_len = 8192, .norm_eps = 1e-5f, .rope_theta = 1e5f,
+                      .tied_embeddings = true};
+    return c;
+}
+
+static void byte_budget_is_cut_into_whole_blocks(void **state)
+{
+    (void)state;
+    model_config c = smollm2();
+    kv_sizing s;
+    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "64MiB", &s), DERAS_OK);
+    assert_int_equal(s.token_bytes, 2 * 30 * 3 * 64 * 4);        /* 46080 */
+    assert_int_equal(s.block_bytes, 16 * 46080);                 /* 737280 */
+    assert_int_equal(s.n_blocks, (64 << 20) / 737280);           /* 91 */
+    assert_int_equal(s.n_tokens, (int64_t)(s.n_blocks - 1) * 16);
+    assert_true(s.budget_used > 0.99 && s.budget_used <= 1.0);
+    kv_sizing_log(&s);
+}
+
+static void fraction_uses_available_memory(void **state)
+{
+    (void)state;
+    model_config c = smollm2();
+    kv_sizing s;
+    assert_int_equal(kv_sizing_from_budget(&c, 2, 16, "0.01", &s), DERAS_OK);
+    assert_true(s.n_blocks >= 2);
+    assert_int_equal(s.token_bytes, 2 * 30 * 3 * 64 * 2);
+}
+
+static void exact_token_count_adds_the_null_block(void **state)
+{
+    (void)state;
+    model_config c = smollm2();
+    kv_sizing s;
+    assert_int_equal(kv_sizing_for_tokens(&c, 4, 16, 33, &s), DERAS_OK);
+    assert_int_equal(s.n_blocks, 3 + 1);
+    assert_int_equal(s.n_tokens, 48);
+}
+
+static void bad_budgets_are_refused_with_the_reason(void **state)
+{
+    (void)state;
+    model_config c = smollm2();
+    kv_sizing s;
+    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "1.5", &s), DERAS_EINVAL);
+    assert_non_null(strstr(deras_errmsg(), "fraction"));
+    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "12 parsecs", &s), DERAS_EINVAL);
+    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "1MiB", &s), DERAS_ERANGE);
+    assert_non_null(strstr(deras_errmsg(), "at least 2"));
+    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "", &s), DERAS_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(byte_budget_is_cut_into_whole_blocks),
+        cmocka_unit_test(fraction_uses_available_memory),
+        cmocka_unit_test(exact_token_count_adds_the_null_block),
+        cmocka_unit_test(bad_budgets_are_refused_with_the_reason),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
