@@ -246,92 +246,95 @@ static const char *engine_model(void)
     return p;
 }
 
-static void sixty_four_mixed_requests_match_each_run_alone(void **state)
+/* A workload run alone request by request, then all together, compared. */
+typedef struct scenario {
+    const char *model;
+    int n_blocks, max_seqs, max_tokens;  /* KV cache and step limits */
+    int n, max_prompt, max_out, shared;  /* workload (see make_workload) */
+    uint64_t seed;
+    bool prefix_caching, warm_first;     /* warm_first: request 0 runs before the rest arrive */
+} scenario;
+
+typedef struct scenario_result {
+    run_stats rs;
+    int near_ties, tokens, stops;
+} scenario_result;
+
+static void run_scenario(const scenario *sc, const char *what, scenario_result *res)
 {
-    (void)state;
     rig g;
-    rig_open(&g, engine_model(), 2800, 64, 512); /* room for all 64 at their longest */
+    rig_open(&g, sc->model, sc->n_blocks, sc->max_seqs, sc->max_tokens);
     workload w;
-    make_workload(&w, 64, 1000, 300, g.vocab, 0, 0xBA7C4ull);
+    make_workload(&w, sc->n, sc->max_prompt, sc->max_out, g.vocab, sc->shared, sc->seed);
     outputs *solo = calloc(1, sizeof *solo), *got = calloc(1, sizeof *got);
     run_solo(&g, &w, solo);
-
-    engine_t *e = engine_for(&g, got, 64, 512, false, false);
-    for (int r = 0; r < w.n; r++)
-        assert_int_equal(engine_add(e, &w.req[r]), DERAS_OK);
-    run_stats rs;
-    run_to_end(e, &rs, 16);
-    int ties = compare(&w, solo, got, "batched");
-    int total = 0, stops = 0;
-    for (int r = 0; r < w.n; r++) {
-        total += got->s[r][0].n;
-        stops += got->s[r][0].why == ENGINE_FINISH_STOP;
+    engine_t *e = engine_for(&g, got, sc->max_seqs, sc->max_tokens, sc->prefix_caching, false);
+    int first = 0;
+    if (sc->warm_first) {
+        assert_int_equal(engine_add(e, &w.req[0]), DERAS_OK);
+        run_to_end(e, &res->rs, 16);
+        first = 1;
     }
-    printf("64 requests (prompts 1..1000, outputs 1..300): %d tokens generated in %d steps, up "
-           "to %d running; %d finished by stop, %d by length; identical to solo runs except "
-           "%d near-tie divergences; max KV waste %.1f%% (at most one partial block per "
-           "sequence, checked every step)\n",
-           total, rs.steps, rs.max_running, stops, w.n - stops, ties, 100 * rs.max_waste_frac);
-    assert_true(rs.max_running > 32);
+    for (int r = first; r < w.n; r++)
+        assert_int_equal(engine_add(e, &w.req[r]), DERAS_OK);
+    run_to_end(e, &res->rs, 16);
+    res->near_ties = compare(&w, solo, got, what);
+    res->tokens = res->stops = 0;
+    for (int r = 0; r < w.n; r++) {
+        res->tokens += got->s[r][0].n;
+        res->stops += got->s[r][0].why == ENGINE_FINISH_STOP;
+    }
     engine_destroy(&e);
     free(solo), free(got);
     free_workload(&w);
     rig_close(&g);
+}
+
+static void sixty_four_mixed_requests_match_each_run_alone(void **state)
+{
+    (void)state;
+    /* 2,800 blocks: room for all 64 at their longest, so nothing is preempted here */
+    scenario sc = {.model = engine_model(), .n_blocks = 2800, .max_seqs = 64, .max_tokens = 512,
+                   .n = 64, .max_prompt = 1000, .max_out = 300, .seed = 0xBA7C4ull};
+    scenario_result r;
+    run_scenario(&sc, "batched", &r);
+    printf("64 requests (prompts 1..1000, outputs 1..300): %d tokens generated in %d steps, up "
+           "to %d running; %d finished by stop, %d by length; identical to solo runs except "
+           "%d near-tie divergences; max KV waste %.1f%% (at most one partial block per "
+           "sequence, checked every step)\n",
+           r.tokens, r.rs.steps, r.rs.max_running, r.stops, sc.n - r.stops, r.near_ties,
+           100 * r.rs.max_waste_frac);
+    assert_true(r.rs.max_running > 32);
 }
 
 static void small_kv_budget_preempts_and_still_completes_every_request(void **state)
 {
     (void)state;
-    rig g;
-    /* 160 blocks = 2,560 tokens for a workload whose running set wants ~20,000 */
-    rig_open(&g, engine_model(), 161, 64, 512);
-    workload w;
-    make_workload(&w, 48, 600, 200, g.vocab, 0, 0x9EE4Full);
-    outputs *solo = calloc(1, sizeof *solo), *got = calloc(1, sizeof *got);
-    run_solo(&g, &w, solo);
-    engine_t *e = engine_for(&g, got, 64, 512, false, false);
-    for (int r = 0; r < w.n; r++)
-        assert_int_equal(engine_add(e, &w.req[r]), DERAS_OK);
-    run_stats rs;
-    run_to_end(e, &rs, 16);
-    int ties = compare(&w, solo, got, "preempted");
+    /* 160 usable blocks = 2,560 tokens for a running set that wants ~20,000 */
+    scenario sc = {.model = engine_model(), .n_blocks = 161, .max_seqs = 64, .max_tokens = 512,
+                   .n = 48, .max_prompt = 600, .max_out = 200, .seed = 0x9EE4Full};
+    scenario_result r;
+    run_scenario(&sc, "preempted", &r);
     printf("48 requests in a 160-block KV cache: %llu preemptions, %d steps, outputs identical "
            "to solo runs except %d near-tie divergences\n",
-           (unsigned long long)rs.preemptions, rs.steps, ties);
-    assert_true(rs.preemptions > 0);
-    engine_destroy(&e);
-    free(solo), free(got);
-    free_workload(&w);
-    rig_close(&g);
+           (unsigned long long)r.rs.preemptions, r.rs.steps, r.near_ties);
+    assert_true(r.rs.preemptions > 0);
 }
 
 static void shared_prefix_hits_the_cache_and_keeps_outputs(void **state)
 {
     (void)state;
-    rig g;
-    rig_open(&g, engine_model(), 1200, 32, 512);
-    workload w;
-    make_workload(&w, 24, 0, 60, g.vocab, 640, 0x5EEDull);
-    outputs *solo = calloc(1, sizeof *solo), *got = calloc(1, sizeof *got);
-    run_solo(&g, &w, solo);
-    engine_t *e = engine_for(&g, got, 32, 512, true, false);
-    /* the first request warms the cache; the rest arrive afterwards */
-    assert_int_equal(engine_add(e, &w.req[0]), DERAS_OK);
-    run_stats rs;
-    run_to_end(e, &rs, 16);
-    for (int r = 1; r < w.n; r++)
-        assert_int_equal(engine_add(e, &w.req[r]), DERAS_OK);
-    run_to_end(e, &rs, 16);
-    int ties = compare(&w, solo, got, "prefix-cached");
-    double rate = rs.queries ? (double)rs.hits / (double)rs.queries : 0;
+    scenario sc = {.model = engine_model(), .n_blocks = 1200, .max_seqs = 32, .max_tokens = 512,
+                   .n = 24, .max_out = 60, .shared = 640, .seed = 0x5EEDull,
+                   .prefix_caching = true, .warm_first = true};
+    scenario_result r;
+    run_scenario(&sc, "prefix-cached", &r);
+    double rate = r.rs.queries ? (double)r.rs.hits / (double)r.rs.queries : 0;
     printf("24 requests sharing a 640-token prefix: prefix-cache hit rate %.1f%% (%llu of %llu "
            "prompt tokens), outputs identical to uncached solo runs except %d near-ties\n",
-           100 * rate, (unsigned long long)rs.hits, (unsigned long long)rs.queries, ties);
+           100 * rate, (unsigned long long)r.rs.hits, (unsigned long long)r.rs.queries,
+           r.near_ties);
     assert_true(rate > 0.8);
-    engine_destroy(&e);
-    free(solo), free(got);
-    free_workload(&w);
-    rig_close(&g);
 }
 
 static void n_samples_share_the_prompt_and_equal_independent_requests(void **state)
@@ -569,32 +572,18 @@ static int env_int(const char *name, int dflt, int lo, int hi)
 static void test_model_batched_matches_alone(void **state)
 {
     (void)state;
-    int n = env_int("DERAS_ENGINE_REQUESTS", 16, 4, 64);
-    int max_prompt = env_int("DERAS_ENGINE_MAX_PROMPT", 300, 4, 1000);
-    int max_out = env_int("DERAS_ENGINE_MAX_OUTPUT", 48, 4, 300);
-    int per_seq = (max_prompt + max_out + 15) / 16;
-    rig g;
-    rig_open(&g, test_model_path(), n * per_seq + 1, n, 256);
-    workload w;
-    make_workload(&w, n, max_prompt, max_out, g.vocab, 0, 0x5A011ull);
-    outputs *solo = calloc(1, sizeof *solo), *got = calloc(1, sizeof *got);
-    run_solo(&g, &w, solo);
-    engine_t *e = engine_for(&g, got, n, 256, true, false);
-    for (int r = 0; r < w.n; r++)
-        assert_int_equal(engine_add(e, &w.req[r]), DERAS_OK);
-    run_stats rs;
-    run_to_end(e, &rs, 16);
-    int ties = compare(&w, solo, got, "test model batched");
-    int total = 0;
-    for (int r = 0; r < w.n; r++)
-        total += got->s[r][0].n;
+    scenario sc = {.model = test_model_path(), .max_seqs = env_int("DERAS_ENGINE_REQUESTS", 16, 4, 64),
+                   .max_tokens = 256, .max_prompt = env_int("DERAS_ENGINE_MAX_PROMPT", 300, 4, 1000),
+                   .max_out = env_int("DERAS_ENGINE_MAX_OUTPUT", 48, 4, 300), .seed = 0x5A011ull,
+                   .prefix_caching = true};
+    sc.n = sc.max_seqs;
+    sc.n_blocks = sc.n * ((sc.max_prompt + sc.max_out + 15) / 16) + 1;
+    scenario_result r;
+    run_scenario(&sc, "test model batched", &r);
     printf("test model, %d requests (prompts 1..%d, outputs 1..%d): %d tokens, identical to solo "
            "runs except %d near-tie divergences; %d steps, up to %d running, max KV waste %.1f%%\n",
-           n, max_prompt, max_out, total, ties, rs.steps, rs.max_running, 100 * rs.max_waste_frac);
-    engine_destroy(&e);
-    free(solo), free(got);
-    free_workload(&w);
-    rig_close(&g);
+           sc.n, sc.max_prompt, sc.max_out, r.tokens, r.near_ties, r.rs.steps, r.rs.max_running,
+           100 * r.rs.max_waste_frac);
 }
 
 int main(int argc, char **argv)
