@@ -87,9 +87,7 @@ static void make_workload(workload *w, int n, int max_prompt, int max_out, int v
     for (int i = 0; i < shared; i++)
         prefix[i] = rnd(3, vocab - 1);
     for (int r = 0; r < n; r++) {
-        int len = r == 0 ? 1 : r == 1 ? max_prompt : rnd(1, max_prompt);
-        if (shared)
-            len = shared + rnd(1, 40);
+        int len = shared ? shared + rnd(1, 40) : r == 0 ? 1 : r == 1 ? max_prompt : rnd(1, max_prompt);
         int out = r == 2 ? 1 : r == 3 ? max_out : rnd(1, max_out);
         w->prompts[r] = malloc((size_t)len * sizeof(int32_t));
         for (int i = 0; i < len; i++)
