@@ -1,0 +1,209 @@
+/* protocol.h - the client protocol: messages between clients and deras-router.
+ *
+ * Transport: ZeroMQ. A client connects a DEALER socket to the router's ROUTER socket and
+ * sends and receives single-frame messages (a REQ client's empty delimiter frame is
+ * accepted and echoed). Each frame is one msgpack map with a "type" key. Version: see
+ * PROTO_VERSION; a request may carry "v", which must then equal it. docs/protocol.md is
+ * the reference for clients; this header is the C view of the same thing.
+ *
+ * Decoding is strict and bounded. A frame is first checked structurally without trusting
+ * any declared length (every array/map/string count is checked against the bytes that
+ * remain, nesting depth and total element count are capped), so the msgpack library never
+ * allocates more than a small multiple of the frame's size; then the map is matched
+ * against the schema: known keys only, exact types (an integer where an integer is due;
+ * a float field also accepts an integer), every number finite and in range, every cap
+ * respected, every string valid UTF-8. The first violation is reported as a proto_error
+ * with a stable code and a message naming the field and the bound. Checks that need the
+ * model (token ids against the vocabulary, prompt + max_tokens against the context) are
+ * the router's, with the same codes.
+ *
+ * Encoding uses msgpack-c packers into a reusable buffer: after warm-up, encoding a chunk
+ * allocates nothing.
+ */
+#ifndef DERAS_PROTOCOL_H
+#define DERAS_PROTOCOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_VERSION 1
+#define PROTO_MAX_ID 64          /* bytes in a request id */
+#define PROTO_MAX_STOPS 16
+#define PROTO_MAX_STOP_BYTES 256
+#define PROTO_MAX_STOP_IDS 16
+#define PROTO_MAX_N 16
+#define PROTO_MAX_LOGPROBS 20
+
+/* Stable error codes; proto_error_name() gives the wire string. Never renumber. */
+enum proto_error_code {
+    PE_NONE = 0,
+    PE_MALFORMED,               /* "malformed": not msgpack, not a map, trailing bytes, too deep */
+    PE_UNSUPPORTED_VERSION,     /* "unsupported_version" */
+    PE_UNKNOWN_TYPE,            /* "unknown_type": "type" is not a known message */
+    PE_INVALID_FIELD,           /* "invalid_field": unknown key or wrong type */
+    PE_MISSING_FIELD,           /* "missing_field" */
+    PE_MESSAGE_TOO_LARGE,       /* "message_too_large" */
+    PE_LIMIT_EXCEEDED,          /* "limit_exceeded": a cap (max_tokens, n, stops, logprobs...) */
+    PE_VALUE_OUT_OF_RANGE,      /* "value_out_of_range": non-finite or out-of-range number */
+    PE_TOKEN_OUT_OF_RANGE,      /* "token_out_of_range": a token id outside [0, vocab) */
+    PE_INVALID_UTF8,            /* "invalid_utf8" */
+    PE_CONTEXT_LENGTH_EXCEEDED, /* "context_length_exceeded": prompt + max_tokens > context */
+    PE_DUPLICATE_ID,            /* "duplicate_id": this client already has a live request with it */
+    PE_UNKNOWN_REQUEST,         /* "unknown_request": cancel of an id that is not live */
+    PE_BUSY,                    /* "busy": admission queue full; retry later */
+    PE_NO_WORKERS,              /* "no_workers": no worker is ready */
+    PE_WORKER_FAILED,           /* "worker_failed": the worker serving the request died */
+    PE_DEADLINE_EXCEEDED,       /* "deadline_exceeded": deadline_ms passed before the end */
+    PE_SHUTTING_DOWN,           /* "shutting_down": the router is draining for exit */
+    PE_INTERNAL,                /* "internal" */
+    PE_N_CODES
+};
+
+const char *proto_error_name(enum proto_error_code c);
+
+typedef struct proto_error {
+    enum proto_error_code code;
+    char message[256];
+    char id[PROTO_MAX_ID + 1]; /* the request id when it could be read, else "" */
+} proto_error;
+
+/* Limits the router enforces (configurable; defaults in proto_limits_default). */
+typedef struct proto_limits {
+    size_t max_message_bytes;  /* whole frame; default 4 MiB */
+    int max_prompt_bytes;      /* text prompt; default 1 MiB */
+    int max_prompt_ids;        /* token-id prompt; default 131072 */
+    int max_tokens;            /* cap on max_tokens; default 32768 */
+    int64_t max_deadline_ms;   /* default 24 h */
+} proto_limits;
+
+void proto_limits_default(proto_limits *l);
+
+/* ---- client -> router ---- */
+
+enum proto_client_type { PROTO_REQUEST = 1, PROTO_CANCEL = 2, PROTO_PING = 3 };
+
+/* A decoded request. Defaults: max_tokens 256, n 1, stream false, temperature 1, top_p 1,
+ * top_k 0 (off), min_p 0, penalties neutral (1, 0, 0), no seed, logprobs 0, no deadline,
+ * add_special_tokens true, ignore_eos false. Pointers point into the decoder and stay
+ * valid until its next decode. Exactly one of prompt / prompt_ids is set. */
+typedef struct proto_request {
+    char id[PROTO_MAX_ID + 1];
+    const char *prompt;          /* UTF-8, not NUL-terminated */
+    size_t prompt_len;
+    const int32_t *prompt_ids;
+    int n_prompt_ids;
+    int max_tokens, n, top_k, logprobs;
+    bool stream, ignore_eos, add_special_tokens, has_seed;
+    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+    uint64_t seed;
+    int n_stops;
+    const char *stops[PROTO_MAX_STOPS]; /* UTF-8, not NUL-terminated */
+    size_t stop_lens[PROTO_MAX_STOPS];
+    int n_stop_ids;
+    int32_t stop_ids[PROTO_MAX_STOP_IDS];
+    int64_t deadline_ms;         /* 0: none; else relative to the router's receipt */
+} proto_request;
+
+typedef struct proto_client_msg {
+    enum proto_client_type type;
+    proto_request req;                  /* PROTO_REQUEST */
+    char cancel_id[PROTO_MAX_ID + 1];   /* PROTO_CANCEL */
+} proto_client_msg;
+
+typedef struct proto_decoder proto_decoder;
+
+proto_decoder *proto_decoder_new(const proto_limits *lim);
+void proto_decoder_destroy(proto_decoder **d);
+
+/* Decode one client frame. DERAS_OK with *out filled, or DERAS_EFORMAT with *err filled
+ * (code, message, and the id if it could be read). Never reads outside buf. Cost: O(len). */
+int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_client_msg *out,
+                        proto_error *err);
+
+/* ---- router -> client ---- */
+
+typedef struct proto_logprob {
+    int32_t token_id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[PROTO_MAX_LOGPROBS];
+    float top_logprobs[PROTO_MAX_LOGPROBS];
+} proto_logprob;
+
+typedef struct proto_usage {
+    int prompt_tokens, completion_tokens;
+    double queue_ms, ttft_ms, total_ms; /* receipt to dispatch, to first token, to the end */
+} proto_usage;
+
+typedef struct proto_encoder proto_encoder;
+
+proto_encoder *proto_encoder_new(void);
+void proto_encoder_destroy(proto_encoder **e);
+
+/* Each encoder call replaces the encoder's buffer with one message; *buf / *len stay valid
+ * until the next call. ENOMEM is the only failure. */
+
+/* {"type":"chunk","id","index","token_ids","text"[,"logprobs"]}: streamed tokens of sample
+ * `index` and the text they complete (possibly ""). lps: one per token id, or NULL. */
+int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_t *ids, int n_ids,
+                       const char *text, size_t text_len, const proto_logprob *lps,
+                       const void **buf, size_t *len);
+
+/* {"type":"final","id","index","finish_reason","usage":{...}[,"text","token_ids",
+ * "logprobs"][,"abort_reason"]}: the end of sample `index`. Non-streaming requests carry
+ * the whole text, token ids and logprobs here (text/ids NULL for streams). */
+int proto_encode_final(proto_encoder *e, const char *id, int index, const char *finish_reason,
+                       const char *abort_reason, const proto_usage *u, const char *text,
+                       size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
+                       const void **buf, size_t *len);
+
+/* {"type":"error","id","code","message"}: the request ends (all samples). id may be "". */
+int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code code,
+                       const char *message, const void **buf, size_t *len);
+
+/* Per-worker summary in a pong (operators and tests watch load through it). */
+#define PROTO_MAX_WORKERS 64
+typedef struct proto_worker_status {
+    char name[65];
+    char state[16];            /* "starting", "ready", "draining", "drained", "dead" */
+    int running, waiting, kv_blocks_free, kv_blocks_total;
+    uint64_t served;           /* requests dispatched to it so far */
+} proto_worker_status;
+
+/* {"type":"pong","v","workers":[{"name","state","running","waiting","kv_blocks_free",
+ * "kv_blocks_total","served"}...]} */
+int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_workers,
+                      const void **buf, size_t *len);
+
+/* ---- client side: encoding requests, decoding replies (the C client library) ---- */
+
+/* Encode a request as the router expects it; fields at their defaults are omitted. */
+int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len);
+int proto_encode_cancel(proto_encoder *e, const char *id, const void **buf, size_t *len);
+
+enum proto_server_type { PROTO_CHUNK = 1, PROTO_FINAL = 2, PROTO_ERROR = 3, PROTO_PONG = 4 };
+
+typedef struct proto_server_msg {
+    enum proto_server_type type;
+    char id[PROTO_MAX_ID + 1];
+    int index;
+    const int32_t *token_ids;  /* chunk, or final of a non-stream request */
+    int n_token_ids;
+    const char *text;          /* not NUL-terminated */
+    size_t text_len;
+    const char *finish_reason; /* final; NUL-terminated */
+    const char *abort_reason;  /* final; NUL-terminated or NULL */
+    proto_usage usage;         /* final */
+    enum proto_error_code code;/* error */
+    const char *message;       /* error; NUL-terminated */
+    int n_workers;             /* pong */
+    const proto_worker_status *workers; /* pong: into the decoder's storage */
+} proto_server_msg;
+
+/* Decode a router reply (same strictness; unknown error codes map to PE_INTERNAL).
+ * Logprobs in replies are skipped by this decoder. */
+int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_server_msg *out,
+                        proto_error *err);
+
+#endif
