@@ -8,5 +8,6 @@
 
 int cmd_generate(int argc, char **argv);
 int cmd_kvcalc(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -2,6 +2,7 @@
  *
  *   deras generate   load a model and stream a completion to stdout (this machine, no server)
  *   deras kvcalc     KV-cache and weight memory of a model, and what fits on a device
+ *   deras serve      a router and its workers in the foreground
  *
  * Each subcommand lives in its own cmd_*.c with a `cmd_NAME(argc, argv)` entry returning
  * the process exit status; this file only dispatches.
@@ -19,6 +20,7 @@ static void usage(FILE *f)
           "commands:\n"
           "  generate   stream a completion from a model on this machine\n"
           "  kvcalc     KV-cache and weight memory of a model, and what fits on a device\n"
+          "  serve      run a router and its workers (one per GPU, or a CPU worker)\n"
           "\n"
           "Run `deras COMMAND --help` for a command's options.\n",
           f);
@@ -39,6 +41,8 @@ int main(int argc, char **argv)
         return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kvcalc"))
         return cmd_kvcalc(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve"))
+        return cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "deras: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
