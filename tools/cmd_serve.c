@@ -147,7 +147,7 @@ static int parse(int argc, char **argv, serve_args *a)
 /* Path of `name` next to this executable, or in the build tree's `subdir`. */
 static int find_binary(const char *name, const char *subdir, char *out, size_t cap)
 {
-    char self[PATH_MAX];
+    char self[PATH_MAX - 64];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0)
         return -1;
@@ -156,10 +156,10 @@ static int find_binary(const char *name, const char *subdir, char *out, size_t c
     if (!slash)
         return -1;
     *slash = '\0';
-    snprintf(out, cap, "%s/%s", self, name);
-    if (access(out, X_OK) == 0)
+    if (snprintf(out, cap, "%s/%s", self, name) < (int)cap && access(out, X_OK) == 0)
         return 0;
-    snprintf(out, cap, "%s/../%s/%s", self, subdir, name);
+    if (snprintf(out, cap, "%s/../%s/%s", self, subdir, name) >= (int)cap)
+        return -1;
     return access(out, X_OK) == 0 ? 0 : -1;
 }
 
