@@ -194,7 +194,7 @@ static pid_t spawn(const char *const *argv)
 
 typedef struct serve_state {
     const serve_args *a;
-    char router_bin[PATH_MAX], worker_bin[PATH_MAX], sock_dir[PATH_MAX], worker_ep[PATH_MAX + 16];
+    char router_bin[PATH_MAX], worker_bin[PATH_MAX], sock_dir[128], worker_ep[160];
     char threads[16], drain[16];
     child router;
     child workers[MAX_WORKERS];
@@ -372,7 +372,7 @@ static int serve(const serve_args *a)
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    char sock[PATH_MAX + 16];
+    char sock[160];
     snprintf(sock, sizeof sock, "%s/workers.sock", s.sock_dir);
     unlink(sock);
     rmdir(s.sock_dir);
