@@ -383,6 +383,93 @@ static void every_request_rule_has_its_code_and_message(void **state)
     proto_decoder_destroy(&d);
 }
 
+/* Every field against values of every wrong type, and every number field against
+ * non-finite, negative and huge values. */
+static void every_field_refuses_wrong_types_and_bad_numbers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *ok, *want; /* a valid value; what a wrong type is told to be */
+        char kind;                    /* 'f' float, 'i' integer, '-' other */
+    } fields[] = {
+        {"id", "\"x\"", "a string", '-'},
+        {"prompt", "\"x\"", "a string", '-'},
+        {"prompt_ids", "[1]", "an array", '-'},
+        {"max_tokens", "1", "an integer", 'i'},
+        {"n", "1", "an integer", 'i'},
+        {"stream", "true", "a bool", '-'},
+        {"temperature", "1", "a number", 'f'},
+        {"top_p", "1", "a number", 'f'},
+        {"top_k", "1", "an integer", 'i'},
+        {"min_p", "0", "a number", 'f'},
+        {"repetition_penalty", "1", "a number", 'f'},
+        {"presence_penalty", "0", "a number", 'f'},
+        {"frequency_penalty", "0", "a number", 'f'},
+        {"seed", "1", "an integer", 'i'},
+        {"stop", "[\"a\"]", "an array", '-'},
+        {"stop_token_ids", "[1]", "an array", '-'},
+        {"logprobs", "1", "an integer", 'i'},
+        {"ignore_eos", "true", "a bool", '-'},
+        {"add_special_tokens", "true", "a bool", '-'},
+        {"deadline_ms", "1", "an integer", 'i'},
+    };
+    static const struct {
+        const char *value, *type;
+    } wrong[] = {{"nil", "nil"}, {"true", "bool"}, {"7", "int"}, {"-7", "int"},
+                 {"1.5", "float"}, {"1.5f", "float"}, {"\"s\"", "str"}, {"b\"s\"", "bin"},
+                 {"[]", "array"}, {"{}", "map"}};
+    proto_decoder *d = default_decoder();
+    char frame[512], want[128];
+    int n_checked = 0;
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+        const char *name = fields[f].name;
+        /* the rest of a valid request, without this field */
+        const char *id = strcmp(name, "id") ? "id: \"r\", " : "";
+        const char *prompt = strcmp(name, "prompt") && strcmp(name, "prompt_ids") ? "prompt: \"p\", " : "";
+        snprintf(frame, sizeof frame, "{type: \"request\", %s%s%s: %s}", id, prompt, name,
+                 fields[f].ok);
+        proto_client_msg m;
+        proto_error err;
+        if (decode_text(d, frame, &m, &err) != DERAS_OK)
+            fail_msg("%s: expected valid, got %s", frame, err.message);
+        for (size_t w = 0; w < sizeof wrong / sizeof wrong[0]; w++) {
+            bool numeric = !strcmp(wrong[w].type, "int") || !strcmp(wrong[w].type, "float");
+            if (strstr(fields[f].want, wrong[w].type) || (fields[f].kind == 'f' && numeric) ||
+                (!strcmp(fields[f].want, "an integer") && !strcmp(wrong[w].type, "int")))
+                continue; /* not a wrong type for this field */
+            snprintf(frame, sizeof frame, "{type: \"request\", %s%s%s: %s}", id, prompt, name,
+                     wrong[w].value);
+            snprintf(want, sizeof want, "%s must be %s, got %s", name, fields[f].want,
+                     wrong[w].type);
+            check_case(d, frame, PE_INVALID_FIELD, want);
+            n_checked++;
+        }
+        static const char *const bad_numbers[] = {"nan", "inf", "-inf", "1e300",
+                                                  "-9223372036854775808",
+                                                  "18446744073709551615"};
+        for (size_t b = 0; fields[f].kind != '-' && b < 6; b++) {
+            if (fields[f].kind == 'i' && b < 4)
+                continue; /* floats are a type error there, checked above */
+            if (!strcmp(name, "seed") && b == 5)
+                continue; /* 2^64 - 1 is a valid seed */
+            snprintf(frame, sizeof frame, "{type: \"request\", %s%s%s: %s}", id, prompt, name,
+                     bad_numbers[b]);
+            proto_client_msg m2;
+            proto_error err2;
+            mpt_pack(&sb, frame);
+            int rc = proto_decode_client(d, sb.data, sb.size, &m2, &err2);
+            if (rc != DERAS_EFORMAT ||
+                (err2.code != PE_VALUE_OUT_OF_RANGE && err2.code != PE_LIMIT_EXCEEDED) ||
+                strncmp(err2.message, name, strlen(name)))
+                fail_msg("%s: expected a range error naming %s, got rc %d %s \"%s\"", frame,
+                         name, rc, proto_error_name(err2.code), err2.message);
+            n_checked++;
+        }
+    }
+    assert_true(n_checked > 150);
+    proto_decoder_destroy(&d);
+}
+
 static void errors_carry_the_id_when_it_was_readable(void **state)
 {
     (void)state;
@@ -752,6 +839,7 @@ int main(void)
         cmocka_unit_test(cancel_and_ping_round_trip),
         cmocka_unit_test(replies_round_trip),
         cmocka_unit_test(every_request_rule_has_its_code_and_message),
+        cmocka_unit_test(every_field_refuses_wrong_types_and_bad_numbers),
         cmocka_unit_test(errors_carry_the_id_when_it_was_readable),
         cmocka_unit_test(limits_are_the_decoders),
         cmocka_unit_test(truncation_at_every_length_is_malformed),
