@@ -84,6 +84,7 @@ struct worker_server {
     int n_live;
     bool silent;                /* callbacks report nothing (aborts the router can't know) */
     int cb_err;                 /* first encoder failure inside a callback */
+    bool warned_logprob;
 
     enum link_state link;
     double hello_deadline;      /* HELLO_FIRST: give up; REJOIN: say HELLO again */
@@ -226,6 +227,19 @@ static void live_finish_one(worker_server *s, uint64_t rid)
     }
 }
 
+/* The wire refuses NaN and +inf logprobs (the router would drop the whole STEP). Only a
+ * broken model makes them; report them as -inf, say so once, and keep serving. */
+static float wire_logprob(worker_server *s, float x)
+{
+    if (!isnan(x) && x != INFINITY)
+        return x;
+    if (!s->warned_logprob)
+        log_warn("the model produced a %s logprob (NaN logits?); sent as -inf", isnan(x) ? "NaN"
+                                                                                         : "+inf");
+    s->warned_logprob = true;
+    return -INFINITY;
+}
+
 static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
 {
     worker_server *s = ctx;
@@ -235,10 +249,12 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     t.rid = id;
     t.index = index;
     t.lp.token_id = r->token;
-    t.lp.logprob = r->logprob;
+    t.lp.logprob = wire_logprob(s, r->logprob);
     t.lp.n_top = r->n_top;
-    memcpy(t.lp.top_ids, r->top_ids, (size_t)r->n_top * sizeof r->top_ids[0]);
-    memcpy(t.lp.top_logprobs, r->top_logprobs, (size_t)r->n_top * sizeof r->top_logprobs[0]);
+    for (int k = 0; k < r->n_top; k++) {
+        t.lp.top_ids[k] = r->top_ids[k];
+        t.lp.top_logprobs[k] = wire_logprob(s, r->top_logprobs[k]);
+    }
     s->cb_err = wp_step_add_token(s->step_enc, &t);
 }
 
