@@ -22,43 +22,14 @@
  * WELCOME comes. A REFUSE of the first HELLO ends worker_server_run with the reason.
  *
  * Nothing here installs signal handlers or exits: deras-worker (main.c) does that, and
- * tests run the loop in a thread. The loop allocates nothing per token or per step.
+ * tests run the loop in a thread. The loop allocates nothing per token; per step, only
+ * libzmq's copy of the one STEP frame.
  */
 #ifndef DERAS_WORKER_SERVER_H
 #define DERAS_WORKER_SERVER_H
 
-#include <stdbool.h>
-
 #include "worker/kv_sizing.h"
-
-typedef struct worker_opts {
-    const char *model;           /* checkpoint: .gguf file or Hugging Face directory (required) */
-    const char *router;          /* the router's worker endpoint; NULL: endpoints_default_workers */
-    const char *name;            /* routing id, 1..64 of [A-Za-z0-9._:@-]; NULL: "w<pid>" */
-    const char *device;          /* "cpu" or "cuda:N" */
-    int threads;                 /* CPU threads, 0: all cores */
-    const char *kv_cache_memory; /* "4GiB" or a fraction of available memory, "0.4" */
-    int max_seqs;                /* sequences per step */
-    int max_batch_tokens;        /* tokens per step, >= max_seqs */
-    int max_live_seqs;           /* sequences queued + running; 0: 4 x max_seqs */
-    int block_size;              /* KV block size in tokens */
-    bool prefix_caching;
-    int tp_rank, tp_size;        /* only 0 / 1 for now */
-    double handshake_timeout_s;  /* wait for WELCOME */
-    double drain_timeout_s;      /* finishing in-flight work at a stop, then abort */
-    int heartbeat_ms;            /* until WELCOME says otherwise */
-    int stop_fd;                 /* readable fd: each byte is one stop request; -1: none */
-} worker_opts;
-
-/* The defaults deras-worker documents: device cpu, budget "0.4", 64 sequences, 512 batch
- * tokens, block size 16, prefix caching, tp 0/1, handshake 10 s, drain 30 s, heartbeat
- * 1000 ms, stop_fd -1. model, router and name NULL. */
-void worker_opts_default(worker_opts *o);
-
-/* Check every option without loading anything. DERAS_EINVAL with a message naming the
- * option (as deras-worker spells it) and the accepted values; DERAS_EUNSUPPORTED for
- * --tp-size other than 1. */
-int worker_opts_check(const worker_opts *o);
+#include "worker/worker_opts.h"
 
 typedef struct worker_server worker_server;
 
