@@ -1,0 +1,41 @@
+/* worker_opts.h - what a deras-worker is told: options, their defaults, and their checks.
+ *
+ * The struct is filled by deras-worker's argument parser (worker/main.c) or by a test,
+ * then checked in one place, before anything is loaded, with messages that name the
+ * option as the command line spells it. worker_server_new() checks again.
+ */
+#ifndef DERAS_WORKER_OPTS_H
+#define DERAS_WORKER_OPTS_H
+
+#include <stdbool.h>
+
+typedef struct worker_opts {
+    const char *model;           /* checkpoint: .gguf file or Hugging Face directory (required) */
+    const char *router;          /* the router's worker endpoint; NULL: endpoints_default_workers */
+    const char *name;            /* routing id, 1..64 of [A-Za-z0-9._:@-]; NULL: "w<pid>" */
+    const char *device;          /* "cpu" or "cuda:N" */
+    int threads;                 /* CPU threads, 0: all cores */
+    const char *kv_cache_memory; /* "4GiB" or a fraction of available memory, "0.4" */
+    int max_seqs;                /* sequences per step */
+    int max_batch_tokens;        /* tokens per step, >= max_seqs */
+    int max_live_seqs;           /* sequences queued + running; 0: 4 x max_seqs */
+    int block_size;              /* KV block size in tokens */
+    bool prefix_caching;
+    int tp_rank, tp_size;        /* only 0 / 1 for now */
+    double handshake_timeout_s;  /* wait for WELCOME */
+    double drain_timeout_s;      /* finishing in-flight work at a stop, then abort */
+    int heartbeat_ms;            /* until WELCOME says otherwise */
+    int stop_fd;                 /* readable fd: each byte is one stop request; -1: none */
+} worker_opts;
+
+/* The defaults deras-worker documents: device cpu, budget "0.4", 64 sequences, 512 batch
+ * tokens, block size 16, prefix caching, tp 0/1, handshake 10 s, drain 30 s, heartbeat
+ * 1000 ms, stop_fd -1. model, router and name NULL. */
+void worker_opts_default(worker_opts *o);
+
+/* Check every option without loading anything. DERAS_EINVAL with a message naming the
+ * option (as deras-worker spells it) and the accepted values; DERAS_EUNSUPPORTED for
+ * --tp-size other than 1. */
+int worker_opts_check(const worker_opts *o);
+
+#endif
