@@ -3,8 +3,10 @@
  * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,
  * or [routing id, "", payload] from a REQ (the empty delimiter is echoed on every reply
  * to that request). Anything else is answered `malformed` and counted. ZeroMQ enforces
- * the frame cap (ZMQ_MAXMSGSIZE): a peer sending more is disconnected by the library;
- * the monitor sees that as a handshake/protocol failure or a disconnect and counts it.
+ * the frame cap (ZMQ_MAXMSGSIZE) while reading the frame header, before allocating: a
+ * peer sending more is disconnected by the library, which libzmq 4.3 reports to the
+ * monitor as a plain disconnect (counted with the disconnects; its requests end like
+ * any departed client's). Peers that are not ZMTP at all are counted apart.
  *
  * A request is checked completely before anything is allocated for it: the decoder's
  * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
@@ -220,7 +222,7 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */
-    if (dispatch_check(rt->disp, q->n, 0)) {
+    if (q->n <= rt->o.max_queued_requests && dispatch_check(rt->disp, q->n, 0)) {
         frontend_error(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
@@ -229,6 +231,12 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, sizeof msg);
     if (code != PE_NONE) {
         frontend_error(rt, ident, ident_len, delim, q->id, code, msg);
+        return;
+    }
+    if (q->n > rt->o.max_queued_requests) {
+        snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", q->n,
+                 rt->o.max_queued_requests);
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
     }
     if (n_ids > rt->o.max_queued_tokens) {
@@ -430,7 +438,7 @@ void frontend_monitor(router_t *rt)
             relay_fd_closed(rt, (int)value);
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            rt->st.oversized++; /* and other framing errors: the peer was dropped */
+            rt->st.protocol_drops++;
             log_debug("client connection dropped by ZeroMQ: protocol error 0x%x", value);
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:

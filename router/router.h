@@ -50,8 +50,11 @@ typedef struct router_stats {
     uint64_t errors[PE_N_CODES];          /* error replies by code */
     uint64_t bad_envelopes;               /* frames not [payload] / ["", payload] */
     uint64_t send_failures;               /* client gone or not reading */
-    uint64_t disconnects;                 /* client connections closed */
-    uint64_t oversized;                   /* connections dropped by ZeroMQ for a frame over the cap */
+    /* Client connections closed. A frame over the cap makes ZeroMQ drop the connection,
+     * and libzmq 4.3 reports that as a plain disconnect (no event of its own), so such
+     * drops are counted here. */
+    uint64_t disconnects;
+    uint64_t protocol_drops;              /* dropped by ZeroMQ: not a ZMTP peer, bad handshake */
     uint64_t auth_denied, auth_allowed;   /* CURVE handshakes judged by the ZAP handler */
     uint64_t worker_frames, worker_bad_frames, stray_tokens, redispatched, worker_deaths;
 } router_stats;
