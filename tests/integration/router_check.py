@@ -154,7 +154,7 @@ class Env:
     def start_router(self, *extra):
         argv = [os.path.join(self.args.build, "router", "deras-router"), "--model", self.args.model,
                 "--listen", self.listen, "--workers", self.wsock, "--worker-timeout-ms", "1500",
-                "--heartbeat-ms", "200", *extra]
+                "--heartbeat-ms", "200", "--drain-timeout", "3", *extra]
         self.router = Proc("router", argv, self.env, self.tmp)
         c = self.client()
         c.ping()
@@ -191,12 +191,26 @@ class Env:
         return c
 
     def stop(self):
+        """Stop everything; the router by SIGTERM, so it must drain and exit 0 with a log
+        free of sanitizer reports (leaks included). Returns what went wrong, or ""."""
+        problem = ""
         for c in self.clients:
             c.close()
-        for w in self.workers:
-            w.stop()
+        if self.router and self.router.alive():
+            self.router.signal(signal.SIGTERM)
+            rc = self.router.wait(10)
+            if rc != 0:
+                problem = f"router exit status {rc} at SIGTERM"
         if self.router:
             self.router.stop()
+            with open(self.router.log) as f:
+                log = f.read()
+            for mark in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+                if mark in log:
+                    problem += f"; router log has '{mark}'"
+        for w in self.workers:
+            w.stop()
+        return problem
 
     def logs(self):
         out = ""
@@ -595,7 +609,7 @@ def s_no_workers(e):
 
 def s_drain(e):
     """SIGTERM: running requests finish, new ones get shutting_down, exit 0, socket removed"""
-    c = e.start_router()
+    c = e.start_router("--drain-timeout", "120")
     e.start_worker("w0", *(["--step-ms", "10"] if e.args.fake else []))
     c.request("long", PROMPT, max_tokens=150 if e.args.fake else 4000, ignore_eos=True, stream=True)
     m = c.recv(5000)
@@ -603,9 +617,10 @@ def s_drain(e):
     e.router.signal(signal.SIGTERM)
     time.sleep(0.2)
     c.request("new", PROMPT, max_tokens=2)
-    r = c.collect({"long": 1, "new": 1}, timeout=60)
+    r = c.collect({"long": 1, "new": 1}, timeout=120)
     check(r["new"]["error"] and r["new"]["error"]["code"] == "shutting_down", f"{r['new']}")
-    check(r["long"]["finals"] and r["long"]["finals"][0]["finish_reason"] == "length", f"{r['long']}")
+    check(r["long"]["finals"] and r["long"]["finals"][0]["finish_reason"] == "length",
+          f"long: finals {r['long']['finals']}, error {r['long']['error']}")
     rc = e.router.wait(10)
     check(rc == 0, f"router exit status {rc}")
     check(not os.path.exists(e.wsock[len("ipc://"):]), "worker socket file left behind")
@@ -635,14 +650,16 @@ def main():
         t = time.time()
         try:
             SCENARIOS[name](e)
+            problem = e.stop()
+            if problem:
+                raise AssertionError(problem)
             print(f"ok   {name} ({time.time() - t:.1f} s)", flush=True)
             if args.verbose:
                 print(e.logs(), flush=True)
         except Exception as ex:  # noqa: BLE001 - report and go on
             failed += 1
-            print(f"FAIL {name}: {ex}\n{e.logs()}", flush=True)
-        finally:
             e.stop()
+            print(f"FAIL {name}: {ex}\n{e.logs()}", flush=True)
     print(f"{len(args.scenarios) - failed}/{len(args.scenarios)} scenarios passed")
     return 1 if failed else 0
 
