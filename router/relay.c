@@ -228,6 +228,11 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         rq_sample *s = &r->samples[t->index];
         if (s->done)
             continue;
+        if (stream_n_tokens(s->st) >= r->max_tokens) {
+            /* a worker that does not stop: the text stays bounded by max_tokens */
+            rt->st.stray_tokens++;
+            continue;
+        }
         if (!s->t_first_us)
             s->t_first_us = now;
         int rc = stream_push(s->st, t->lp.token_id, r->logprobs > 0 ? &t->lp : NULL);
