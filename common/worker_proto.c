@@ -86,29 +86,6 @@ static const char *const load_names[] = {
 };
 #define N_LOAD 13
 
-/* Grow *p (elements of `elem` bytes, capacity *cap) to hold need; after an outsized message
- * shrink back to retain. Contents are not kept (they belong to the previous message).
- * Allocates only when the capacity changes. */
-static int grow(void **p, size_t *cap, size_t need, size_t elem, size_t retain)
-{
-    if (*cap >= need && (*cap <= retain || need > retain))
-        return DERAS_OK;
-    size_t want;
-    if (*cap >= need) {
-        want = retain; /* shrink after an outsized message */
-    } else {
-        want = *cap * 2 < retain ? *cap * 2 : retain;
-        want = want < 64 ? 64 : want;
-        want = want < need ? need : want;
-    }
-    free(*p);
-    *cap = 0;
-    if (!(*p = malloc(want * elem)))
-        return DERAS_ENOMEM;
-    *cap = want;
-    return DERAS_OK;
-}
-
 /* ---- decoder ---- */
 
 struct wp_decoder {
@@ -225,7 +202,7 @@ static int decode_prompt_bin(wp_decoder *d, const msgpack_object *o, wp_submit *
     size_t n = size / 4;
     if (n > INT32_MAX)
         return ps_fail(err, PE_LIMIT_EXCEEDED, "prompt_ids holds %zu ids", n);
-    if (grow((void **)&d->ids, &d->ids_cap, n, sizeof *d->ids, WP_RETAIN_IDS) != DERAS_OK)
+    if (ps_grow((void **)&d->ids, &d->ids_cap, n, sizeof *d->ids, WP_RETAIN_IDS) != DERAS_OK)
         return nomem(err, "prompt ids", n);
     const uint8_t *b = (const uint8_t *)o->via.bin.ptr;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -315,7 +292,7 @@ static int decode_tokens(wp_decoder *d, const msgpack_object *o, wp_msg *m, prot
             wp_token scratch;
             return decode_token(&items[i], i, &scratch, err);
         }
-    if (grow((void **)&d->tokens, &d->tokens_cap, k, sizeof *d->tokens, WP_RETAIN_ENTRIES) !=
+    if (ps_grow((void **)&d->tokens, &d->tokens_cap, k, sizeof *d->tokens, WP_RETAIN_ENTRIES) !=
         DERAS_OK)
         return nomem(err, "step tokens", k);
     for (uint32_t i = 0; i < k; i++)
@@ -363,7 +340,7 @@ static int decode_finishes(wp_decoder *d, const msgpack_object *o, wp_msg *m, pr
     int rc = ps_array(o, WP_MAX_STEP_ENTRIES, &items, &k, err, "finishes");
     if (rc != DERAS_OK)
         return rc;
-    if (grow((void **)&d->finishes, &d->finishes_cap, k, sizeof *d->finishes,
+    if (ps_grow((void **)&d->finishes, &d->finishes_cap, k, sizeof *d->finishes,
              WP_RETAIN_ENTRIES) != DERAS_OK)
         return nomem(err, "step finishes", k);
     for (uint32_t i = 0; i < k; i++)

@@ -185,6 +185,49 @@ static void warm_codecs_allocate_nothing_per_message(void **state)
     wp_decoder_destroy(&wd);
 }
 
+/* Frames that grow a little each time (a conversation getting longer) reallocate only
+ * when a capacity doubles, not once per frame. */
+static void growing_frames_allocate_logarithmically(void **state)
+{
+    (void)state;
+    proto_decoder *pd = proto_decoder_new(NULL);
+    proto_encoder *pe = proto_encoder_new();
+    wp_decoder *wd = wp_decoder_new(0);
+    wp_encoder *we = wp_encoder_new();
+    static int32_t ids[20000];
+    static char text[20000];
+    memset(text, 'x', sizeof text);
+    const void *buf;
+    size_t len;
+    size_t n0 = n_allocs;
+    for (int n = 1; n <= 20000; n += 7) {
+        proto_request r = {.prompt_ids = ids, .n_prompt_ids = n, .max_tokens = 1, .n = 1,
+                           .temperature = 1, .top_p = 1, .repetition_penalty = 1,
+                           .add_special_tokens = true};
+        strcpy(r.id, "grow");
+        assert_int_equal(proto_encode_request(pe, &r, &buf, &len), DERAS_OK);
+        assert_int_equal(decode(CLIENT, pd, wd, buf, len), DERAS_OK);
+        r.prompt_ids = NULL;
+        r.n_prompt_ids = 0;
+        r.prompt = text;
+        r.prompt_len = (size_t)n;
+        assert_int_equal(proto_encode_request(pe, &r, &buf, &len), DERAS_OK);
+        assert_int_equal(decode(CLIENT, pd, wd, buf, len), DERAS_OK);
+        wp_submit s = {.rid = 1, .prompt_ids = ids, .n_prompt = n, .max_tokens = 1, .n = 1,
+                       .temperature = 1, .top_p = 1, .repetition_penalty = 1};
+        assert_int_equal(wp_encode_submit(we, &s, &buf, &len), DERAS_OK);
+        assert_int_equal(decode(WORKER, pd, wd, buf, len), DERAS_OK);
+    }
+    size_t n_grow = n_allocs - n0;
+    printf("  8572 frames growing to 20000 ids / bytes: %zu allocations\n", n_grow);
+    if (n_grow > 80)
+        fail_msg("growing frames allocated %zu times, expected a few per doubling", n_grow);
+    proto_encoder_destroy(&pe);
+    wp_encoder_destroy(&we);
+    proto_decoder_destroy(&pd);
+    wp_decoder_destroy(&wd);
+}
+
 static void lying_frames_allocate_nothing(void **state)
 {
     (void)state;
@@ -383,6 +426,7 @@ int main(void)
     msgpack_sbuffer_init(&sb);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(warm_codecs_allocate_nothing_per_message),
+        cmocka_unit_test(growing_frames_allocate_logarithmically),
         cmocka_unit_test(lying_frames_allocate_nothing),
         cmocka_unit_test(hostile_memory_is_a_bounded_multiple_of_the_frame),
         cmocka_unit_test(rss_stays_flat_over_100k_hostile_decodes),
