@@ -597,7 +597,9 @@ static int serve(worker_server *s)
             return rc;
         if (stop_now) {
             abort_all(s, true);
-            return flush_step(s, t);
+            if ((rc = flush_step(s, t)))
+                return rc;
+            return s->link == LINK_READY ? send_heartbeat(s, t) : DERAS_OK;
         }
         if ((items[0].revents & ZMQ_POLLIN) && (rc = recv_batch(s, t)))
             return rc;
