@@ -18,6 +18,7 @@ Needs python3-zmq and python3-msgpack (Debian). Exit status 0 when every scenari
 import argparse
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -667,6 +668,7 @@ def main():
             print(f"ok   {name} ({time.time() - t:.1f} s)", flush=True)
             if args.verbose:
                 print(e.logs(), flush=True)
+            shutil.rmtree(e.tmp, ignore_errors=True)  # kept, with the logs, on failure
         except Exception as ex:  # noqa: BLE001 - report and go on
             failed += 1
             e.stop()
