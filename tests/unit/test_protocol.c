@@ -1,0 +1,770 @@
+/* test_protocol.c - the client protocol: every message survives encode -> decode, every
+ * validation rule answers with its stable code and a message naming the field and the
+ * bound, and hostile frames (truncated, lying about lengths, deep, huge, non-finite,
+ * invalid UTF-8) fail cleanly. Frames are written as text (mp_text.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/msgpack_scan.h"
+#include "common/protocol.h"
+#include "common/status.h"
+#include "mp_text.h"
+#include "test_util.h"
+
+static msgpack_sbuffer sb;
+
+/* Decode `text` as a client frame with decoder d. */
+static int decode_text(proto_decoder *d, const char *text, proto_client_msg *m, proto_error *err)
+{
+    mpt_pack(&sb, text);
+    return proto_decode_client(d, sb.data, sb.size, m, err);
+}
+
+static proto_decoder *default_decoder(void)
+{
+    proto_decoder *d = proto_decoder_new(NULL);
+    assert_non_null(d);
+    return d;
+}
+
+/* ---- round trips ---- */
+
+static void request_round_trips_with_every_field(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_encoder *e = proto_encoder_new();
+    static const int32_t stop_ids[] = {2, 7};
+    proto_request r = {
+        .prompt = "Hello, wörld", .prompt_len = strlen("Hello, wörld"),
+        .max_tokens = 100, .n = 3, .top_k = 40, .logprobs = 5, .stream = true,
+        .ignore_eos = true, .add_special_tokens = false, .has_seed = true,
+        .temperature = 0.7f, .top_p = 0.9f, .min_p = 0.05f, .repetition_penalty = 1.1f,
+        .presence_penalty = -0.5f, .frequency_penalty = 1.5f, .seed = UINT64_MAX,
+        .n_stops = 2, .stops = {"\n\n", "User:"}, .stop_lens = {2, 5},
+        .n_stop_ids = 2, .deadline_ms = 30000,
+    };
+    memcpy(r.stop_ids, stop_ids, sizeof stop_ids);
+    strcpy(r.id, "req-1");
+    const void *buf;
+    size_t len;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    proto_client_msg m;
+    proto_error err;
+    int rc = proto_decode_client(d, buf, len, &m, &err);
+    if (rc != DERAS_OK)
+        fail_msg("expected the encoded request to decode, got %s: %s",
+                 proto_error_name(err.code), err.message);
+    const proto_request *g = &m.req;
+    assert_int_equal(m.type, PROTO_REQUEST);
+    assert_string_equal(g->id, "req-1");
+    assert_int_equal(g->prompt_len, r.prompt_len);
+    assert_memory_equal(g->prompt, r.prompt, r.prompt_len);
+    assert_null(g->prompt_ids);
+    assert_int_equal(g->max_tokens, 100);
+    assert_int_equal(g->n, 3);
+    assert_int_equal(g->top_k, 40);
+    assert_int_equal(g->logprobs, 5);
+    assert_true(g->stream && g->ignore_eos && !g->add_special_tokens && g->has_seed);
+    assert_true(g->temperature == 0.7f && g->top_p == 0.9f && g->min_p == 0.05f);
+    assert_true(g->repetition_penalty == 1.1f && g->presence_penalty == -0.5f &&
+                g->frequency_penalty == 1.5f);
+    assert_true(g->seed == UINT64_MAX);
+    assert_int_equal(g->n_stops, 2);
+    assert_int_equal(g->stop_lens[1], 5);
+    assert_memory_equal(g->stops[1], "User:", 5);
+    assert_int_equal(g->n_stop_ids, 2);
+    assert_int_equal(g->stop_ids[1], 7);
+    assert_int_equal(g->deadline_ms, 30000);
+
+    /* prompt_ids instead of text; the decoded pointers belong to the decoder. */
+    static const int32_t ids[] = {1, 15043, 0, 2147483647};
+    proto_request q = {.prompt_ids = ids, .n_prompt_ids = 4, .max_tokens = 256, .n = 1,
+                       .temperature = 1, .top_p = 1, .repetition_penalty = 1,
+                       .add_special_tokens = true};
+    strcpy(q.id, "ids");
+    assert_int_equal(proto_encode_request(e, &q, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_client(d, buf, len, &m, &err), DERAS_OK);
+    assert_null(m.req.prompt);
+    assert_int_equal(m.req.n_prompt_ids, 4);
+    assert_memory_equal(m.req.prompt_ids, ids, sizeof ids);
+    assert_true(m.req.prompt_ids != ids);
+    proto_encoder_destroy(&e);
+    proto_decoder_destroy(&d);
+    assert_null(e);
+    assert_null(d);
+}
+
+static void request_defaults_apply_to_omitted_fields(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_client_msg m;
+    proto_error err;
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"a\", prompt: \"\"}", &m, &err),
+                     DERAS_OK);
+    const proto_request *r = &m.req;
+    assert_int_equal(r->max_tokens, 256);
+    assert_int_equal(r->n, 1);
+    assert_false(r->stream);
+    assert_true(r->temperature == 1 && r->top_p == 1 && r->min_p == 0);
+    assert_int_equal(r->top_k, 0);
+    assert_true(r->repetition_penalty == 1 && r->presence_penalty == 0 &&
+                r->frequency_penalty == 0);
+    assert_false(r->has_seed);
+    assert_int_equal(r->logprobs, 0);
+    assert_int_equal(r->deadline_ms, 0);
+    assert_true(r->add_special_tokens);
+    assert_false(r->ignore_eos);
+    assert_int_equal(r->n_stops, 0);
+    assert_int_equal(r->n_stop_ids, 0);
+    assert_non_null(r->prompt);
+    assert_int_equal(r->prompt_len, 0);
+    /* Integers are accepted for float fields; "v" may be given. */
+    assert_int_equal(decode_text(d, "{v: 1, type: \"request\", id: \"b\", prompt: \"x\", "
+                                    "temperature: 0, top_p: 1, repetition_penalty: 2}",
+                                 &m, &err),
+                     DERAS_OK);
+    assert_true(m.req.temperature == 0 && m.req.repetition_penalty == 2);
+    proto_decoder_destroy(&d);
+}
+
+static void cancel_and_ping_round_trip(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_encoder *e = proto_encoder_new();
+    const void *buf;
+    size_t len;
+    proto_client_msg m;
+    proto_error err;
+    assert_int_equal(proto_encode_cancel(e, "req-9", &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_client(d, buf, len, &m, &err), DERAS_OK);
+    assert_int_equal(m.type, PROTO_CANCEL);
+    assert_string_equal(m.cancel_id, "req-9");
+    assert_int_equal(decode_text(d, "{type: \"ping\"}", &m, &err), DERAS_OK);
+    assert_int_equal(m.type, PROTO_PING);
+    assert_int_equal(decode_text(d, "{type: \"ping\", v: 1}", &m, &err), DERAS_OK);
+    proto_encoder_destroy(&e);
+    proto_decoder_destroy(&d);
+}
+
+static void replies_round_trip(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_encoder *e = proto_encoder_new();
+    const void *buf;
+    size_t len;
+    proto_server_msg m;
+    proto_error err;
+    static const int32_t ids[] = {11, 22, 33};
+    proto_logprob lps[3] = {{.token_id = 11, .logprob = -0.5f, .n_top = 2,
+                             .top_ids = {11, 12}, .top_logprobs = {-0.5f, -1.5f}},
+                            {.token_id = 22, .logprob = -0.1f},
+                            {.token_id = 33, .logprob = -2.0f, .n_top = 1, .top_ids = {1},
+                             .top_logprobs = {-0.2f}}};
+
+    /* chunk, with and without logprobs */
+    assert_int_equal(proto_encode_chunk(e, "c1", 2, ids, 3, "abc", 3, lps, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
+    assert_int_equal(m.type, PROTO_CHUNK);
+    assert_string_equal(m.id, "c1");
+    assert_int_equal(m.index, 2);
+    assert_int_equal(m.n_token_ids, 3);
+    assert_memory_equal(m.token_ids, ids, sizeof ids);
+    assert_int_equal(m.text_len, 3);
+    assert_memory_equal(m.text, "abc", 3);
+    assert_int_equal(proto_encode_chunk(e, "c1", 0, ids, 0, "", 0, NULL, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
+    assert_int_equal(m.n_token_ids, 0);
+    assert_int_equal(m.text_len, 0);
+
+    /* final of a stream (no text), then of a non-stream request with everything */
+    proto_usage u = {.prompt_tokens = 7, .completion_tokens = 3, .queue_ms = 0.25,
+                     .ttft_ms = 12.5, .total_ms = 40};
+    assert_int_equal(proto_encode_final(e, "f1", 0, "stop", NULL, &u, NULL, 0, NULL, 0, NULL,
+                                        &buf, &len),
+                     DERAS_OK);
+    assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
+    assert_int_equal(m.type, PROTO_FINAL);
+    assert_string_equal(m.finish_reason, "stop");
+    assert_null(m.abort_reason);
+    assert_null(m.text);
+    assert_int_equal(m.usage.prompt_tokens, 7);
+    assert_int_equal(m.usage.completion_tokens, 3);
+    assert_true(m.usage.queue_ms == 0.25 && m.usage.ttft_ms == 12.5 && m.usage.total_ms == 40);
+    assert_int_equal(proto_encode_final(e, "f2", 1, "abort", "client cancelled", &u, "whole", 5,
+                                        ids, 3, lps, &buf, &len),
+                     DERAS_OK);
+    int rc = proto_decode_server(d, buf, len, &m, &err);
+    if (rc != DERAS_OK)
+        fail_msg("final: %s", err.message);
+    assert_string_equal(m.finish_reason, "abort");
+    assert_string_equal(m.abort_reason, "client cancelled");
+    assert_int_equal(m.text_len, 5);
+    assert_int_equal(m.n_token_ids, 3);
+    assert_int_equal(m.index, 1);
+
+    /* error: every code survives; the id may be empty */
+    for (int c = 1; c < PE_N_CODES; c++) {
+        assert_int_equal(proto_encode_error(e, c % 2 ? "x" : "", c, "why", &buf, &len), DERAS_OK);
+        assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
+        assert_int_equal(m.type, PROTO_ERROR);
+        assert_int_equal(m.code, c);
+        assert_string_equal(m.message, "why");
+        assert_string_equal(m.id, c % 2 ? "x" : "");
+    }
+    mpt_pack(&sb, "{type: \"error\", id: \"\", code: \"brand_new_code\", message: \"m\"}");
+    assert_int_equal(proto_decode_server(d, sb.data, sb.size, &m, &err), DERAS_OK);
+    assert_int_equal(m.code, PE_INTERNAL);
+    /* A message that is not valid UTF-8 is cut before the bad byte, never sent broken. */
+    assert_int_equal(proto_encode_error(e, "x", PE_INTERNAL, "bad \xff tail", &buf, &len),
+                     DERAS_OK);
+    assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
+    assert_string_equal(m.message, "bad ");
+
+    /* pong */
+    proto_worker_status w[2] = {{.name = "w0", .state = "ready", .running = 3, .waiting = 1,
+                                 .kv_blocks_free = 10, .kv_blocks_total = 20, .served = 99},
+                                {.name = "w1", .state = "draining"}};
+    assert_int_equal(proto_encode_pong(e, w, 2, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
+    assert_int_equal(m.type, PROTO_PONG);
+    assert_int_equal(m.n_workers, 2);
+    assert_string_equal(m.workers[0].name, "w0");
+    assert_string_equal(m.workers[1].state, "draining");
+    assert_int_equal(m.workers[0].running, 3);
+    assert_int_equal(m.workers[0].kv_blocks_total, 20);
+    assert_true(m.workers[0].served == 99);
+    proto_encoder_destroy(&e);
+    proto_decoder_destroy(&d);
+}
+
+/* ---- validation: one case per rule ---- */
+
+typedef struct vcase {
+    const char *frame;
+    enum proto_error_code code;
+    const char *msg; /* a substring the message must contain */
+} vcase;
+
+#define REQ "type: \"request\", id: \"r1\", "
+
+static const vcase request_cases[] = {
+    /* ranges of the sampling parameters */
+    {"{" REQ "prompt: \"x\", temperature: 250}", PE_VALUE_OUT_OF_RANGE,
+     "temperature must be in [0, 100], got 250"},
+    {"{" REQ "prompt: \"x\", temperature: -0.5}", PE_VALUE_OUT_OF_RANGE, "temperature"},
+    {"{" REQ "prompt: \"x\", temperature: \"hot\"}", PE_INVALID_FIELD,
+     "temperature must be a number, got str"},
+    {"{" REQ "prompt: \"x\", temperature: nan}", PE_VALUE_OUT_OF_RANGE, "got nan"},
+    {"{" REQ "prompt: \"x\", temperature: inf}", PE_VALUE_OUT_OF_RANGE, "got inf"},
+    {"{" REQ "prompt: \"x\", top_p: -inf}", PE_VALUE_OUT_OF_RANGE, "top_p"},
+    {"{" REQ "prompt: \"x\", top_p: 0}", PE_VALUE_OUT_OF_RANGE, "top_p must be in (0, 1], got 0"},
+    {"{" REQ "prompt: \"x\", top_p: 1.5f}", PE_VALUE_OUT_OF_RANGE, "top_p"},
+    {"{" REQ "prompt: \"x\", top_p: 1e-50}", PE_VALUE_OUT_OF_RANGE, "top_p"},
+    {"{" REQ "prompt: \"x\", top_p: nil}", PE_INVALID_FIELD, "top_p must be a number, got nil"},
+    {"{" REQ "prompt: \"x\", top_k: -1}", PE_VALUE_OUT_OF_RANGE, "top_k must be in [0, "},
+    {"{" REQ "prompt: \"x\", top_k: 1.0}", PE_INVALID_FIELD, "top_k must be an integer, got float"},
+    {"{" REQ "prompt: \"x\", min_p: 1.5}", PE_VALUE_OUT_OF_RANGE, "min_p must be in [0, 1]"},
+    {"{" REQ "prompt: \"x\", repetition_penalty: 0}", PE_VALUE_OUT_OF_RANGE,
+     "repetition_penalty must be in (0, 10], got 0"},
+    {"{" REQ "prompt: \"x\", repetition_penalty: 10.5}", PE_VALUE_OUT_OF_RANGE,
+     "repetition_penalty"},
+    {"{" REQ "prompt: \"x\", presence_penalty: 2.5}", PE_VALUE_OUT_OF_RANGE,
+     "presence_penalty must be in [-2, 2], got 2.5"},
+    {"{" REQ "prompt: \"x\", frequency_penalty: -3}", PE_VALUE_OUT_OF_RANGE,
+     "frequency_penalty must be in [-2, 2], got -3"},
+    {"{" REQ "prompt: \"x\", seed: -1}", PE_VALUE_OUT_OF_RANGE, "seed must be in [0, "},
+    {"{" REQ "prompt: \"x\", seed: 1.5}", PE_INVALID_FIELD, "seed must be an integer"},
+    /* caps */
+    {"{" REQ "prompt: \"x\", logprobs: 21}", PE_LIMIT_EXCEEDED, "logprobs must be in [0, 20], got 21"},
+    {"{" REQ "prompt: \"x\", logprobs: -1}", PE_VALUE_OUT_OF_RANGE, "logprobs"},
+    {"{" REQ "prompt: \"x\", n: 0}", PE_VALUE_OUT_OF_RANGE, "n must be in [1, 16], got 0"},
+    {"{" REQ "prompt: \"x\", n: 17}", PE_LIMIT_EXCEEDED, "n must be in [1, 16], got 17"},
+    {"{" REQ "prompt: \"x\", max_tokens: 0}", PE_VALUE_OUT_OF_RANGE, "max_tokens must be in [1, 32768], got 0"},
+    {"{" REQ "prompt: \"x\", max_tokens: 32769}", PE_LIMIT_EXCEEDED, "max_tokens must be in [1, 32768], got 32769"},
+    {"{" REQ "prompt: \"x\", max_tokens: 18446744073709551615}", PE_LIMIT_EXCEEDED,
+     "got 18446744073709551615"},
+    {"{" REQ "prompt: \"x\", max_tokens: -9223372036854775808}", PE_VALUE_OUT_OF_RANGE,
+     "got -9223372036854775808"},
+    {"{" REQ "prompt: \"x\", max_tokens: 16.0}", PE_INVALID_FIELD, "max_tokens must be an integer, got float"},
+    {"{" REQ "prompt: \"x\", deadline_ms: 0}", PE_VALUE_OUT_OF_RANGE, "deadline_ms must be in [1, 86400000], got 0"},
+    {"{" REQ "prompt: \"x\", deadline_ms: 86400001}", PE_LIMIT_EXCEEDED, "deadline_ms"},
+    /* booleans */
+    {"{" REQ "prompt: \"x\", stream: 1}", PE_INVALID_FIELD, "stream must be a bool, got int"},
+    {"{" REQ "prompt: \"x\", ignore_eos: \"yes\"}", PE_INVALID_FIELD, "ignore_eos must be a bool, got str"},
+    {"{" REQ "prompt: \"x\", add_special_tokens: nil}", PE_INVALID_FIELD, "add_special_tokens"},
+    /* the id */
+    {"{type: \"request\", id: \"\", prompt: \"x\"}", PE_INVALID_FIELD, "id must be 1..64 bytes, got 0"},
+    {"{type: \"request\", id: str(65), prompt: \"x\"}", PE_LIMIT_EXCEEDED, "id must be 1..64 bytes, got 65"},
+    {"{type: \"request\", id: 5, prompt: \"x\"}", PE_INVALID_FIELD, "id must be a string, got int"},
+    {"{type: \"request\", id: \"a\\0b\", prompt: \"x\"}", PE_INVALID_FIELD, "id must not contain NUL"},
+    {"{type: \"request\", id: \"a\\xffb\", prompt: \"x\"}", PE_INVALID_UTF8, "id is not valid UTF-8 (byte 1)"},
+    {"{type: \"request\", prompt: \"x\"}", PE_MISSING_FIELD, "id is required"},
+    /* the prompt */
+    {"{" REQ "prompt: \"x\", prompt_ids: [1]}", PE_INVALID_FIELD, "exactly one of prompt and prompt_ids"},
+    {"{" REQ "max_tokens: 5}", PE_MISSING_FIELD, "prompt or prompt_ids is required"},
+    {"{" REQ "prompt: \"ok \\xc3\\x28\"}", PE_INVALID_UTF8, "prompt is not valid UTF-8 (byte 3)"},
+    {"{" REQ "prompt: \"\\xed\\xa0\\x80\"}", PE_INVALID_UTF8, "prompt"}, /* a surrogate */
+    {"{" REQ "prompt: \"\\xc0\\xaf\"}", PE_INVALID_UTF8, "prompt"},      /* overlong */
+    {"{" REQ "prompt: \"abc\\xe2\\x82\"}", PE_INVALID_UTF8, "prompt"},   /* truncated char */
+    {"{" REQ "prompt: b\"abc\"}", PE_INVALID_FIELD, "prompt must be a string, got bin"},
+    {"{" REQ "prompt: [\"a\"]}", PE_INVALID_FIELD, "prompt must be a string, got array"},
+    {"{" REQ "prompt_ids: []}", PE_INVALID_FIELD, "prompt_ids must have 1..131072 ids, got 0"},
+    {"{" REQ "prompt_ids: [1, -1]}", PE_TOKEN_OUT_OF_RANGE, "prompt_ids[1] must be in [0, 2147483647], got -1"},
+    {"{" REQ "prompt_ids: [2147483648]}", PE_TOKEN_OUT_OF_RANGE, "prompt_ids[0]"},
+    {"{" REQ "prompt_ids: [1, \"a\"]}", PE_INVALID_FIELD, "prompt_ids[1] must be an integer, got str"},
+    {"{" REQ "prompt_ids: [1.0]}", PE_INVALID_FIELD, "prompt_ids[0] must be an integer, got float"},
+    {"{" REQ "prompt_ids: ids(131073)}", PE_LIMIT_EXCEEDED, "prompt_ids may have at most 131072 elements, got 131073"},
+    {"{" REQ "prompt_ids: \"1 2 3\"}", PE_INVALID_FIELD, "prompt_ids must be an array, got str"},
+    {"{" REQ "prompt: str(1048577)}", PE_LIMIT_EXCEEDED, "prompt must be 0..1048576 bytes, got 1048577"},
+    /* stops */
+    {"{" REQ "prompt: \"x\", stop: \"###\"}", PE_INVALID_FIELD, "stop must be an array, got str"},
+    {"{" REQ "prompt: \"x\", stop: [\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\","
+     "\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", PE_LIMIT_EXCEEDED,
+     "stop may have at most 16 elements, got 17"},
+    {"{" REQ "prompt: \"x\", stop: [\"a\", \"\"]}", PE_INVALID_FIELD, "stop[1] must be 1..256 bytes, got 0"},
+    {"{" REQ "prompt: \"x\", stop: [str(257)]}", PE_LIMIT_EXCEEDED, "stop[0] must be 1..256 bytes, got 257"},
+    {"{" REQ "prompt: \"x\", stop: [\"\\xff\"]}", PE_INVALID_UTF8, "stop[0] is not valid UTF-8"},
+    {"{" REQ "prompt: \"x\", stop: [1]}", PE_INVALID_FIELD, "stop[0] must be a string, got int"},
+    {"{" REQ "prompt: \"x\", stop_token_ids: [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}",
+     PE_LIMIT_EXCEEDED, "stop_token_ids may have at most 16 elements, got 17"},
+    {"{" REQ "prompt: \"x\", stop_token_ids: [-5]}", PE_TOKEN_OUT_OF_RANGE, "stop_token_ids[0]"},
+    /* keys and header */
+    {"{" REQ "prompt: \"x\", tempreature: 1}", PE_INVALID_FIELD, "unknown key 'tempreature' in request"},
+    {"{" REQ "prompt: \"x\", \"\\xff\\x01\": 1}", PE_INVALID_FIELD, "unknown key '\\xff\\x01'"},
+    {"{" REQ "prompt: \"x\", 7: 1}", PE_INVALID_FIELD, "keys must be strings, got int"},
+    {"{" REQ "prompt: \"x\", n: 2, n: 3}", PE_INVALID_FIELD, "duplicate key 'n'"},
+    {"{" REQ "prompt: \"x\", v: 2}", PE_UNSUPPORTED_VERSION, "v must be 1, got 2"},
+    {"{" REQ "prompt: \"x\", v: \"1\"}", PE_INVALID_FIELD, "v must be an integer, got str"},
+    {"{id: \"r1\", prompt: \"x\"}", PE_MISSING_FIELD, "type is required"},
+    {"{type: \"complete\", id: \"r1\"}", PE_UNKNOWN_TYPE, "unknown message type 'complete'"},
+    {"{type: 3, id: \"r1\"}", PE_INVALID_FIELD, "type must be a string, got int"},
+    {"{type: \"cancel\", id: \"r1\", prompt: \"x\"}", PE_INVALID_FIELD, "unknown key 'prompt' in cancel"},
+    {"{type: \"cancel\"}", PE_MISSING_FIELD, "id is required"},
+    {"{type: \"ping\", id: \"x\"}", PE_INVALID_FIELD, "unknown key 'id' in ping"},
+    {"{" REQ "prompt: \"x\", seed: {a: 1}}", PE_INVALID_FIELD, "seed must be an integer, got map"},
+    /* not a message at all */
+    {"[1, 2]", PE_MALFORMED, "a message must be a map, got array"},
+    {"\"request\"", PE_MALFORMED, "got str"},
+    {"{" REQ "prompt: \"x\", stop: [[[[[[[[[[\"a\"]]]]]]]]]]}", PE_MALFORMED, "nested deeper than 8"},
+};
+
+static void check_case(proto_decoder *d, const char *frame, enum proto_error_code code,
+                       const char *msg)
+{
+    proto_client_msg m;
+    proto_error err;
+    mpt_pack(&sb, frame);
+    int rc = proto_decode_client(d, sb.data, sb.size, &m, &err);
+    if (rc != DERAS_EFORMAT || err.code != code || !strstr(err.message, msg))
+        fail_msg("%s\n  expected %s \"...%s...\"\n  got rc %d, %s \"%s\"", frame,
+                 proto_error_name(code), msg, rc, proto_error_name(err.code), err.message);
+    if (strcmp(deras_errmsg() + strlen(proto_error_name(code)) + 2, err.message))
+        fail_msg("%s: deras_errmsg() '%s' does not carry the message", frame, deras_errmsg());
+}
+
+static void every_request_rule_has_its_code_and_message(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    for (size_t i = 0; i < sizeof request_cases / sizeof request_cases[0]; i++)
+        check_case(d, request_cases[i].frame, request_cases[i].code, request_cases[i].msg);
+    proto_decoder_destroy(&d);
+}
+
+static void errors_carry_the_id_when_it_was_readable(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_client_msg m;
+    proto_error err;
+    /* the bad field comes before the id in the map: the id is still reported */
+    assert_int_equal(decode_text(d, "{type: \"request\", temperature: 250, id: \"req-42\", "
+                                    "prompt: \"x\"}", &m, &err),
+                     DERAS_EFORMAT);
+    assert_string_equal(err.id, "req-42");
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"c-1\", v: 9}", &m, &err),
+                     DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_UNSUPPORTED_VERSION);
+    assert_string_equal(err.id, "c-1");
+    /* an unreadable id is not echoed */
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"\\xff\", prompt: \"x\"}", &m,
+                                 &err),
+                     DERAS_EFORMAT);
+    assert_string_equal(err.id, "");
+    assert_int_equal(decode_text(d, "{type: \"request\", id: str(65), prompt: \"x\"}", &m, &err),
+                     DERAS_EFORMAT);
+    assert_string_equal(err.id, "");
+    proto_decoder_destroy(&d);
+}
+
+static void limits_are_the_decoders(void **state)
+{
+    (void)state;
+    proto_limits lim;
+    proto_limits_default(&lim);
+    assert_int_equal(lim.max_message_bytes, 4u << 20);
+    assert_int_equal(lim.max_prompt_bytes, 1 << 20);
+    assert_int_equal(lim.max_prompt_ids, 131072);
+    assert_int_equal(lim.max_tokens, 32768);
+    assert_true(lim.max_deadline_ms == 86400000);
+    lim.max_message_bytes = 100;
+    lim.max_prompt_bytes = 8;
+    lim.max_prompt_ids = 3;
+    lim.max_tokens = 10;
+    lim.max_deadline_ms = 1000;
+    proto_decoder *d = proto_decoder_new(&lim);
+    check_case(d, "{" REQ "prompt: \"123456789\"}", PE_LIMIT_EXCEEDED,
+               "prompt must be 0..8 bytes, got 9");
+    check_case(d, "{" REQ "prompt_ids: [1,2,3,4]}", PE_LIMIT_EXCEEDED,
+               "prompt_ids may have at most 3 elements, got 4");
+    check_case(d, "{" REQ "prompt: \"x\", max_tokens: 11}", PE_LIMIT_EXCEEDED,
+               "max_tokens must be in [1, 10], got 11");
+    check_case(d, "{" REQ "prompt: \"x\", deadline_ms: 1001}", PE_LIMIT_EXCEEDED,
+               "deadline_ms must be in [1, 1000], got 1001");
+    check_case(d, "{" REQ "prompt: str(100)}", PE_MESSAGE_TOO_LARGE,
+               "the limit is 100");
+    proto_decoder_destroy(&d);
+}
+
+/* ---- hostile frames ---- */
+
+/* Every proper prefix of a valid frame is malformed, never accepted, never a crash. */
+static void truncation_at_every_length_is_malformed(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_encoder *e = proto_encoder_new();
+    proto_request r = {.prompt = "héllo", .prompt_len = 6, .max_tokens = 9, .n = 2,
+                       .temperature = 0.5f, .top_p = 0.5f, .repetition_penalty = 1,
+                       .has_seed = true, .seed = 1ull << 40, .n_stops = 1, .stops = {"\n"},
+                       .stop_lens = {1}, .n_stop_ids = 1, .stop_ids = {3}};
+    strcpy(r.id, "trunc");
+    const void *buf;
+    size_t len;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    char *copy = malloc(len);
+    memcpy(copy, buf, len);
+    for (size_t n = 0; n < len; n++) {
+        /* a heap copy of exactly n bytes, so ASan sees any read past the end */
+        char *cut = malloc(n ? n : 1);
+        memcpy(cut, copy, n);
+        proto_client_msg m;
+        proto_error err;
+        int rc = proto_decode_client(d, cut, n, &m, &err);
+        if (rc != DERAS_EFORMAT || err.code != PE_MALFORMED)
+            fail_msg("prefix of %zu of %zu bytes: expected malformed, got rc %d %s (%s)", n, len,
+                     rc, proto_error_name(err.code), err.message);
+        proto_server_msg sm;
+        assert_int_equal(proto_decode_server(d, cut, n, &sm, &err), DERAS_EFORMAT);
+        free(cut);
+    }
+    proto_client_msg m;
+    proto_error err;
+    assert_int_equal(proto_decode_client(d, copy, len, &m, &err), DERAS_OK);
+    free(copy);
+    proto_encoder_destroy(&e);
+    proto_decoder_destroy(&d);
+}
+
+static void trailing_bytes_are_malformed(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    mpt_pack(&sb, "{type: \"ping\"}");
+    char buf[64];
+    memcpy(buf, sb.data, sb.size);
+    buf[sb.size] = (char)0xc0; /* a nil after the map */
+    proto_client_msg m;
+    proto_error err;
+    assert_int_equal(proto_decode_client(d, buf, sb.size + 1, &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_MALFORMED);
+    assert_non_null(strstr(err.message, "1 trailing bytes"));
+    /* two messages in one frame */
+    memcpy(buf + sb.size, sb.data, sb.size);
+    assert_int_equal(proto_decode_client(d, buf, 2 * sb.size, &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_MALFORMED);
+    proto_decoder_destroy(&d);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Length fields that lie: each frame claims far more than it holds. */
+static void lying_lengths_fail_fast(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        unsigned char bytes[16];
+        size_t len;
+    } lies[] = {
+        {"array32 of 2^32-1", {0xdd, 0xff, 0xff, 0xff, 0xff}, 5},
+        {"map32 of 2^32-1", {0xdf, 0xff, 0xff, 0xff, 0xff}, 5},
+        {"array16 of 65535", {0xdc, 0xff, 0xff}, 3},
+        {"str32 of 4 GiB", {0xdb, 0xff, 0xff, 0xff, 0xff, 'a'}, 6},
+        {"bin32 of 4 GiB", {0xc6, 0xff, 0xff, 0xff, 0xff}, 5},
+        {"ext32 of 4 GiB", {0xc9, 0xff, 0xff, 0xff, 0xff, 1}, 6},
+        {"map whose value claims 2^32", {0x81, 0xa1, 'a', 0xdd, 0xff, 0xff, 0xff, 0xff}, 8},
+        {"fixmap of 15 pairs, empty", {0x8f}, 1},
+        {"0xc1 (never used)", {0xc1}, 1},
+        {"uint64 cut short", {0x81, 0xa1, 'a', 0xcf, 0, 0}, 6},
+        {"nothing", {0}, 0},
+    };
+    proto_decoder *d = default_decoder();
+    for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+        unsigned char *buf = malloc(lies[i].len ? lies[i].len : 1);
+        memcpy(buf, lies[i].bytes, lies[i].len);
+        proto_client_msg m;
+        proto_error err;
+        double t0 = now_s();
+        int rc = proto_decode_client(d, buf, lies[i].len, &m, &err);
+        double dt = now_s() - t0;
+        if (rc != DERAS_EFORMAT || err.code != PE_MALFORMED)
+            fail_msg("%s: expected malformed, got %d %s", lies[i].name, rc,
+                     proto_error_name(err.code));
+        if (dt > 0.01)
+            fail_msg("%s: took %.3f s to refuse %zu bytes", lies[i].name, dt, lies[i].len);
+        free(buf);
+    }
+    proto_decoder_destroy(&d);
+}
+
+static void scanner_bounds_depth_and_items(void **state)
+{
+    (void)state;
+    mp_scan_limits lim = {.max_depth = 3, .max_items = 100};
+    mp_scan_info info;
+    mpt_pack(&sb, "[[[1]]]");
+    assert_int_equal(mp_scan(sb.data, sb.size, &lim, &info), DERAS_OK);
+    assert_int_equal(info.n_items, 4);
+    assert_int_equal(info.n_containers, 3);
+    mpt_pack(&sb, "[[[[1]]]]");
+    assert_int_equal(mp_scan(sb.data, sb.size, &lim, &info), DERAS_EFORMAT);
+    assert_non_null(strstr(deras_errmsg(), "nested deeper than 3"));
+    mpt_pack(&sb, "[[[[]]]]"); /* an empty container still counts as a level */
+    assert_int_equal(mp_scan(sb.data, sb.size, &lim, &info), DERAS_EFORMAT);
+    mpt_pack(&sb, "ids(99)");
+    assert_int_equal(mp_scan(sb.data, sb.size, &lim, &info), DERAS_OK);
+    mpt_pack(&sb, "ids(100)");
+    assert_int_equal(mp_scan(sb.data, sb.size, &lim, &info), DERAS_EFORMAT);
+    assert_non_null(strstr(deras_errmsg(), "more than 100 objects"));
+    /* every msgpack type passes the scan */
+    lim.max_items = 1000;
+    mpt_pack(&sb, "{a: [nil, true, false, 1, -1, 300, -300, 70000, -70000, 5000000000, "
+                  "-5000000000, 1.5f, 2.5, \"s\", str(40), str(300), str(70000), b\"x\", "
+                  "bin(300), bin(70000), {}, []]}");
+    assert_int_equal(mp_scan(sb.data, sb.size, &lim, &info), DERAS_OK);
+    static const unsigned char exts[] = {0x95, 0xd4, 1, 0, 0xd8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0xc7, 1, 5, 0, 0xc8, 0, 0, 5,
+                                         0xc9, 0, 0, 0, 0, 5};
+    assert_int_equal(mp_scan(exts, sizeof exts, &lim, &info), DERAS_OK);
+    assert_int_equal(info.n_items, 6);
+    /* deep nesting inside a request is malformed */
+    proto_decoder *d = default_decoder();
+    char deep[512] = "{type: \"request\", id: \"d\", prompt: ";
+    for (int i = 0; i < 100; i++)
+        strcat(deep, "[");
+    for (int i = 0; i < 100; i++)
+        strcat(deep, "]");
+    strcat(deep, "}");
+    check_case(d, deep, PE_MALFORMED, "nested deeper");
+    proto_decoder_destroy(&d);
+}
+
+static void huge_and_exotic_values_are_refused(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    /* a 2 MiB string fits the frame cap but not the prompt cap */
+    check_case(d, "{" REQ "prompt: str(2097152)}", PE_LIMIT_EXCEEDED, "prompt must be");
+    /* past the frame cap */
+    check_case(d, "{" REQ "prompt: str(4194304)}", PE_MESSAGE_TOO_LARGE,
+               "the limit is 4194304");
+    /* an ext value */
+    static const unsigned char ext_frame[] = {0x83, 0xa4, 't', 'y', 'p', 'e', 0xa4, 'p', 'i',
+                                              'n', 'g', 0xa1, 'v', 0xd4, 1, 1, 0xa1, 'x', 0xc0};
+    proto_client_msg m;
+    proto_error err;
+    assert_int_equal(proto_decode_client(d, ext_frame, sizeof ext_frame, &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_INVALID_FIELD);
+    assert_non_null(strstr(err.message, "v must be an integer, got ext"));
+    /* numbers at the edges of every encoding */
+    check_case(d, "{" REQ "prompt: \"x\", top_k: 18446744073709551615}", PE_VALUE_OUT_OF_RANGE,
+               "top_k");
+    check_case(d, "{" REQ "prompt: \"x\", temperature: 1e308}", PE_VALUE_OUT_OF_RANGE,
+               "temperature");
+    check_case(d, "{" REQ "prompt: \"x\", temperature: 1e39}", PE_VALUE_OUT_OF_RANGE,
+               "temperature"); /* beyond float */
+    check_case(d, "{" REQ "prompt: \"x\", temperature: 18446744073709551615}",
+               PE_VALUE_OUT_OF_RANGE, "temperature");
+    proto_decoder_destroy(&d);
+}
+
+static void server_replies_are_checked_as_strictly(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    static const vcase cases[] = {
+        {"{type: \"chunk\", id: \"a\", index: 0, token_ids: [1], text: \"\\xff\"}",
+         PE_INVALID_UTF8, "text is not valid UTF-8"},
+        {"{type: \"chunk\", id: \"a\", index: 16, token_ids: [], text: \"\"}",
+         PE_VALUE_OUT_OF_RANGE, "index must be in [0, 15], got 16"},
+        {"{type: \"chunk\", id: \"a\", index: 0, text: \"\"}", PE_MISSING_FIELD,
+         "token_ids is required in chunk"},
+        {"{type: \"chunk\", id: \"a\", index: 0, token_ids: [-1], text: \"\"}",
+         PE_TOKEN_OUT_OF_RANGE, "token_ids[0]"},
+        {"{type: \"chunk\", id: \"a\", index: 0, token_ids: [], text: \"\", code: \"x\"}",
+         PE_INVALID_FIELD, "unknown key 'code' in chunk"},
+        {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"stop\", usage: {}}",
+         PE_MISSING_FIELD, "usage.prompt_tokens is required"},
+        {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"stop\", usage: "
+         "{prompt_tokens: 1, completion_tokens: 1, queue_ms: nan, ttft_ms: 0, total_ms: 0}}",
+         PE_VALUE_OUT_OF_RANGE, "usage.queue_ms"},
+        {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"\", usage: {}}",
+         PE_INVALID_FIELD, "finish_reason must be 1..31 bytes"},
+        {"{type: \"error\", id: \"a\", code: 3, message: \"m\"}", PE_INVALID_FIELD,
+         "code must be a string, got int"},
+        {"{type: \"error\", id: \"a\", code: \"busy\"}", PE_MISSING_FIELD,
+         "message is required in error"},
+        {"{type: \"pong\", workers: [{name: \"w\"}]}", PE_MISSING_FIELD,
+         "workers[0].state is required"},
+        {"{type: \"pong\", workers: [{name: \"w\", state: \"ready\", running: -1, waiting: 0, "
+         "kv_blocks_free: 0, kv_blocks_total: 0, served: 0}]}",
+         PE_VALUE_OUT_OF_RANGE, "workers[0].running"},
+        {"{type: \"pong\", v: 2, workers: []}", PE_UNSUPPORTED_VERSION, "v must be 1"},
+        {"{type: \"request\", id: \"a\"}", PE_UNKNOWN_TYPE, "unknown message type 'request'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        proto_server_msg m;
+        proto_error err;
+        mpt_pack(&sb, cases[i].frame);
+        int rc = proto_decode_server(d, sb.data, sb.size, &m, &err);
+        if (rc != DERAS_EFORMAT || err.code != cases[i].code || !strstr(err.message, cases[i].msg))
+            fail_msg("%s\n  expected %s \"...%s...\"\n  got rc %d, %s \"%s\"", cases[i].frame,
+                     proto_error_name(cases[i].code), cases[i].msg, rc,
+                     proto_error_name(err.code), err.message);
+    }
+    proto_decoder_destroy(&d);
+}
+
+static void error_names_are_stable(void **state)
+{
+    (void)state;
+    static const char *const want[PE_N_CODES] = {
+        "none", "malformed", "unsupported_version", "unknown_type", "invalid_field",
+        "missing_field", "message_too_large", "limit_exceeded", "value_out_of_range",
+        "token_out_of_range", "invalid_utf8", "context_length_exceeded", "duplicate_id",
+        "unknown_request", "busy", "no_workers", "worker_failed", "deadline_exceeded",
+        "shutting_down", "internal"};
+    for (int c = 0; c < PE_N_CODES; c++)
+        assert_string_equal(proto_error_name(c), want[c]);
+    assert_string_equal(proto_error_name(PE_N_CODES), "internal");
+    assert_string_equal(proto_error_name((enum proto_error_code)-1), "internal");
+}
+
+static void bad_arguments_are_einval(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_encoder *e = proto_encoder_new();
+    proto_client_msg m;
+    proto_error err;
+    const void *buf;
+    size_t len;
+    assert_int_equal(proto_decode_client(NULL, "x", 1, &m, &err), DERAS_EINVAL);
+    assert_int_equal(proto_decode_client(d, NULL, 1, &m, &err), DERAS_EINVAL);
+    assert_int_equal(proto_decode_client(d, "x", 1, NULL, &err), DERAS_EINVAL);
+    assert_int_equal(proto_decode_client(d, "\x80", 1, &m, NULL), DERAS_EFORMAT);
+    assert_int_equal(proto_encode_chunk(e, NULL, 0, NULL, 0, "", 0, NULL, &buf, &len),
+                     DERAS_EINVAL);
+    assert_int_equal(proto_encode_chunk(e, "a", 0, NULL, 2, "", 0, NULL, &buf, &len),
+                     DERAS_EINVAL);
+    assert_int_equal(proto_encode_pong(e, NULL, 65, &buf, &len), DERAS_EINVAL);
+    assert_int_equal(proto_encode_error(e, "a", PE_BUSY, NULL, &buf, &len), DERAS_EINVAL);
+    proto_decoder_destroy(&d);
+    proto_decoder_destroy(&d); /* NULL-safe */
+    proto_encoder_destroy(&e);
+    proto_encoder_destroy(NULL);
+}
+
+/* Random corruption of valid frames never crashes, and anything that decodes re-encodes
+ * to the same request (a cheap in-tree cousin of the fuzz target). */
+static void mutated_frames_decode_cleanly_or_fail(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_encoder *e = proto_encoder_new();
+    proto_request r = {.prompt = "mutate me", .prompt_len = 9, .max_tokens = 9, .n = 2,
+                       .temperature = 0.5f, .top_p = 0.5f, .repetition_penalty = 1,
+                       .n_stops = 1, .stops = {"\n"}, .stop_lens = {1}};
+    strcpy(r.id, "m");
+    const void *buf;
+    size_t len;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    unsigned char base[256], frame[256];
+    memcpy(base, buf, len);
+    uint64_t seed = 12345;
+    int n_ok = 0;
+    for (int it = 0; it < 200000; it++) {
+        memcpy(frame, base, len);
+        int flips = 1 + (int)(test_rng_next(&seed) % 3);
+        for (int k = 0; k < flips; k++)
+            frame[test_rng_next(&seed) % len] = (unsigned char)test_rng_next(&seed);
+        size_t n = len - (test_rng_next(&seed) % 4 == 0 ? test_rng_next(&seed) % len : 0);
+        proto_client_msg m;
+        proto_error err;
+        int rc = proto_decode_client(d, frame, n, &m, &err);
+        if (rc != DERAS_OK) {
+            assert_int_equal(rc, DERAS_EFORMAT);
+            assert_true(err.code > PE_NONE && err.code < PE_N_CODES);
+            assert_non_null(memchr(err.message, '\0', sizeof err.message));
+            continue;
+        }
+        n_ok++;
+    }
+    assert_true(n_ok > 0);
+    proto_encoder_destroy(&e);
+    proto_decoder_destroy(&d);
+}
+
+int main(void)
+{
+    msgpack_sbuffer_init(&sb);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(request_round_trips_with_every_field),
+        cmocka_unit_test(request_defaults_apply_to_omitted_fields),
+        cmocka_unit_test(cancel_and_ping_round_trip),
+        cmocka_unit_test(replies_round_trip),
+        cmocka_unit_test(every_request_rule_has_its_code_and_message),
+        cmocka_unit_test(errors_carry_the_id_when_it_was_readable),
+        cmocka_unit_test(limits_are_the_decoders),
+        cmocka_unit_test(truncation_at_every_length_is_malformed),
+        cmocka_unit_test(trailing_bytes_are_malformed),
+        cmocka_unit_test(lying_lengths_fail_fast),
+        cmocka_unit_test(scanner_bounds_depth_and_items),
+        cmocka_unit_test(huge_and_exotic_values_are_refused),
+        cmocka_unit_test(server_replies_are_checked_as_strictly),
+        cmocka_unit_test(error_names_are_stable),
+        cmocka_unit_test(bad_arguments_are_einval),
+        cmocka_unit_test(mutated_frames_decode_cleanly_or_fail),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
