@@ -1,0 +1,159 @@
+/* client_flags.c - flags shared by the router clients (see client_flags.h). */
+#include "tools/client_flags.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli_util.h"
+#include "tools/client/deras_client.h"
+
+enum {
+    F_ADDRESS = 1000, F_CURVE, F_TIMEOUT, F_MAXTOK, F_N, F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP,
+    F_PRES, F_FREQ, F_SEED, F_STOP, F_STOPID, F_IGNEOS, F_NOSPECIAL, F_DEADLINE
+};
+
+static const struct option shared[] = {
+    {"address", required_argument, 0, F_ADDRESS},
+    {"curve-server-key", required_argument, 0, F_CURVE},
+    {"timeout", required_argument, 0, F_TIMEOUT},
+    {"max-tokens", required_argument, 0, F_MAXTOK},
+    {"n", required_argument, 0, F_N},
+    {"temperature", required_argument, 0, F_TEMP},
+    {"top-k", required_argument, 0, F_TOPK},
+    {"top-p", required_argument, 0, F_TOPP},
+    {"min-p", required_argument, 0, F_MINP},
+    {"repetition-penalty", required_argument, 0, F_REP},
+    {"presence-penalty", required_argument, 0, F_PRES},
+    {"frequency-penalty", required_argument, 0, F_FREQ},
+    {"seed", required_argument, 0, F_SEED},
+    {"stop", required_argument, 0, F_STOP},
+    {"stop-token-id", required_argument, 0, F_STOPID},
+    {"ignore-eos", no_argument, 0, F_IGNEOS},
+    {"no-special-tokens", no_argument, 0, F_NOSPECIAL},
+    {"deadline-ms", required_argument, 0, F_DEADLINE},
+    {0, 0, 0, 0},
+};
+
+const char client_flags_usage[] =
+    "  --address A             router endpoint (default $DERAS_ADDRESS or\n"
+    "                          " DERAS_CLIENT_DEFAULT_ADDRESS ")\n"
+    "  --curve-server-key K    router's CURVE public key, 40 Z85 characters\n"
+    "                          (default $DERAS_CURVE_SERVER_KEY; unset: no encryption)\n"
+    "  --timeout S             longest wait for the router, seconds (default 120)\n"
+    "  --max-tokens N          tokens to generate (default: the router's, 256)\n"
+    "  --n N                   samples per request (default 1)\n"
+    "  --temperature T         0 = greedy (default: the router's, 1)\n"
+    "  --top-k K  --top-p P  --min-p P\n"
+    "  --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
+    "  --seed N                sampling seed (same seed and inputs: same output)\n"
+    "  --stop TEXT             stop string, repeatable (at most 16)\n"
+    "  --stop-token-id ID      stop token, repeatable (at most 16)\n"
+    "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
+    "  --no-special-tokens     tokenize the prompt without BOS/special tokens\n"
+    "  --deadline-ms MS        the router ends the request after MS milliseconds\n";
+
+void client_flags_init(client_flags *f)
+{
+    memset(f, 0, sizeof *f);
+    const char *a = getenv("DERAS_ADDRESS"), *k = getenv("DERAS_CURVE_SERVER_KEY");
+    f->address = a && *a ? a : DERAS_CLIENT_DEFAULT_ADDRESS;
+    f->curve_server_key = k && *k ? k : NULL;
+    f->timeout_s = 120;
+    deras_client_request_init(&f->req);
+}
+
+void client_flags_options(const struct option *own, struct option *out)
+{
+    int n = 0;
+    for (; own[n].name && n < CLIENT_FLAGS_MAX_OPTIONS - 1; n++)
+        out[n] = own[n];
+    int n_own = n;
+    for (int i = 0; shared[i].name && n < CLIENT_FLAGS_MAX_OPTIONS - 1; i++) {
+        bool taken = false;
+        for (int j = 0; j < n_own && !taken; j++)
+            taken = !strcmp(own[j].name, shared[i].name);
+        if (!taken)
+            out[n++] = shared[i];
+    }
+    out[n] = (struct option){0, 0, 0, 0};
+}
+
+static int set_float(const char *opt, const char *arg, double lo, double hi, float *out)
+{
+    double d;
+    if (cli_float(opt, arg, lo, hi, &d))
+        return -1;
+    *out = (float)d;
+    return 1;
+}
+
+static int set_int(const char *opt, const char *arg, long lo, long hi, int *out)
+{
+    long l;
+    if (cli_int(opt, arg, lo, hi, &l))
+        return -1;
+    *out = (int)l;
+    return 1;
+}
+
+int client_flags_apply(client_flags *f, int c, const char *arg)
+{
+    proto_request *r = &f->req;
+    long l;
+    switch (c) {
+    case F_ADDRESS: f->address = arg; return 1;
+    case F_CURVE:
+        if (strlen(arg) != 40) {
+            fprintf(stderr, "--curve-server-key: expected 40 Z85 characters, got %zu\n",
+                    strlen(arg));
+            return -1;
+        }
+        f->curve_server_key = arg;
+        return 1;
+    case F_TIMEOUT:
+        if (cli_float("--timeout", arg, 0.001, 1e6, &f->timeout_s))
+            return -1;
+        return 1;
+    case F_MAXTOK: return set_int("--max-tokens", arg, 1, 1 << 20, &r->max_tokens);
+    case F_N: return set_int("--n", arg, 1, PROTO_MAX_N, &r->n);
+    case F_TEMP: return set_float("--temperature", arg, 0, 100, &r->temperature);
+    case F_TOPK: return set_int("--top-k", arg, 0, 1 << 24, &r->top_k);
+    case F_TOPP: return set_float("--top-p", arg, 1e-9, 1, &r->top_p);
+    case F_MINP: return set_float("--min-p", arg, 0, 1, &r->min_p);
+    case F_REP: return set_float("--repetition-penalty", arg, 1e-9, 10, &r->repetition_penalty);
+    case F_PRES: return set_float("--presence-penalty", arg, -2, 2, &r->presence_penalty);
+    case F_FREQ: return set_float("--frequency-penalty", arg, -2, 2, &r->frequency_penalty);
+    case F_SEED:
+        if (cli_u64("--seed", arg, &r->seed))
+            return -1;
+        r->has_seed = true;
+        return 1;
+    case F_STOP:
+        if (r->n_stops == PROTO_MAX_STOPS || !*arg || strlen(arg) > PROTO_MAX_STOP_BYTES) {
+            fprintf(stderr, "--stop: at most %d non-empty stop strings of at most %d bytes\n",
+                    PROTO_MAX_STOPS, PROTO_MAX_STOP_BYTES);
+            return -1;
+        }
+        r->stops[r->n_stops] = arg;
+        r->stop_lens[r->n_stops++] = strlen(arg);
+        return 1;
+    case F_STOPID:
+        if (r->n_stop_ids == PROTO_MAX_STOP_IDS) {
+            fprintf(stderr, "--stop-token-id: at most %d\n", PROTO_MAX_STOP_IDS);
+            return -1;
+        }
+        if (cli_int("--stop-token-id", arg, 0, INT32_MAX, &l))
+            return -1;
+        r->stop_ids[r->n_stop_ids++] = (int32_t)l;
+        return 1;
+    case F_IGNEOS: r->ignore_eos = true; return 1;
+    case F_NOSPECIAL: r->add_special_tokens = false; return 1;
+    case F_DEADLINE:
+        if (cli_int("--deadline-ms", arg, 1, 24L * 3600 * 1000, &l))
+            return -1;
+        r->deadline_ms = l;
+        return 1;
+    default: return 0;
+    }
+}
