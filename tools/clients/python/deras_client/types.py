@@ -44,7 +44,9 @@ class Chunk:
     index: int
     text: str
     token_ids: List[int]
-    logprobs: Optional[List[Any]] = None   # as on the wire, one entry per token, if asked
+    # with logprobs=N, one entry per token as on the wire:
+    # {"token_id": id, "logprob": lp, "top": [[id, lp], ...]}
+    logprobs: Optional[List[Any]] = None
 
 
 @dataclass(frozen=True)
