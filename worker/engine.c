@@ -437,9 +437,14 @@ void engine_get_stats(const engine_t *e, engine_stats *out)
     const int bs = model_get_opts(e->m)->block_size;
     out->kv_waste_tokens = 0;
     out->kv_running_tokens = 0;
+    out->queued_tokens = 0;
     for (int i = 0; i < e->o.max_live_seqs; i++) {
         const eseq *s = &e->seqs[i];
-        if (!s->live || s->sq.state != SEQ_RUNNING)
+        if (!s->live || s->done || s->parked)
+            continue;
+        int pending = s->sq.n_tokens - s->sq.n_computed - (s->n_generated > 0);
+        out->queued_tokens += pending > 0 ? pending : 0;
+        if (s->sq.state != SEQ_RUNNING)
             continue;
         int t = kv_slot_tokens(e->kv, s->sq.slot);
         out->kv_running_tokens += t;

@@ -75,6 +75,9 @@ typedef struct engine_stats {
     int kv_blocks_total, kv_blocks_used;
     int kv_waste_tokens;       /* cache positions held by running sequences but not filled */
     int kv_running_tokens;     /* tokens with KV held by running sequences */
+    int64_t queued_tokens;     /* tokens still to run through the model beyond each live
+                                  sequence's next decode token: unprefilled prompts and
+                                  recomputation after preemption */
     uint64_t steps, preemptions, cow_copies;
     uint64_t prompt_tokens;    /* prompt tokens of admitted requests */
     uint64_t computed_tokens;  /* tokens run through the model (prefill + recompute + decode) */
@@ -103,6 +106,7 @@ int engine_abort(engine_t *e, uint64_t id);
 int engine_step(engine_t *e, int *n_tokens);
 
 bool engine_has_work(const engine_t *e);
+/* O(max_live_seqs). */
 void engine_get_stats(const engine_t *e, engine_stats *out);
 
 /* For tests: check the KV manager's invariants and that every live sequence's table

@@ -2,6 +2,7 @@
 #include "kv_sizing.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,32 +58,61 @@ static int finish(kv_sizing *out, uint64_t budget)
     return DERAS_OK;
 }
 
-int kv_sizing_from_budget(const model_config *c, size_t elem_size, int block_size,
-                          const char *spec, kv_sizing *out)
+/* A bare number: the fraction in *frac (true); else false. */
+static bool is_fraction(const char *spec, double *frac)
 {
-    int rc = token_and_block_bytes(c, elem_size, block_size, out);
-    if (rc)
-        return rc;
+    char *end;
+    *frac = strtod(spec, &end);
+    return end != spec && *end == '\0' && isfinite(*frac);
+}
+
+int kv_sizing_check_spec(const char *spec)
+{
     if (!spec || !*spec)
         return deras_fail(DERAS_EINVAL, "KV budget: empty");
-    char *end;
-    double frac = strtod(spec, &end);
-    if (*end == '\0' && isfinite(frac)) {
+    double frac;
+    if (is_fraction(spec, &frac)) {
         if (!(frac > 0 && frac <= 1))
             return deras_fail(DERAS_EINVAL,
                               "KV budget '%s': a bare number is a fraction of available memory "
                               "and must be in (0, 1]; give sizes with a unit (e.g. 4GiB)",
                               spec);
+        return DERAS_OK;
+    }
+    uint64_t bytes;
+    int rc = kvmath_parse_size(spec, &bytes);
+    return rc ? deras_fail_ctx(rc, "KV budget: ") : DERAS_OK;
+}
+
+int kv_sizing_from_budget_before(const model_config *c, size_t elem_size, int block_size,
+                                 const char *spec, uint64_t pending_bytes, kv_sizing *out)
+{
+    int rc = token_and_block_bytes(c, elem_size, block_size, out);
+    if (rc || (rc = kv_sizing_check_spec(spec)))
+        return rc;
+    double frac;
+    if (is_fraction(spec, &frac)) {
         uint64_t avail = mem_available();
         if (!avail)
             return deras_fail(DERAS_EIO, "KV budget '%s': cannot read MemAvailable from "
                               "/proc/meminfo; give a size instead", spec);
-        return finish(out, (uint64_t)((double)avail * frac));
+        if (pending_bytes >= avail)
+            return deras_fail(DERAS_ERANGE,
+                              "KV budget '%s': the weights (%llu bytes) take all of the %llu "
+                              "bytes available",
+                              spec, (unsigned long long)pending_bytes, (unsigned long long)avail);
+        return finish(out, (uint64_t)((double)(avail - pending_bytes) * frac));
     }
     uint64_t bytes;
     if ((rc = kvmath_parse_size(spec, &bytes)))
         return deras_fail_ctx(rc, "KV budget: ");
     return finish(out, bytes);
+}
+
+int kv_sizing_from_budget(const model_config *c, size_t elem_size, int block_size,
+                          const char *spec, kv_sizing *out)
+{
+    return kv_sizing_from_budget_before(c, elem_size, block_size, spec, 0, out);
 }
 
 int kv_sizing_for_tokens(const model_config *c, size_t elem_size, int block_size,

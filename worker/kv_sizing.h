@@ -33,6 +33,17 @@ typedef struct kv_sizing {
 int kv_sizing_from_budget(const model_config *c, size_t elem_size, int block_size,
                           const char *spec, kv_sizing *out);
 
+/* As kv_sizing_from_budget, for a caller that has not loaded its weights yet (the model
+ * allocates weights and cache together): a fraction applies to MemAvailable less
+ * pending_bytes, the weights about to be loaded. A size with a unit is taken as it is.
+ * DERAS_ERANGE naming both numbers when the weights alone exceed what is available. */
+int kv_sizing_from_budget_before(const model_config *c, size_t elem_size, int block_size,
+                                 const char *spec, uint64_t pending_bytes, kv_sizing *out);
+
+/* Check a budget spec's form without reading memory: DERAS_EINVAL naming the spec and the
+ * accepted forms (for command-line validation before anything is loaded). */
+int kv_sizing_check_spec(const char *spec);
+
 /* Exactly enough blocks for n_tokens tokens (plus the null block). */
 int kv_sizing_for_tokens(const model_config *c, size_t elem_size, int block_size,
                          int64_t n_tokens, kv_sizing *out);

@@ -66,6 +66,40 @@ static void bad_budgets_are_refused_with_the_reason(void **state)
     assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "", &s), DERAS_EINVAL);
 }
 
+static void fraction_before_loading_leaves_the_weights_out(void **state)
+{
+    (void)state;
+    model_config c = smollm2();
+    kv_sizing all, rest;
+    const uint64_t gib = 1ull << 30;
+    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "0.5", 0, &all), DERAS_OK);
+    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "0.5", gib, &rest), DERAS_OK);
+    /* half of (available - 1 GiB) is 512 MiB less than half of available (memory moves a
+     * little between the two reads: allow 64 MiB) */
+    int64_t diff = (int64_t)all.budget_bytes - (int64_t)rest.budget_bytes;
+    assert_true(diff > (int64_t)(gib / 2 - (64 << 20)) && diff < (int64_t)(gib / 2 + (64 << 20)));
+    /* sizes are what they say, pending weights or not */
+    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "64MiB", gib, &rest), DERAS_OK);
+    assert_int_equal(rest.budget_bytes, 64 << 20);
+    /* weights larger than the machine */
+    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "0.5", 1ull << 62, &rest),
+                     DERAS_ERANGE);
+    assert_non_null(strstr(deras_errmsg(), "weights"));
+}
+
+static void spec_check_reads_no_memory(void **state)
+{
+    (void)state;
+    assert_int_equal(kv_sizing_check_spec("0.4"), DERAS_OK);
+    assert_int_equal(kv_sizing_check_spec("1"), DERAS_OK);
+    assert_int_equal(kv_sizing_check_spec("4GiB"), DERAS_OK);
+    assert_int_equal(kv_sizing_check_spec("0"), DERAS_EINVAL);
+    assert_int_equal(kv_sizing_check_spec("80"), DERAS_EINVAL); /* a fraction, too big */
+    assert_int_equal(kv_sizing_check_spec("4G"), DERAS_EINVAL);
+    assert_int_equal(kv_sizing_check_spec(""), DERAS_EINVAL);
+    assert_int_equal(kv_sizing_check_spec(NULL), DERAS_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -73,6 +107,8 @@ int main(void)
         cmocka_unit_test(fraction_uses_available_memory),
         cmocka_unit_test(exact_token_count_adds_the_null_block),
         cmocka_unit_test(bad_budgets_are_refused_with_the_reason),
+        cmocka_unit_test(fraction_before_loading_leaves_the_weights_out),
+        cmocka_unit_test(spec_check_reads_no_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

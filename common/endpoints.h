@@ -1,0 +1,35 @@
+/* endpoints.h - where deras processes find each other when nobody says otherwise.
+ *
+ * The router binds two ZeroMQ sockets: one for clients and one for workers. By default
+ * both are ipc:// sockets in a per-user runtime directory, /tmp/deras-<uid>/, so one
+ * user's router, workers and `deras serve` meet without configuration and two users on
+ * one machine never collide. $DERAS_RUNTIME_DIR replaces the directory (tests, systemd's
+ * RuntimeDirectory). The router, deras-worker and `deras serve` all take their defaults
+ * from here, so they cannot disagree.
+ *
+ * No ZeroMQ here: these are strings and a mkdir.
+ */
+#ifndef DERAS_ENDPOINTS_H
+#define DERAS_ENDPOINTS_H
+
+#include <stddef.h>
+
+#define ENDPOINT_MAX 512
+
+/* The runtime directory: $DERAS_RUNTIME_DIR if set and non-empty, else /tmp/deras-<uid>.
+ * DERAS_ERANGE if it does not fit in cap. */
+int endpoints_runtime_dir(char *buf, size_t cap);
+
+/* "ipc://<runtime dir>/workers.sock": the router's worker socket (deras-worker --router,
+ * deras-router --workers). DERAS_ERANGE if it does not fit in cap. */
+int endpoints_default_workers(char *buf, size_t cap);
+
+/* "ipc://<runtime dir>/clients.sock": the router's client socket. */
+int endpoints_default_clients(char *buf, size_t cap);
+
+/* For a process about to bind an ipc:// endpoint: create its directory (mode 0700, one
+ * level) if missing. Other transports: nothing to do. DERAS_EIO naming the directory when
+ * it cannot be created. */
+int endpoints_prepare_bind(const char *endpoint);
+
+#endif

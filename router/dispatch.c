@@ -1,0 +1,244 @@
+/* dispatch.c - admission queue and dispatch to workers (see dispatch.h).
+ *
+ * The queue is an intrusive doubly linked list through the request records (q_prev,
+ * q_next), so admission, removal and re-queueing at the front are O(1) and allocate
+ * nothing. The counters (samples, prompt tokens) follow the queue exactly: everything
+ * that enters or leaves it goes through q_push / q_unlink.
+ */
+#include "router/dispatch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+struct dispatch {
+    workers_t *w;
+    rq_table *t;
+    dispatch_opts o;
+    dispatch_submit_fn submit;
+    dispatch_fail_fn fail;
+    void *ctx;
+
+    rq *head, *tail;
+    int queued_requests;    /* samples */
+    int64_t queued_tokens;
+    uint64_t next_rid;
+    int64_t no_workers_since_us; /* 0 while some worker is ready */
+    bool draining;
+};
+
+dispatch_t *dispatch_new(workers_t *w, rq_table *t, const dispatch_opts *o,
+                         dispatch_submit_fn submit, dispatch_fail_fn fail, void *ctx)
+{
+    if (!w || !t || !o || !submit || !fail) {
+        deras_fail(DERAS_EINVAL, "dispatch_new: NULL argument");
+        return NULL;
+    }
+    dispatch_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        deras_fail(DERAS_ENOMEM, "dispatch_new: out of memory");
+        return NULL;
+    }
+    d->w = w;
+    d->t = t;
+    d->o = *o;
+    d->submit = submit;
+    d->fail = fail;
+    d->ctx = ctx;
+    d->next_rid = 1;
+    return d;
+}
+
+void dispatch_destroy(dispatch_t **d)
+{
+    if (!d || !*d)
+        return;
+    free(*d);
+    *d = NULL;
+}
+
+static void q_push(dispatch_t *d, rq *r, bool front)
+{
+    r->in_queue = true;
+    r->state = RQ_QUEUED;
+    r->worker = -1;
+    if (front) {
+        r->q_prev = NULL;
+        r->q_next = d->head;
+        if (d->head)
+            d->head->q_prev = r;
+        else
+            d->tail = r;
+        d->head = r;
+    } else {
+        r->q_next = NULL;
+        r->q_prev = d->tail;
+        if (d->tail)
+            d->tail->q_next = r;
+        else
+            d->head = r;
+        d->tail = r;
+    }
+    d->queued_requests += r->n;
+    d->queued_tokens += r->n_prompt;
+}
+
+static void q_unlink(dispatch_t *d, rq *r)
+{
+    if (!r->in_queue)
+        return;
+    if (r->q_prev)
+        r->q_prev->q_next = r->q_next;
+    else
+        d->head = r->q_next;
+    if (r->q_next)
+        r->q_next->q_prev = r->q_prev;
+    else
+        d->tail = r->q_prev;
+    r->q_prev = r->q_next = NULL;
+    r->in_queue = false;
+    d->queued_requests -= r->n;
+    d->queued_tokens -= r->n_prompt;
+}
+
+int dispatch_check(const dispatch_t *d, int n, int n_prompt)
+{
+    if (d->queued_requests + n > d->o.max_queued_requests)
+        return deras_fail(DERAS_EBUSY,
+                          "queue full: %d samples queued, %d more would pass the cap of %d",
+                          d->queued_requests, n, d->o.max_queued_requests);
+    if (d->queued_tokens + n_prompt > d->o.max_queued_tokens)
+        return deras_fail(DERAS_EBUSY,
+                          "queue full: %lld prompt tokens queued, %d more would pass the cap of %lld",
+                          (long long)d->queued_tokens, n_prompt, (long long)d->o.max_queued_tokens);
+    return DERAS_OK;
+}
+
+void dispatch_admit(dispatch_t *d, rq *r, int64_t now_us)
+{
+    r->no_worker_until_us = now_us + (int64_t)d->o.no_workers_wait_ms * 1000;
+    q_push(d, r, false);
+}
+
+void dispatch_requeue(dispatch_t *d, rq *r, int64_t now_us)
+{
+    r->no_worker_until_us = now_us + (int64_t)d->o.no_workers_wait_ms * 1000;
+    q_push(d, r, true);
+}
+
+void dispatch_remove(dispatch_t *d, rq *r)
+{
+    q_unlink(d, r);
+}
+
+/* Fail every queued request whose wait for a worker is over. */
+static void expire_no_workers(dispatch_t *d, int64_t now_us)
+{
+    int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
+    rq *next;
+    for (rq *r = d->head; r; r = next) {
+        next = r->q_next;
+        int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
+        if (now_us < until)
+            continue;
+        q_unlink(d, r);
+        d->fail(d->ctx, r, PE_NO_WORKERS, "no worker is ready to serve this request");
+    }
+}
+
+int dispatch_run(dispatch_t *d, int64_t now_us)
+{
+    if (d->draining) {
+        while (d->head) {
+            rq *r = d->head;
+            q_unlink(d, r);
+            d->fail(d->ctx, r, PE_SHUTTING_DOWN, "the router is shutting down");
+        }
+        return 0;
+    }
+    if (workers_ready(d->w) == 0) {
+        if (!d->no_workers_since_us)
+            d->no_workers_since_us = now_us;
+        expire_no_workers(d, now_us);
+        return 0;
+    }
+    d->no_workers_since_us = 0;
+
+    int sent = 0;
+    int max_len = workers_max_len(d->w);
+    while (d->head) {
+        rq *r = d->head;
+        int need = r->n_prompt + r->max_tokens;
+        if (need > max_len) {
+            char msg[200];
+            snprintf(msg, sizeof msg,
+                     "prompt (%d tokens) + max_tokens (%d) = %d exceeds the longest context a "
+                     "worker serves (%d tokens)",
+                     r->n_prompt, r->max_tokens, need, max_len);
+            q_unlink(d, r);
+            d->fail(d->ctx, r, PE_CONTEXT_LENGTH_EXCEEDED, msg);
+            continue;
+        }
+        worker *k = workers_pick(d->w, r->n, r->n_prompt, need);
+        if (!k)
+            break;
+        q_unlink(d, r);
+        rq_set_rid(d->t, r, d->next_rid++);
+        r->state = RQ_RUNNING;
+        r->worker = k->slot;
+        r->attempts++;
+        r->t_dispatch_us = now_us;
+        workers_sent(k, r->n, r->n_prompt);
+        int rc = d->submit(d->ctx, k, r);
+        if (rc) {
+            /* unreachable worker: skip it until heard from; the request goes back */
+            log_warn("worker %s unreachable (%s); request goes back to the queue", k->name,
+                     deras_errmsg());
+            workers_ended(k, r->n);
+            k->disconnected = true;
+            r->attempts--;
+            q_push(d, r, true);
+            if (workers_ready(d->w) == 0)
+                break;
+            continue;
+        }
+        sent++;
+    }
+    return sent;
+}
+
+int64_t dispatch_next_timer(const dispatch_t *d)
+{
+    if (!d->head || d->draining || workers_ready(d->w) > 0)
+        return INT64_MAX;
+    int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
+    int64_t t = INT64_MAX;
+    for (const rq *r = d->head; r; r = r->q_next) {
+        int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
+        if (until < t)
+            t = until;
+    }
+    return t;
+}
+
+void dispatch_drain(dispatch_t *d)
+{
+    d->draining = true;
+}
+
+int dispatch_queued_requests(const dispatch_t *d)
+{
+    return d->queued_requests;
+}
+
+int64_t dispatch_queued_tokens(const dispatch_t *d)
+{
+    return d->queued_tokens;
+}
+
+rq *dispatch_head(const dispatch_t *d)
+{
+    return d->head;
+}

@@ -1,0 +1,444 @@
+/* frontend.c - the client socket: frames in, validation, admission, replies out.
+ *
+ * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,
+ * or [routing id, "", payload] from a REQ (the empty delimiter is echoed on every reply
+ * to that request). Anything else is answered `malformed` and counted. ZeroMQ enforces
+ * the frame cap (ZMQ_MAXMSGSIZE): a peer sending more is disconnected by the library;
+ * the monitor sees that as a handshake/protocol failure or a disconnect and counts it.
+ *
+ * A request is checked completely before anything is allocated for it: the decoder's
+ * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
+ * tokenized here) plus max_tokens against the model's context, the client's live ids,
+ * and the admission caps. A failed check is one `error` reply; the socket never blocks
+ * (every send is ZMQ_DONTWAIT) and a client that is gone (EHOSTUNREACH under
+ * ZMQ_ROUTER_MANDATORY) or not reading (its send queue at the high-water mark) has its
+ * requests ended.
+ *
+ * Departed clients: the socket monitor reports ZMQ_EVENT_DISCONNECTED with the fd of
+ * the closed connection; every request remembers the fd its frame arrived on
+ * (ZMQ_SRCFD), so a client that goes away mid-request has its requests aborted at the
+ * worker at once (their KV blocks freed), streaming or not. The monitor is drained
+ * before client frames are read, which keeps the window in which a new connection could
+ * reuse a just-closed fd as small as the loop allows; a request misattributed in that
+ * window still gets its finals (abort_reason "disconnected"), never silence.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/zmq_check.h"
+#include "router/router.h"
+
+#define CLIENT_MON_ADDR "inproc://deras-client-monitor"
+#define CLIENT_SNDHWM 100000   /* replies queued per client before it counts as not reading */
+#define CLIENT_RCVHWM 1000
+#define CLIENT_ZMTP_IVL_MS 5000
+#define CLIENT_ZMTP_TIMEOUT_MS 30000
+
+static int set_int(void *s, int opt, int v, const char *name)
+{
+    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
+        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
+    return DERAS_OK;
+}
+
+int frontend_open(router_t *rt)
+{
+    int rc;
+    if ((rc = ZMQ_CHECK_PTR(rt->clients, zmq_socket(rt->zctx, ZMQ_ROUTER))))
+        return rc;
+    int64_t maxmsg = (int64_t)rt->lim.max_message_bytes;
+    if ((rc = set_int(rt->clients, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
+        (rc = ZMQ_CHECK(zmq_setsockopt(rt->clients, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
+        (rc = set_int(rt->clients, ZMQ_SNDHWM, CLIENT_SNDHWM, "ZMQ_SNDHWM")) ||
+        (rc = set_int(rt->clients, ZMQ_RCVHWM, CLIENT_RCVHWM, "ZMQ_RCVHWM")) ||
+        (rc = set_int(rt->clients, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
+        (rc = set_int(rt->clients, ZMQ_HEARTBEAT_IVL, CLIENT_ZMTP_IVL_MS, "ZMQ_HEARTBEAT_IVL")) ||
+        (rc = set_int(rt->clients, ZMQ_HEARTBEAT_TIMEOUT, CLIENT_ZMTP_TIMEOUT_MS,
+                      "ZMQ_HEARTBEAT_TIMEOUT")))
+        return rc;
+    if (!strncmp(rt->o.listen, "tcp://", 6) &&
+        ((rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE")) ||
+         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_IDLE, 60, "ZMQ_TCP_KEEPALIVE_IDLE")) ||
+         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_INTVL, 10, "ZMQ_TCP_KEEPALIVE_INTVL")) ||
+         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_CNT, 6, "ZMQ_TCP_KEEPALIVE_CNT"))))
+        return rc;
+    if (rt->curve) {
+        if ((rc = curve_zap_open(rt->zctx, &rt->zap)) || (rc = curve_apply(rt->curve, rt->clients)))
+            return rc;
+    }
+    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if ((rc = ZMQ_CHECK(zmq_socket_monitor(rt->clients, CLIENT_MON_ADDR, events))) ||
+        (rc = ZMQ_CHECK_PTR(rt->client_mon, zmq_socket(rt->zctx, ZMQ_PAIR))) ||
+        (rc = set_int(rt->client_mon, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
+        (rc = ZMQ_CHECK(zmq_connect(rt->client_mon, CLIENT_MON_ADDR))))
+        return rc;
+    if (zmq_bind(rt->clients, rt->o.listen) == -1)
+        return deras_fail(DERAS_EIO, "cannot listen on %s: %s", rt->o.listen,
+                          zmq_strerror(zmq_errno()));
+    return DERAS_OK;
+}
+
+void frontend_close(router_t *rt)
+{
+    if (rt->clients) {
+        /* let the last finals out, briefly */
+        int linger = 500;
+        zmq_setsockopt(rt->clients, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_socket_monitor(rt->clients, NULL, 0);
+        zmq_close(rt->clients);
+        rt->clients = NULL;
+    }
+    if (rt->client_mon) {
+        zmq_close(rt->client_mon);
+        rt->client_mon = NULL;
+    }
+    if (rt->zap) {
+        zmq_close(rt->zap);
+        rt->zap = NULL;
+    }
+}
+
+int frontend_send(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
+                  const void *buf, size_t len)
+{
+    int flags = ZMQ_DONTWAIT | ZMQ_SNDMORE;
+    if (zmq_send(rt->clients, ident, (size_t)ident_len, flags) == -1)
+        goto fail;
+    /* once the routing id frame is accepted the rest of the message is too */
+    if (delim && zmq_send(rt->clients, "", 0, flags) == -1)
+        goto fail;
+    if (zmq_send(rt->clients, buf, len, ZMQ_DONTWAIT) == -1)
+        goto fail;
+    return DERAS_OK;
+fail:;
+    int err = zmq_errno();
+    rt->st.send_failures++;
+    log_debug("client send failed (%s): ending its requests", zmq_strerror(err));
+    relay_mark_gone(rt, ident, ident_len);
+    return deras_fail(DERAS_ECLOSED, "client unreachable: %s", zmq_strerror(err));
+}
+
+void frontend_error(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
+                    const char *id, enum proto_error_code code, const char *msg)
+{
+    const void *buf;
+    size_t len;
+    if (code > PE_NONE && code < PE_N_CODES)
+        rt->st.errors[code]++;
+    log_debug("error %s for request '%s': %s", proto_error_name(code), id ? id : "", msg);
+    if (proto_encode_error(rt->penc, id ? id : "", code, msg, &buf, &len) == DERAS_OK)
+        frontend_send(rt, ident, ident_len, delim, buf, len);
+}
+
+/* ---- requests ---- */
+
+static uint64_t random_seed(void)
+{
+    static uint64_t x;
+    if (!x)
+        x = (uint64_t)router_now_us() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}
+
+/* Check q against the model and tokenize its prompt into rt->tok_buf (text) or leave
+ * it in q (ids). Fills *ids / *n_ids. PE_NONE, or the code with msg filled. */
+static enum proto_error_code check_request(router_t *rt, const proto_request *q,
+                                           const int32_t **ids, int *n_ids, char *msg, size_t cap)
+{
+    for (int i = 0; i < q->n_stop_ids; i++)
+        if (q->stop_ids[i] < 0 || q->stop_ids[i] >= rt->vocab_size) {
+            snprintf(msg, cap, "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
+                     (int)q->stop_ids[i], rt->vocab_size);
+            return PE_TOKEN_OUT_OF_RANGE;
+        }
+    for (int i = 0; i < q->n_stops; i++)
+        if (q->stop_lens[i] == 0 || memchr(q->stops[i], '\0', q->stop_lens[i])) {
+            snprintf(msg, cap, "stop[%d] is empty or holds a NUL byte", i);
+            return PE_INVALID_FIELD;
+        }
+    if (q->prompt_ids) {
+        for (int i = 0; i < q->n_prompt_ids; i++)
+            if (q->prompt_ids[i] < 0 || q->prompt_ids[i] >= rt->vocab_size) {
+                snprintf(msg, cap, "prompt_ids[%d] = %d is outside the vocabulary [0, %d)", i,
+                         (int)q->prompt_ids[i], rt->vocab_size);
+                return PE_TOKEN_OUT_OF_RANGE;
+            }
+        *ids = q->prompt_ids;
+        *n_ids = q->n_prompt_ids;
+    } else {
+        size_t n = 0;
+        int rc = tokenizer_encode(rt->tok, q->prompt ? q->prompt : "", q->prompt_len,
+                                  q->add_special_tokens, true, rt->tok_buf, rt->tok_cap, &n);
+        if (rc == DERAS_EFORMAT) {
+            snprintf(msg, cap, "prompt: %s", deras_errmsg());
+            return PE_INVALID_UTF8;
+        }
+        if (rc && rc != DERAS_ERANGE) {
+            snprintf(msg, cap, "tokenizing the prompt failed: %s", deras_errmsg());
+            return PE_INTERNAL;
+        }
+        *ids = rt->tok_buf;
+        *n_ids = n > (size_t)INT32_MAX ? INT32_MAX : (int)n; /* ERANGE: too long, caught below */
+    }
+    if (*n_ids == 0) {
+        snprintf(msg, cap, "the prompt is empty (0 tokens)");
+        return PE_INVALID_FIELD;
+    }
+    int64_t need = (int64_t)*n_ids + q->max_tokens;
+    if (need > rt->ctx_len) {
+        snprintf(msg, cap,
+                 "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model's context of %d "
+                 "tokens",
+                 *n_ids, q->max_tokens, (long long)need, rt->ctx_len);
+        return PE_CONTEXT_LENGTH_EXCEEDED;
+    }
+    return PE_NONE;
+}
+
+static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bool delim, int fd,
+                           const proto_request *q)
+{
+    char msg[256];
+    rt->st.requests++;
+    if (rt->draining) {
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_SHUTTING_DOWN,
+                       "the router is shutting down");
+        return;
+    }
+    if (rq_find_key(rt->rqs, ident, ident_len, q->id)) {
+        snprintf(msg, sizeof msg, "request id '%s' is already live on this connection", q->id);
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_DUPLICATE_ID, msg);
+        return;
+    }
+    /* the cheap cap first: a flood is refused before any tokenizing */
+    if (dispatch_check(rt->disp, q->n, 0)) {
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
+        return;
+    }
+    const int32_t *ids;
+    int n_ids;
+    enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, sizeof msg);
+    if (code != PE_NONE) {
+        frontend_error(rt, ident, ident_len, delim, q->id, code, msg);
+        return;
+    }
+    if (n_ids > rt->o.max_queued_tokens) {
+        snprintf(msg, sizeof msg, "prompt of %d tokens exceeds --max-queued-tokens (%lld)", n_ids,
+                 (long long)rt->o.max_queued_tokens);
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
+        return;
+    }
+    if (dispatch_check(rt->disp, q->n, n_ids)) {
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
+        return;
+    }
+
+    rq *r = rq_new(rt->rqs);
+    if (!r || rq_reserve_prompt(r, n_ids))
+        goto nomem;
+    int64_t now = router_now_us();
+    memcpy(r->ident, ident, (size_t)ident_len);
+    r->ident_len = ident_len;
+    r->delim = delim;
+    r->fd = fd;
+    snprintf(r->id, sizeof r->id, "%s", q->id);
+    memcpy(r->prompt, ids, (size_t)n_ids * sizeof *ids);
+    r->n_prompt = n_ids;
+    r->max_tokens = q->max_tokens;
+    r->n = q->n;
+    r->top_k = q->top_k;
+    r->logprobs = q->logprobs;
+    r->temperature = q->temperature;
+    r->top_p = q->top_p;
+    r->min_p = q->min_p;
+    r->repetition_penalty = q->repetition_penalty;
+    r->presence_penalty = q->presence_penalty;
+    r->frequency_penalty = q->frequency_penalty;
+    r->has_seed = q->has_seed;
+    r->seed = q->has_seed ? q->seed : random_seed();
+    r->stream = q->stream;
+    r->ignore_eos = q->ignore_eos;
+    r->n_stop_ids = q->n_stop_ids;
+    memcpy(r->stop_ids, q->stop_ids, (size_t)q->n_stop_ids * sizeof q->stop_ids[0]);
+    r->n_stops = q->n_stops;
+    for (int i = 0; i < q->n_stops; i++) {
+        memcpy(r->stops[i], q->stops[i], q->stop_lens[i]);
+        r->stop_lens[i] = q->stop_lens[i];
+    }
+    r->t_recv_us = now;
+    r->deadline_us = q->deadline_ms > 0 ? now + q->deadline_ms * 1000 : 0;
+    int rc = rq_start_samples(rt->rqs, r);
+    if (rc == DERAS_EINVAL) {
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_INVALID_FIELD, deras_errmsg());
+        rq_discard(rt->rqs, r);
+        return;
+    }
+    if (rc || rq_insert(rt->rqs, r))
+        goto nomem;
+    dispatch_admit(rt->disp, r, now);
+    if (rt->o.log_prompts && q->prompt)
+        log_info("request '%s': %d prompt tokens, prompt: %.*s", r->id, n_ids, (int)q->prompt_len,
+                 q->prompt);
+    else if (rt->o.log_prompts)
+        log_info("request '%s': %d prompt token ids", r->id, n_ids);
+    else
+        log_debug("request '%s': %d prompt tokens, n %d, max_tokens %d%s", r->id, n_ids, r->n,
+                  r->max_tokens, r->stream ? ", stream" : "");
+    dispatch_run(rt->disp, now);
+    return;
+nomem:
+    if (r)
+        rq_discard(rt->rqs, r);
+    log_error("request '%s': %s", q->id, deras_errmsg());
+    frontend_error(rt, ident, ident_len, delim, q->id, PE_INTERNAL, "out of memory");
+}
+
+static void handle_cancel(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
+                          const char *id)
+{
+    rt->st.cancels++;
+    rq *r = rq_find_key(rt->rqs, ident, ident_len, id);
+    if (!r) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no live request '%s' on this connection", id);
+        frontend_error(rt, ident, ident_len, delim, id, PE_UNKNOWN_REQUEST, msg);
+        return;
+    }
+    relay_abort(rt, r, "cancelled");
+}
+
+static void handle_ping(router_t *rt, const uint8_t *ident, int ident_len, bool delim)
+{
+    rt->st.pings++;
+    int n = workers_status(rt->workers, rt->pong, WORKERS_MAX);
+    const void *buf;
+    size_t len;
+    if (proto_encode_pong(rt->penc, rt->pong, n, &buf, &len) == DERAS_OK)
+        frontend_send(rt, ident, ident_len, delim, buf, len);
+}
+
+/* One client message: f[0] routing id, f[1..n-1] the rest; `extra` frames beyond three
+ * were already dropped. */
+static void handle_frames(router_t *rt, zmq_msg_t *f, int n, int extra)
+{
+    const uint8_t *ident = zmq_msg_data(&f[0]);
+    int ident_len = (int)zmq_msg_size(&f[0]);
+    if (ident_len < 1 || ident_len > RQ_MAX_IDENTITY)
+        return;
+    int fd = zmq_msg_get(&f[n - 1], ZMQ_SRCFD);
+    bool delim = n >= 3 && zmq_msg_size(&f[1]) == 0;
+    zmq_msg_t *payload = NULL;
+    if (n == 2)
+        payload = &f[1];
+    else if (n == 3 && delim && extra == 0)
+        payload = &f[2];
+    if (!payload) {
+        rt->st.bad_envelopes++;
+        frontend_error(rt, ident, ident_len, delim || (n == 2 && !zmq_msg_size(&f[1])), "",
+                       PE_MALFORMED,
+                       "a message is one frame (DEALER) or an empty delimiter and one frame (REQ)");
+        return;
+    }
+    proto_client_msg m;
+    proto_error err;
+    if (proto_decode_client(rt->pdec, zmq_msg_data(payload), zmq_msg_size(payload), &m, &err)) {
+        frontend_error(rt, ident, ident_len, delim, err.id, err.code, err.message);
+        return;
+    }
+    switch (m.type) {
+    case PROTO_REQUEST: handle_request(rt, ident, ident_len, delim, fd, &m.req); break;
+    case PROTO_CANCEL: handle_cancel(rt, ident, ident_len, delim, m.cancel_id); break;
+    case PROTO_PING: handle_ping(rt, ident, ident_len, delim); break;
+    default:
+        frontend_error(rt, ident, ident_len, delim, "", PE_UNKNOWN_TYPE, "unknown message type");
+    }
+}
+
+void frontend_recv(router_t *rt, int budget)
+{
+    for (int i = 0; i < budget; i++) {
+        /* a client's disconnect must be seen before frames that could reuse its fd */
+        frontend_monitor(rt);
+        zmq_msg_t f[3];
+        zmq_msg_init(&f[0]);
+        if (zmq_msg_recv(&f[0], rt->clients, ZMQ_DONTWAIT) == -1) {
+            int err = zmq_errno();
+            zmq_msg_close(&f[0]);
+            if (err != EAGAIN && err != EINTR)
+                log_warn("client socket: zmq_msg_recv: %s", zmq_strerror(err));
+            return;
+        }
+        rt->st.frames++;
+        int n = 1, extra = 0;
+        bool more = zmq_msg_more(&f[0]);
+        while (more) {
+            zmq_msg_t tmp, *m = n < 3 ? &f[n] : &tmp;
+            zmq_msg_init(m);
+            if (zmq_msg_recv(m, rt->clients, ZMQ_DONTWAIT) == -1) {
+                zmq_msg_close(m);
+                break; /* multipart messages arrive whole; cannot happen */
+            }
+            more = zmq_msg_more(m);
+            if (n < 3) {
+                n++;
+            } else {
+                extra++;
+                zmq_msg_close(m);
+            }
+        }
+        if (n >= 2)
+            handle_frames(rt, f, n, extra);
+        for (int k = 0; k < n; k++)
+            zmq_msg_close(&f[k]);
+    }
+}
+
+void frontend_monitor(router_t *rt)
+{
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, rt->client_mon, ZMQ_DONTWAIT) == -1) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        bool more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) {
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, rt->client_mon, ZMQ_DONTWAIT);
+            zmq_msg_close(&addr);
+        }
+        switch (event) {
+        case ZMQ_EVENT_DISCONNECTED:
+            rt->st.disconnects++;
+            relay_fd_closed(rt, (int)value);
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            rt->st.oversized++; /* and other framing errors: the peer was dropped */
+            log_debug("client connection dropped by ZeroMQ: protocol error 0x%x", value);
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            log_debug("client handshake failed (event 0x%x, %u)", event, value);
+            break;
+        default:
+            break;
+        }
+    }
+}

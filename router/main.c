@@ -1,0 +1,478 @@
+/* main.c - deras-router: options, signals, start-up, the event loop, shutdown.
+ *
+ * One thread, one zmq_poll loop over the client socket, the worker socket, their
+ * monitors, the ZAP handler (with CURVE) and a self-pipe the signal handler writes to.
+ * The poll timeout is the time to the nearest timer (a request deadline, a worker's
+ * silence limit, the end of a wait for a worker, the end of the drain), so an idle
+ * router sleeps and a busy one never spins. Each turn reads a bounded batch from each
+ * socket, then runs the timers and the dispatcher.
+ *
+ * Stopping: the first SIGTERM/SIGINT starts a drain (new requests get shutting_down,
+ * queued ones too, workers get DRAIN, running requests finish) that ends when nothing
+ * is live or --drain-timeout passes (what is left ends with shutting_down); the router
+ * then exits 0, its ipc socket files removed. A second signal exits at once (status 1),
+ * removing the socket files from the handler itself.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/endpoints.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/zmq_check.h"
+#include "router/router.h"
+
+#define CLIENT_BUDGET 256   /* client frames per loop turn */
+#define WORKER_BUDGET 1024  /* worker frames per loop turn */
+
+/* ---- signals ---- */
+
+static int sig_pipe[2] = {-1, -1};
+static volatile sig_atomic_t sig_count;
+/* ipc socket files to remove on a hard exit (async-signal-safe unlink) */
+static char ipc_files[2][ROUTER_ADDR_MAX];
+
+static void on_signal(int signo)
+{
+    int saved = errno;
+    if (++sig_count >= 2) {
+        for (int i = 0; i < 2; i++)
+            if (ipc_files[i][0])
+                unlink(ipc_files[i]);
+        _exit(1);
+    }
+    unsigned char b = (unsigned char)signo;
+    ssize_t w = write(sig_pipe[1], &b, 1);
+    (void)w;
+    errno = saved;
+}
+
+static int install_signals(void)
+{
+    if (pipe2(sig_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
+        return deras_fail(DERAS_EIO, "pipe2: %s", strerror(errno));
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL))
+        return deras_fail(DERAS_EIO, "sigaction: %s", strerror(errno));
+    signal(SIGPIPE, SIG_IGN);
+    return DERAS_OK;
+}
+
+/* ---- options ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: deras-router --model PATH [options]\n"
+        "\n"
+        "  --model PATH               model (.gguf or Hugging Face dir): tokenizer and limits only\n"
+        "  --listen ADDR              client socket (tcp:// or ipc://), default tcp://127.0.0.1:5555\n"
+        "  --workers ADDR             worker socket, default ipc:///tmp/deras-$UID/workers.sock\n"
+        "  --max-queued-requests N    samples waiting for a worker (n counts as n), default 256\n"
+        "  --max-queued-tokens N      prompt tokens waiting for a worker, default 262144\n"
+        "  --max-tokens-cap N         largest max_tokens a request may ask, default 32768\n"
+        "  --curve-secret-key FILE    CURVE server secret key (Z85) for the client socket\n"
+        "  --curve-allow FILE         client public keys (Z85, one per line) allowed to connect\n"
+        "  --allow-insecure-bind      allow tcp on a non-loopback address without CURVE\n"
+        "  --log-prompts              log prompt text (never logged otherwise)\n"
+        "  --heartbeat-ms N           worker heartbeat interval asked in WELCOME, default 500\n"
+        "  --worker-timeout-ms N      a worker silent this long is dead, default 3000\n"
+        "  --no-workers-wait-ms N     how long a request waits when no worker is ready, default 1000\n"
+        "  --drain-timeout S          seconds to let requests finish at SIGTERM, default 30\n"
+        "\n"
+        "Log level: DERAS_LOG=debug|info|warn|error.\n");
+}
+
+static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return deras_fail(DERAS_EINVAL, "%s: '%s' is not an integer in [%lld, %lld]", opt, s,
+                          (long long)lo, (long long)hi);
+    *out = v;
+    return DERAS_OK;
+}
+
+/* Is this tcp:// address bound to loopback only? */
+static bool tcp_loopback(const char *addr)
+{
+    char host[ROUTER_ADDR_MAX];
+    snprintf(host, sizeof host, "%s", addr + 6);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+    char *h = host;
+    size_t n = strlen(h);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h[n - 1] = '\0';
+        h++;
+    }
+    return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1") || !strcmp(h, "lo");
+}
+
+static int check_addr(const router_opts *o, const char *what, const char *addr, bool curve)
+{
+    if (strncmp(addr, "tcp://", 6) && strncmp(addr, "ipc://", 6))
+        return deras_fail(DERAS_EINVAL, "%s %s: only tcp:// and ipc:// addresses are served", what,
+                          addr);
+    if (!strncmp(addr, "tcp://", 6) && !tcp_loopback(addr) && !curve && !o->allow_insecure_bind)
+        return deras_fail(DERAS_EINVAL,
+                          "%s %s: binding tcp beyond loopback without CURVE lets anyone on the "
+                          "network in; use --curve-secret-key/--curve-allow, or "
+                          "--allow-insecure-bind on a trusted network",
+                          what, addr);
+    return DERAS_OK;
+}
+
+static int parse_options(int argc, char **argv, router_opts *o)
+{
+    enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
+           O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_HELP };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"listen", required_argument, 0, O_LISTEN},
+        {"workers", required_argument, 0, O_WORKERS},
+        {"max-queued-requests", required_argument, 0, O_MQR},
+        {"max-queued-tokens", required_argument, 0, O_MQT},
+        {"max-tokens-cap", required_argument, 0, O_CAP},
+        {"curve-secret-key", required_argument, 0, O_CSK},
+        {"curve-allow", required_argument, 0, O_CA},
+        {"allow-insecure-bind", no_argument, 0, O_INSECURE},
+        {"log-prompts", no_argument, 0, O_LOGP},
+        {"heartbeat-ms", required_argument, 0, O_HB},
+        {"worker-timeout-ms", required_argument, 0, O_WTO},
+        {"no-workers-wait-ms", required_argument, 0, O_NWW},
+        {"drain-timeout", required_argument, 0, O_DRAIN},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof *o);
+    snprintf(o->listen, sizeof o->listen, "tcp://127.0.0.1:5555");
+    int rc = endpoints_default_workers(o->workers, sizeof o->workers);
+    if (rc)
+        return rc;
+    o->max_queued_requests = 256;
+    o->max_queued_tokens = 262144;
+    o->max_tokens_cap = 32768;
+    o->heartbeat_ms = 500;
+    o->worker_timeout_ms = 3000;
+    o->no_workers_wait_ms = 1000;
+    o->drain_timeout_ms = 30000;
+    int c;
+    int64_t v;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+        switch (c) {
+        case O_MODEL: o->model = optarg; break;
+        case O_LISTEN: snprintf(o->listen, sizeof o->listen, "%s", optarg); break;
+        case O_WORKERS: snprintf(o->workers, sizeof o->workers, "%s", optarg); break;
+        case O_CSK: o->curve_secret_file = optarg; break;
+        case O_CA: o->curve_allow_file = optarg; break;
+        case O_INSECURE: o->allow_insecure_bind = true; break;
+        case O_LOGP: o->log_prompts = true; break;
+        case O_HELP: usage(stdout); exit(0);
+        case O_MQR:
+            if ((rc = parse_int("--max-queued-requests", optarg, 1, 1 << 24, &v)))
+                return rc;
+            o->max_queued_requests = (int)v;
+            break;
+        case O_MQT:
+            if ((rc = parse_int("--max-queued-tokens", optarg, 1, INT64_C(1) << 40, &v)))
+                return rc;
+            o->max_queued_tokens = v;
+            break;
+        case O_CAP:
+            if ((rc = parse_int("--max-tokens-cap", optarg, 1, 1 << 24, &v)))
+                return rc;
+            o->max_tokens_cap = (int)v;
+            break;
+        case O_HB:
+            if ((rc = parse_int("--heartbeat-ms", optarg, 10, 600000, &v)))
+                return rc;
+            o->heartbeat_ms = (int)v;
+            break;
+        case O_WTO:
+            if ((rc = parse_int("--worker-timeout-ms", optarg, 50, 3600000, &v)))
+                return rc;
+            o->worker_timeout_ms = (int)v;
+            break;
+        case O_NWW:
+            if ((rc = parse_int("--no-workers-wait-ms", optarg, 0, 3600000, &v)))
+                return rc;
+            o->no_workers_wait_ms = (int)v;
+            break;
+        case O_DRAIN:
+            if ((rc = parse_int("--drain-timeout", optarg, 0, 86400, &v)))
+                return rc;
+            o->drain_timeout_ms = (int)v * 1000;
+            break;
+        default: return deras_fail(DERAS_EINVAL, "unknown or incomplete option '%s' (see --help)", name);
+        }
+    }
+    if (optind < argc)
+        return deras_fail(DERAS_EINVAL, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!o->model)
+        return deras_fail(DERAS_EINVAL, "--model is required (see --help)");
+    if (!o->curve_secret_file != !o->curve_allow_file)
+        return deras_fail(DERAS_EINVAL, "--curve-secret-key and --curve-allow go together");
+    if (o->heartbeat_ms >= o->worker_timeout_ms)
+        return deras_fail(DERAS_EINVAL, "--heartbeat-ms (%d) must be below --worker-timeout-ms (%d)",
+                          o->heartbeat_ms, o->worker_timeout_ms);
+    if (!strcmp(o->listen, o->workers))
+        return deras_fail(DERAS_EINVAL, "--listen and --workers must differ");
+    if ((rc = check_addr(o, "--listen", o->listen, o->curve_secret_file != NULL)) ||
+        (rc = check_addr(o, "--workers", o->workers, false)))
+        return rc;
+    return DERAS_OK;
+}
+
+/* ---- ipc endpoints ---- */
+
+/* Make the directory, refuse a socket file another process is serving (ZeroMQ would
+ * silently take it over), remember the file for removal at exit. */
+static int prepare_ipc(const char *addr, char *file_out)
+{
+    file_out[0] = '\0';
+    if (strncmp(addr, "ipc://", 6))
+        return DERAS_OK;
+    int rc = endpoints_prepare_bind(addr);
+    if (rc)
+        return rc;
+    const char *path = addr + 6;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return deras_fail(DERAS_EINVAL, "%s: socket path longer than %zu bytes", addr,
+                          sizeof sa.sun_path - 1);
+    memcpy(sa.sun_path, path, strlen(path));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        int live = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(fd);
+        if (live)
+            return deras_fail(DERAS_EBUSY, "%s: another process is serving this socket", addr);
+    }
+    snprintf(file_out, ROUTER_ADDR_MAX, "%s", path);
+    return DERAS_OK;
+}
+
+/* ---- start-up and shutdown ---- */
+
+static int open_model(router_t *rt)
+{
+    int rc = checkpoint_open(rt->o.model, &rt->ckpt);
+    if (rc)
+        return deras_fail_ctx(rc, "--model %s: ", rt->o.model);
+    const gguf_t *g = checkpoint_gguf(rt->ckpt);
+    rc = g ? tokenizer_from_gguf(g, &rt->tok) : tokenizer_from_hf_dir(checkpoint_hf_dir(rt->ckpt), &rt->tok);
+    if (rc)
+        return deras_fail_ctx(rc, "--model %s: tokenizer: ", rt->o.model);
+    const model_config *cfg = checkpoint_config(rt->ckpt);
+    rt->vocab_size = cfg->vocab_size;
+    rt->ctx_len = cfg->max_seq_len;
+    rt->tok_cap = (size_t)rt->ctx_len + 1;
+    if (!(rt->tok_buf = malloc(rt->tok_cap * sizeof *rt->tok_buf)))
+        return deras_fail(DERAS_ENOMEM, "out of memory");
+    log_info("model %s: vocabulary %d (tokenizer %d), context %d", rt->o.model, rt->vocab_size,
+             tokenizer_vocab_size(rt->tok), rt->ctx_len);
+    return DERAS_OK;
+}
+
+static int start(router_t *rt)
+{
+    int rc;
+    if ((rc = open_model(rt)))
+        return rc;
+    proto_limits_default(&rt->lim);
+    rt->lim.max_tokens = rt->o.max_tokens_cap;
+    if (rt->o.curve_secret_file &&
+        (rc = curve_load(rt->o.curve_secret_file, rt->o.curve_allow_file, &rt->curve)))
+        return rc;
+    if (!(rt->pdec = proto_decoder_new(&rt->lim)) || !(rt->penc = proto_encoder_new()) ||
+        !(rt->wdec = wp_decoder_new(16u << 20)) || !(rt->wenc = wp_encoder_new()) ||
+        !(rt->rqs = rq_table_new(rt->tok)) ||
+        !(rt->workers = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms)))
+        return deras_fail(DERAS_ENOMEM, "out of memory at start-up");
+    dispatch_opts d = {.max_queued_requests = rt->o.max_queued_requests,
+                       .max_queued_tokens = rt->o.max_queued_tokens,
+                       .no_workers_wait_ms = rt->o.no_workers_wait_ms};
+    if (!(rt->disp = dispatch_new(rt->workers, rt->rqs, &d, wlink_submit, relay_fail_cb, rt)))
+        return DERAS_ENOMEM;
+    if ((rc = prepare_ipc(rt->o.listen, ipc_files[0])) ||
+        (rc = prepare_ipc(rt->o.workers, ipc_files[1])))
+        return rc;
+    if ((rc = ZMQ_CHECK_PTR(rt->zctx, zmq_ctx_new())))
+        return rc;
+    if ((rc = wlink_open(rt)) || (rc = frontend_open(rt)))
+        return rc;
+    log_info("listening for clients on %s%s, for workers on %s", rt->o.listen,
+             rt->curve ? " (CURVE)" : "", rt->o.workers);
+    return DERAS_OK;
+}
+
+static void log_stats(const router_t *rt)
+{
+    const router_stats *s = &rt->st;
+    uint64_t errors = 0;
+    for (int i = 0; i < PE_N_CODES; i++)
+        errors += s->errors[i];
+    log_info("stats: %llu frames, %llu requests, %llu ended, %llu cancels, %llu pings, %llu "
+             "errors (%llu busy, %llu malformed), %llu bad envelopes, %llu send failures, %llu "
+             "disconnects, %llu dropped by ZeroMQ, CURVE %llu allowed / %llu denied; workers: "
+             "%llu frames, %llu bad, %llu stray tokens, %llu re-dispatched, %llu deaths",
+             (unsigned long long)s->frames, (unsigned long long)s->requests,
+             (unsigned long long)s->completed, (unsigned long long)s->cancels,
+             (unsigned long long)s->pings, (unsigned long long)errors,
+             (unsigned long long)s->errors[PE_BUSY], (unsigned long long)s->errors[PE_MALFORMED],
+             (unsigned long long)s->bad_envelopes, (unsigned long long)s->send_failures,
+             (unsigned long long)s->disconnects, (unsigned long long)s->oversized,
+             (unsigned long long)s->auth_allowed, (unsigned long long)s->auth_denied,
+             (unsigned long long)s->worker_frames, (unsigned long long)s->worker_bad_frames,
+             (unsigned long long)s->stray_tokens, (unsigned long long)s->redispatched,
+             (unsigned long long)s->worker_deaths);
+}
+
+static void stop(router_t *rt)
+{
+    wlink_close(rt);
+    frontend_close(rt);
+    if (rt->zctx)
+        zmq_ctx_term(rt->zctx);
+    for (int i = 0; i < 2; i++)
+        if (ipc_files[i][0])
+            unlink(ipc_files[i]);
+    dispatch_destroy(&rt->disp);
+    workers_destroy(&rt->workers);
+    rq_table_destroy(&rt->rqs);
+    proto_decoder_destroy(&rt->pdec);
+    proto_encoder_destroy(&rt->penc);
+    wp_decoder_destroy(&rt->wdec);
+    wp_encoder_destroy(&rt->wenc);
+    curve_destroy(&rt->curve);
+    free(rt->tok_buf);
+    free(rt->touched);
+    tokenizer_destroy(&rt->tok);
+    checkpoint_destroy(&rt->ckpt);
+}
+
+/* ---- the loop ---- */
+
+static void begin_drain(router_t *rt, int64_t now)
+{
+    log_info("stopping: %d requests live; draining for up to %d s (a second signal exits at once)",
+             rq_count(rt->rqs), rt->o.drain_timeout_ms / 1000);
+    rt->draining = true;
+    rt->drain_deadline_us = now + (int64_t)rt->o.drain_timeout_ms * 1000;
+    dispatch_drain(rt->disp);
+    dispatch_run(rt->disp, now); /* queued requests: shutting_down */
+    wlink_drain_all(rt);
+}
+
+static int poll_timeout_ms(const router_t *rt, int64_t now)
+{
+    int64_t t = workers_next_expiry(rt->workers);
+    int64_t d = dispatch_next_timer(rt->disp);
+    if (d < t)
+        t = d;
+    rq *r = rq_next_deadline(rt->rqs);
+    if (r && r->deadline_us < t)
+        t = r->deadline_us;
+    if (rt->draining && rt->drain_deadline_us < t)
+        t = rt->drain_deadline_us;
+    if (t == INT64_MAX)
+        return -1;
+    int64_t ms = (t - now + 999) / 1000 + 1; /* past the timer, never just before it */
+    return ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms;
+}
+
+static void run(router_t *rt)
+{
+    zmq_pollitem_t items[6];
+    for (;;) {
+        int n = 0;
+        items[n++] = (zmq_pollitem_t){.fd = sig_pipe[0], .events = ZMQ_POLLIN};
+        items[n++] = (zmq_pollitem_t){.socket = rt->worker_mon, .events = ZMQ_POLLIN};
+        items[n++] = (zmq_pollitem_t){.socket = rt->client_mon, .events = ZMQ_POLLIN};
+        items[n++] = (zmq_pollitem_t){.socket = rt->workers_sock, .events = ZMQ_POLLIN};
+        items[n++] = (zmq_pollitem_t){.socket = rt->clients, .events = ZMQ_POLLIN};
+        if (rt->zap)
+            items[n++] = (zmq_pollitem_t){.socket = rt->zap, .events = ZMQ_POLLIN};
+        int64_t now = router_now_us();
+        int rc = zmq_poll(items, n, poll_timeout_ms(rt, now));
+        if (rc == -1 && zmq_errno() != EINTR) {
+            log_error("zmq_poll: %s", zmq_strerror(zmq_errno()));
+            return;
+        }
+        if (rc > 0) {
+            if (items[0].revents & ZMQ_POLLIN) {
+                unsigned char b[16];
+                while (read(sig_pipe[0], b, sizeof b) > 0)
+                    if (!rt->draining)
+                        begin_drain(rt, router_now_us());
+            }
+            if (items[1].revents & ZMQ_POLLIN)
+                wlink_monitor(rt);
+            if (items[2].revents & ZMQ_POLLIN)
+                frontend_monitor(rt);
+            if (n > 5 && (items[5].revents & ZMQ_POLLIN))
+                curve_zap_handle(rt->curve, rt->zap, &rt->st);
+            if (items[3].revents & ZMQ_POLLIN)
+                wlink_recv(rt, WORKER_BUDGET);
+            if (items[4].revents & ZMQ_POLLIN)
+                frontend_recv(rt, CLIENT_BUDGET);
+        }
+        now = router_now_us();
+        relay_deadlines(rt, now);
+        wlink_check_timeouts(rt, now);
+        dispatch_run(rt->disp, now);
+        relay_reap(rt);
+        if (rt->draining) {
+            if (rq_count(rt->rqs) == 0) {
+                log_info("drained: every request ended");
+                return;
+            }
+            if (now >= rt->drain_deadline_us) {
+                log_warn("drain timeout: ending %d requests", rq_count(rt->rqs));
+                rq *next;
+                for (rq *r = rq_first(rt->rqs); r; r = next) {
+                    next = r->live_next;
+                    relay_fail(rt, r, PE_SHUTTING_DOWN, "the router stopped before the request ended");
+                }
+                return;
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    log_set_name("deras-router");
+    router_t rt = {0};
+    int rc = parse_options(argc, argv, &rt.o);
+    if (rc) {
+        fprintf(stderr, "deras-router: %s\n", deras_errmsg());
+        return 2;
+    }
+    if ((rc = install_signals()) || (rc = start(&rt))) {
+        log_error("%s", deras_errmsg());
+        stop(&rt);
+        return 1;
+    }
+    run(&rt);
+    log_stats(&rt);
+    stop(&rt);
+    log_info("exit");
+    return 0;
+}

@@ -1,0 +1,341 @@
+/* relay.c - what clients hear about their requests: chunks and finals built from the
+ * workers' STEP frames, and every way a request can end.
+ *
+ * A STEP frame carries the tokens and finishes of one engine step for all of a worker's
+ * sequences. It is relayed in three passes so that each sample gets at most one chunk
+ * per frame, and no record is released while the frame still refers to it:
+ *   1. tokens: each goes into its sample's stream (detokenizer, stop matcher); a stop
+ *      string ends the sample on the spot ("stop"), later tokens of it are ignored;
+ *   2. finishes: the sample's stream is flushed and the worker's reason recorded;
+ *   3. for each sample touched: one chunk with everything pending (streaming requests),
+ *      then its final if it ended; a request whose samples all ended is released, and
+ *      aborted at the worker if the worker may still be running some of it.
+ * Tokens for rids the router does not know (ended, re-dispatched elsewhere) are
+ * answered with one ABORT per rid and frame, so a worker never computes for nobody.
+ *
+ * Sends never fail loudly: a client that is gone or not reading has its requests marked
+ * (relay_mark_gone) and ended silently by relay_reap once the current handler is done.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "router/router.h"
+
+static const char *finish_name(int reason)
+{
+    switch (reason) {
+    case 0: return "stop";
+    case 1: return "length";
+    default: return "abort";
+    }
+}
+
+static void usage_of(const rq *r, const rq_sample *s, int64_t now_us, proto_usage *u)
+{
+    u->prompt_tokens = r->n_prompt;
+    u->completion_tokens = stream_n_tokens(s->st);
+    u->queue_ms = ((r->t_dispatch_us ? r->t_dispatch_us : now_us) - r->t_recv_us) / 1e3;
+    u->ttft_ms = s->t_first_us ? (s->t_first_us - r->t_recv_us) / 1e3 : 0.0;
+    u->total_ms = (now_us - r->t_recv_us) / 1e3;
+}
+
+static void send_to(router_t *rt, rq *r, const void *buf, size_t len)
+{
+    if (r->gone)
+        return;
+    if (frontend_send(rt, r->ident, r->ident_len, r->delim, buf, len) == DERAS_OK)
+        r->client_seen = true;
+}
+
+static void send_chunk(router_t *rt, rq *r, int k)
+{
+    stream_t *st = r->samples[k].st;
+    size_t n_text;
+    int n_ids;
+    const char *text = stream_text(st, &n_text);
+    const int32_t *ids = stream_ids(st, &n_ids);
+    const void *buf;
+    size_t len;
+    if (proto_encode_chunk(rt->penc, r->id, k, ids, n_ids, text, n_text, stream_logprobs(st), &buf,
+                           &len) == DERAS_OK)
+        send_to(rt, r, buf, len);
+    else
+        log_error("request %s: cannot encode a chunk: %s", r->id, deras_errmsg());
+    stream_take(st);
+}
+
+static void send_final(router_t *rt, rq *r, int k, int64_t now_us)
+{
+    rq_sample *s = &r->samples[k];
+    proto_usage u;
+    usage_of(r, s, now_us, &u);
+    const char *text = NULL;
+    size_t n_text = 0;
+    const int32_t *ids = NULL;
+    int n_ids = 0;
+    const proto_logprob *lps = NULL;
+    if (!r->stream) {
+        text = stream_text(s->st, &n_text);
+        ids = stream_ids(s->st, &n_ids);
+        lps = stream_logprobs(s->st);
+    }
+    const void *buf;
+    size_t len;
+    if (proto_encode_final(rt->penc, r->id, k, s->finish_reason, s->abort_reason, &u, text, n_text,
+                           ids, n_ids, lps, &buf, &len) == DERAS_OK)
+        send_to(rt, r, buf, len);
+    else
+        log_error("request %s: cannot encode a final: %s", r->id, deras_errmsg());
+}
+
+/* Give the request's worker its capacity back, aborting there what may still run. */
+static void leave_worker(router_t *rt, rq *r)
+{
+    if (r->state != RQ_RUNNING)
+        return;
+    worker *k = workers_at(rt->workers, r->worker);
+    if (k && (k->state == W_READY || k->state == W_DRAINING)) {
+        bool running = false;
+        for (int i = 0; i < r->n; i++)
+            running |= !r->samples[i].worker_done;
+        if (running)
+            wlink_abort(rt, k, r->rid);
+        workers_ended(k, r->n);
+    }
+    r->worker = -1;
+}
+
+static void release(router_t *rt, rq *r)
+{
+    leave_worker(rt, r);
+    dispatch_remove(rt->disp, r);
+    rq_release(rt->rqs, r);
+    rt->st.completed++;
+}
+
+/* End sample k: flush its stream, record why. */
+static void end_sample(rq *r, int k, const char *finish, const char *abort_reason)
+{
+    rq_sample *s = &r->samples[k];
+    if (s->done)
+        return;
+    if (stream_finish(s->st))
+        log_warn("request %s: flushing sample %d: %s", r->id, k, deras_errmsg());
+    s->done = true;
+    r->n_done++;
+    if (stream_stopped(s->st)) {
+        s->finish_reason = "stop";
+        s->abort_reason = NULL;
+    } else {
+        s->finish_reason = finish;
+        s->abort_reason = abort_reason;
+    }
+}
+
+void relay_abort(router_t *rt, rq *r, const char *abort_reason)
+{
+    int64_t now = router_now_us();
+    for (int k = 0; k < r->n; k++) {
+        if (r->samples[k].done)
+            continue;
+        end_sample(r, k, "abort", abort_reason);
+        if (r->stream && stream_has_pending(r->samples[k].st))
+            send_chunk(rt, r, k);
+        send_final(rt, r, k, now);
+    }
+    release(rt, r);
+}
+
+void relay_fail(router_t *rt, rq *r, enum proto_error_code code, const char *msg)
+{
+    if (!r->gone)
+        frontend_error(rt, r->ident, r->ident_len, r->delim, r->id, code, msg);
+    release(rt, r);
+}
+
+void relay_fail_cb(void *ctx, rq *r, enum proto_error_code code, const char *msg)
+{
+    relay_fail((router_t *)ctx, r, code, msg);
+}
+
+/* Remember sample k of r for pass 3 (once). */
+static void touch(router_t *rt, rq *r, int k)
+{
+    if (r->samples[k].touched)
+        return;
+    if (rt->n_touched == rt->cap_touched) {
+        int cap = rt->cap_touched ? rt->cap_touched * 2 : 256;
+        struct touched *p = realloc(rt->touched, (size_t)cap * sizeof *p);
+        if (!p) {
+            /* cannot batch: this sample's chunk waits for the next frame */
+            log_error("relay: out of memory for the STEP list");
+            return;
+        }
+        rt->touched = p;
+        rt->cap_touched = cap;
+    }
+    r->samples[k].touched = true;
+    rt->touched[rt->n_touched++] = (struct touched){r, k};
+}
+
+static void note_stray(router_t *rt, uint64_t rid)
+{
+    rt->st.stray_tokens++;
+    for (int i = 0; i < rt->n_stray; i++)
+        if (rt->stray_rids[i] == rid)
+            return;
+    if (rt->n_stray < (int)(sizeof rt->stray_rids / sizeof rt->stray_rids[0]))
+        rt->stray_rids[rt->n_stray++] = rid;
+}
+
+/* The request and sample a token or finish is about, if it is ours and still live. */
+static rq *lookup(router_t *rt, worker *k, uint64_t rid, int index)
+{
+    rq *r = rq_find_rid(rt->rqs, rid);
+    if (!r || r->state != RQ_RUNNING || r->worker != k->slot)
+        return NULL;
+    if (index < 0 || index >= r->n) {
+        log_warn("worker %s: sample index %d outside request %s's %d samples", k->name, index,
+                 r->id, r->n);
+        return NULL;
+    }
+    return r;
+}
+
+void relay_step(router_t *rt, worker *k, const wp_msg *m)
+{
+    int64_t now = router_now_us();
+    rt->n_touched = 0;
+    rt->n_stray = 0;
+
+    for (int i = 0; i < m->n_tokens; i++) {
+        const wp_token *t = &m->tokens[i];
+        rq *r = lookup(rt, k, t->rid, t->index);
+        if (!r) {
+            note_stray(rt, t->rid);
+            continue;
+        }
+        rq_sample *s = &r->samples[t->index];
+        if (s->done)
+            continue;
+        if (!s->t_first_us)
+            s->t_first_us = now;
+        int rc = stream_push(s->st, t->lp.token_id, r->logprobs > 0 ? &t->lp : NULL);
+        if (rc == DERAS_ENOMEM) {
+            log_error("request %s: %s", r->id, deras_errmsg());
+            end_sample(r, t->index, "abort", "out_of_memory");
+        } else if (stream_stopped(s->st)) {
+            end_sample(r, t->index, "stop", NULL);
+        }
+        touch(rt, r, t->index);
+    }
+
+    for (int i = 0; i < m->n_finishes; i++) {
+        const wp_finish *f = &m->finishes[i];
+        rq *r = rq_find_rid(rt->rqs, f->rid);
+        if (!r || r->state != RQ_RUNNING || r->worker != k->slot || f->index < 0 ||
+            f->index >= r->n)
+            continue;
+        rq_sample *s = &r->samples[f->index];
+        s->worker_done = true;
+        if (s->done)
+            continue;
+        end_sample(r, f->index, finish_name(f->reason), f->reason == 2 ? "worker_aborted" : NULL);
+        touch(rt, r, f->index);
+    }
+
+    for (int i = 0; i < rt->n_touched; i++) {
+        rq *r = rt->touched[i].r;
+        int j = rt->touched[i].k;
+        r->samples[j].touched = false;
+        if (r->state == RQ_FREE)
+            continue;
+        if (r->stream && stream_has_pending(r->samples[j].st))
+            send_chunk(rt, r, j);
+        if (r->samples[j].done)
+            send_final(rt, r, j, now);
+    }
+    for (int i = 0; i < rt->n_touched; i++) {
+        rq *r = rt->touched[i].r;
+        if (r->state != RQ_FREE && r->n_done == r->n)
+            release(rt, r);
+    }
+    rt->n_touched = 0;
+
+    for (int i = 0; i < rt->n_stray; i++)
+        wlink_abort(rt, k, rt->stray_rids[i]);
+}
+
+void relay_worker_dead(router_t *rt, worker *k, const char *why)
+{
+    int64_t now = router_now_us();
+    int slot = k->slot, requeued = 0, failed = 0;
+    log_warn("worker %s (pid %d) is dead: %s", k->name, (int)k->hello.pid, why);
+    workers_dead(k, now); /* first: nothing is aborted at a dead worker */
+    rt->st.worker_deaths++;
+    char msg[256];
+    snprintf(msg, sizeof msg, "worker %s failed: %s", k->name, why);
+    rq *next;
+    for (rq *r = rq_first(rt->rqs); r; r = next) {
+        next = r->live_next;
+        if (r->state != RQ_RUNNING || r->worker != slot)
+            continue;
+        if (!r->client_seen && !r->gone && !rt->draining && r->attempts < ROUTER_MAX_ATTEMPTS &&
+            rq_start_samples(rt->rqs, r) == DERAS_OK) {
+            r->worker = -1;
+            dispatch_requeue(rt->disp, r, now);
+            rt->st.redispatched++;
+            requeued++;
+        } else {
+            relay_fail(rt, r, PE_WORKER_FAILED, msg);
+            failed++;
+        }
+    }
+    if (requeued || failed)
+        log_warn("worker %s: %d requests go to another worker, %d end with worker_failed",
+                 k->name, requeued, failed);
+}
+
+void relay_fd_closed(router_t *rt, int fd)
+{
+    if (fd < 0)
+        return;
+    rq *next;
+    for (rq *r = rq_first(rt->rqs); r; r = next) {
+        next = r->live_next;
+        if (r->fd == fd)
+            relay_abort(rt, r, "disconnected");
+    }
+}
+
+void relay_mark_gone(router_t *rt, const uint8_t *ident, int ident_len)
+{
+    for (rq *r = rq_first(rt->rqs); r; r = r->live_next)
+        if (r->ident_len == ident_len && !memcmp(r->ident, ident, (size_t)ident_len)) {
+            r->gone = true;
+            rt->gone_pending = true;
+        }
+}
+
+void relay_reap(router_t *rt)
+{
+    if (!rt->gone_pending)
+        return;
+    rt->gone_pending = false;
+    rq *next;
+    for (rq *r = rq_first(rt->rqs); r; r = next) {
+        next = r->live_next;
+        if (r->gone)
+            release(rt, r);
+    }
+}
+
+void relay_deadlines(router_t *rt, int64_t now_us)
+{
+    rq *r;
+    while ((r = rq_next_deadline(rt->rqs)) && r->deadline_us <= now_us)
+        relay_abort(rt, r, "deadline_exceeded");
+}

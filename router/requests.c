@@ -1,0 +1,402 @@
+/* requests.c - the router's live requests (see requests.h).
+ *
+ * Storage: an array of slot pointers that doubles when full, and a free list of slot
+ * indices; a slot is allocated once and reused for the life of the process, buffers
+ * included. Two hash tables with chaining through the records (by client key and by
+ * rid) double with the live count so chains stay short; the key hash is FNV-1a over
+ * identity and id. The deadline heap is a binary min-heap of record pointers whose
+ * positions are kept in the records, so any request leaves it in O(log n).
+ */
+#include "router/requests.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+
+/* Buffers a finished request may keep for the next one in its slot. */
+#define RQ_KEEP_BYTES (256u << 10)
+
+struct rq_table {
+    const tokenizer_t *tok;
+    rq **slots;
+    int n_slots, cap_slots;
+    int *free_list;
+    int n_free;
+
+    rq **by_key, **by_rid;   /* n_buckets each, a power of two */
+    size_t n_buckets;
+
+    rq *live_head, *live_tail;
+    int n_live;
+
+    rq **heap;
+    int n_heap, cap_heap;
+};
+
+static uint64_t key_hash(const void *ident, int ident_len, const char *id)
+{
+    uint64_t h = 1469598103934665603ull;
+    const uint8_t *p = ident;
+    for (int i = 0; i < ident_len; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull; /* separator: ("ab","c") != ("a","bc") */
+    for (const uint8_t *q = (const uint8_t *)id; *q; q++)
+        h = (h ^ *q) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t rid_hash(uint64_t rid)
+{
+    rid ^= rid >> 33;
+    rid *= 0xff51afd7ed558ccdull;
+    rid ^= rid >> 33;
+    return rid;
+}
+
+rq_table *rq_table_new(const tokenizer_t *tok)
+{
+    rq_table *t = calloc(1, sizeof *t);
+    if (!t)
+        goto nomem;
+    t->tok = tok;
+    t->n_buckets = 64;
+    t->by_key = calloc(t->n_buckets, sizeof *t->by_key);
+    t->by_rid = calloc(t->n_buckets, sizeof *t->by_rid);
+    if (!t->by_key || !t->by_rid)
+        goto nomem;
+    return t;
+nomem:
+    rq_table_destroy(&t);
+    deras_fail(DERAS_ENOMEM, "rq_table_new: out of memory");
+    return NULL;
+}
+
+void rq_table_destroy(rq_table **tp)
+{
+    if (!tp || !*tp)
+        return;
+    rq_table *t = *tp;
+    for (int i = 0; i < t->n_slots; i++) {
+        rq *r = t->slots[i];
+        for (int k = 0; k < PROTO_MAX_N; k++)
+            stream_destroy(&r->samples[k].st);
+        free(r->prompt);
+        free(r);
+    }
+    free(t->slots);
+    free(t->free_list);
+    free(t->by_key);
+    free(t->by_rid);
+    free(t->heap);
+    free(t);
+    *tp = NULL;
+}
+
+rq *rq_new(rq_table *t)
+{
+    rq *r;
+    if (t->n_free > 0) {
+        r = t->slots[t->free_list[--t->n_free]];
+    } else {
+        if (t->n_slots == t->cap_slots) {
+            int cap = t->cap_slots ? t->cap_slots * 2 : 64;
+            rq **s = realloc(t->slots, (size_t)cap * sizeof *s);
+            if (!s)
+                goto nomem;
+            t->slots = s;
+            int *f = realloc(t->free_list, (size_t)cap * sizeof *f);
+            if (!f)
+                goto nomem;
+            t->free_list = f;
+            t->cap_slots = cap;
+        }
+        if (!(r = calloc(1, sizeof *r)))
+            goto nomem;
+        r->slot = t->n_slots;
+        t->slots[t->n_slots++] = r;
+    }
+    /* keep the pooled buffers, reset everything else */
+    int32_t *prompt = r->prompt;
+    int prompt_cap = r->prompt_cap, slot = r->slot;
+    stream_t *st[PROTO_MAX_N];
+    for (int k = 0; k < PROTO_MAX_N; k++)
+        st[k] = r->samples[k].st;
+    memset(r, 0, sizeof *r);
+    r->prompt = prompt;
+    r->prompt_cap = prompt_cap;
+    r->slot = slot;
+    for (int k = 0; k < PROTO_MAX_N; k++)
+        r->samples[k].st = st[k];
+    r->state = RQ_QUEUED;
+    r->worker = -1;
+    r->fd = -1;
+    r->heap_at = -1;
+    return r;
+nomem:
+    deras_fail(DERAS_ENOMEM, "rq_new: out of memory");
+    return NULL;
+}
+
+void rq_discard(rq_table *t, rq *r)
+{
+    if (!r || r->state == RQ_FREE)
+        return;
+    r->state = RQ_FREE;
+    if (r->prompt_cap * (int)sizeof *r->prompt > (int)RQ_KEEP_BYTES) {
+        free(r->prompt);
+        r->prompt = NULL;
+        r->prompt_cap = 0;
+    }
+    for (int k = 0; k < PROTO_MAX_N; k++)
+        stream_trim(r->samples[k].st, RQ_KEEP_BYTES);
+    t->free_list[t->n_free++] = r->slot;
+}
+
+int rq_reserve_prompt(rq *r, int n)
+{
+    if (n <= r->prompt_cap)
+        return DERAS_OK;
+    int cap = r->prompt_cap ? r->prompt_cap : 256;
+    while (cap < n)
+        cap *= 2;
+    int32_t *p = realloc(r->prompt, (size_t)cap * sizeof *p);
+    if (!p)
+        return deras_fail(DERAS_ENOMEM, "request: out of memory for %d prompt ids", n);
+    r->prompt = p;
+    r->prompt_cap = cap;
+    return DERAS_OK;
+}
+
+int rq_start_samples(rq_table *t, rq *r)
+{
+    const char *stops[PROTO_MAX_STOPS];
+    for (int i = 0; i < r->n_stops; i++)
+        stops[i] = r->stops[i];
+    r->n_done = 0;
+    for (int k = 0; k < r->n; k++) {
+        rq_sample *s = &r->samples[k];
+        if (!s->st && !(s->st = stream_new(t->tok)))
+            return DERAS_ENOMEM;
+        int rc = stream_start(s->st, stops, r->stop_lens, r->n_stops, r->logprobs > 0);
+        if (rc)
+            return rc;
+        s->done = s->worker_done = s->touched = false;
+        s->finish_reason = s->abort_reason = NULL;
+        s->t_first_us = 0;
+    }
+    return DERAS_OK;
+}
+
+/* ---- hashing ---- */
+
+static void hash_link(rq_table *t, rq *r)
+{
+    size_t mask = t->n_buckets - 1;
+    size_t kb = key_hash(r->ident, r->ident_len, r->id) & mask;
+    r->h_key_next = t->by_key[kb];
+    t->by_key[kb] = r;
+    size_t rb = rid_hash(r->rid) & mask;
+    r->h_rid_next = t->by_rid[rb];
+    t->by_rid[rb] = r;
+}
+
+static void unlink_chain(rq **head, rq *r, size_t off_next)
+{
+    for (rq **pp = head; *pp; pp = (rq **)((char *)*pp + off_next))
+        if (*pp == r) {
+            *pp = *(rq **)((char *)r + off_next);
+            return;
+        }
+}
+
+static void hash_unlink_rid(rq_table *t, rq *r)
+{
+    size_t rb = rid_hash(r->rid) & (t->n_buckets - 1);
+    unlink_chain(&t->by_rid[rb], r, offsetof(rq, h_rid_next));
+}
+
+static void hash_unlink(rq_table *t, rq *r)
+{
+    size_t kb = key_hash(r->ident, r->ident_len, r->id) & (t->n_buckets - 1);
+    unlink_chain(&t->by_key[kb], r, offsetof(rq, h_key_next));
+    hash_unlink_rid(t, r);
+}
+
+/* Double the buckets and rehash the live list. On ENOMEM keep the old size (chains just
+ * get longer). */
+static void hash_grow(rq_table *t)
+{
+    size_t n = t->n_buckets * 2;
+    rq **k = calloc(n, sizeof *k), **d = calloc(n, sizeof *d);
+    if (!k || !d) {
+        free(k);
+        free(d);
+        return;
+    }
+    free(t->by_key);
+    free(t->by_rid);
+    t->by_key = k;
+    t->by_rid = d;
+    t->n_buckets = n;
+    for (rq *r = t->live_head; r; r = r->live_next)
+        hash_link(t, r);
+}
+
+/* ---- deadline heap ---- */
+
+static void heap_swap(rq_table *t, int a, int b)
+{
+    rq *x = t->heap[a];
+    t->heap[a] = t->heap[b];
+    t->heap[b] = x;
+    t->heap[a]->heap_at = a;
+    t->heap[b]->heap_at = b;
+}
+
+static void heap_up(rq_table *t, int i)
+{
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (t->heap[p]->deadline_us <= t->heap[i]->deadline_us)
+            break;
+        heap_swap(t, i, p);
+        i = p;
+    }
+}
+
+static void heap_down(rq_table *t, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < t->n_heap && t->heap[l]->deadline_us < t->heap[m]->deadline_us)
+            m = l;
+        if (r < t->n_heap && t->heap[r]->deadline_us < t->heap[m]->deadline_us)
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(t, i, m);
+        i = m;
+    }
+}
+
+static int heap_push(rq_table *t, rq *r)
+{
+    if (t->n_heap == t->cap_heap) {
+        int cap = t->cap_heap ? t->cap_heap * 2 : 64;
+        rq **h = realloc(t->heap, (size_t)cap * sizeof *h);
+        if (!h)
+            return deras_fail(DERAS_ENOMEM, "rq_insert: out of memory for the deadline heap");
+        t->heap = h;
+        t->cap_heap = cap;
+    }
+    r->heap_at = t->n_heap;
+    t->heap[t->n_heap++] = r;
+    heap_up(t, r->heap_at);
+    return DERAS_OK;
+}
+
+static void heap_remove(rq_table *t, rq *r)
+{
+    int i = r->heap_at;
+    if (i < 0)
+        return;
+    r->heap_at = -1;
+    if (--t->n_heap == i)
+        return;
+    rq *moved = t->heap[t->n_heap];
+    t->heap[i] = moved;
+    moved->heap_at = i;
+    heap_up(t, i);
+    heap_down(t, moved->heap_at);
+}
+
+/* ---- public ---- */
+
+int rq_insert(rq_table *t, rq *r)
+{
+    if (r->deadline_us > 0) {
+        int rc = heap_push(t, r);
+        if (rc)
+            return rc;
+    }
+    if ((size_t)t->n_live + 1 > t->n_buckets)
+        hash_grow(t);
+    hash_link(t, r);
+    r->live_prev = t->live_tail;
+    r->live_next = NULL;
+    if (t->live_tail)
+        t->live_tail->live_next = r;
+    else
+        t->live_head = r;
+    t->live_tail = r;
+    t->n_live++;
+    return DERAS_OK;
+}
+
+void rq_set_rid(rq_table *t, rq *r, uint64_t rid)
+{
+    hash_unlink_rid(t, r);
+    r->rid = rid;
+    size_t rb = rid_hash(rid) & (t->n_buckets - 1);
+    r->h_rid_next = t->by_rid[rb];
+    t->by_rid[rb] = r;
+}
+
+void rq_release(rq_table *t, rq *r)
+{
+    if (!r || r->state == RQ_FREE)
+        return;
+    heap_remove(t, r);
+    hash_unlink(t, r);
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else
+        t->live_head = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+    else
+        t->live_tail = r->live_prev;
+    r->live_prev = r->live_next = NULL;
+    t->n_live--;
+    rq_discard(t, r);
+}
+
+rq *rq_find_key(const rq_table *t, const void *ident, int ident_len, const char *id)
+{
+    size_t kb = key_hash(ident, ident_len, id) & (t->n_buckets - 1);
+    for (rq *r = t->by_key[kb]; r; r = r->h_key_next)
+        if (r->ident_len == ident_len && !memcmp(r->ident, ident, (size_t)ident_len) &&
+            !strcmp(r->id, id))
+            return r;
+    return NULL;
+}
+
+rq *rq_find_rid(const rq_table *t, uint64_t rid)
+{
+    size_t rb = rid_hash(rid) & (t->n_buckets - 1);
+    for (rq *r = t->by_rid[rb]; r; r = r->h_rid_next)
+        if (r->rid == rid)
+            return r;
+    return NULL;
+}
+
+rq *rq_first(const rq_table *t)
+{
+    return t->live_head;
+}
+
+int rq_count(const rq_table *t)
+{
+    return t->n_live;
+}
+
+rq *rq_next_deadline(const rq_table *t)
+{
+    return t->n_heap ? t->heap[0] : NULL;
+}
+
+int rq_slots(const rq_table *t)
+{
+    return t->n_slots;
+}

@@ -1,0 +1,129 @@
+/* requests.h - the router's live requests: one record per client request, found by
+ * (client identity, request id), by the router's own id (rid), and in deadline order.
+ *
+ * A request lives from its admission to the moment the client has heard its end (every
+ * sample's final, or one error). Records are slots in a pool that only grows: a freed
+ * slot keeps its buffers (prompt ids, sample streams) for the next request, so a steady
+ * load allocates nothing and a flood answered with `busy` never reaches this table.
+ * Slot pointers stay valid (and their state says FREE) after release until reused by
+ * rq_new, which lets an event handler finish a loop over requests it may end.
+ *
+ * The record is a plain struct shared by the router's modules (dispatch queues it,
+ * relay fills its samples); the table that indexes it is opaque. Costs: lookups O(1)
+ * expected, insert/release O(log live) for the deadline heap, scans O(live).
+ */
+#ifndef DERAS_ROUTER_REQUESTS_H
+#define DERAS_ROUTER_REQUESTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/protocol.h"
+#include "common/tokenizer.h"
+#include "router/stream.h"
+
+#define RQ_MAX_IDENTITY 255 /* ZeroMQ routing ids are 1..255 bytes */
+
+enum rq_state {
+    RQ_FREE = 0,
+    RQ_QUEUED,   /* admitted, waiting in the dispatch queue */
+    RQ_RUNNING,  /* submitted to a worker */
+};
+
+typedef struct rq_sample {
+    stream_t *st;               /* pooled with the slot */
+    bool done;                  /* the client has (or is about to get) its final */
+    bool worker_done;           /* the worker reported its finish */
+    const char *finish_reason;  /* "stop", "length", "abort" (static strings) */
+    const char *abort_reason;   /* with "abort": "cancelled", "deadline_exceeded", ... */
+    int64_t t_first_us;         /* first token, 0 before */
+    bool touched;               /* in the current STEP's list of samples to flush */
+} rq_sample;
+
+typedef struct rq {
+    enum rq_state state;
+    uint64_t rid;                /* router id on the worker link; new for every dispatch */
+
+    /* who asked */
+    uint8_t ident[RQ_MAX_IDENTITY];
+    int ident_len;
+    bool delim;                  /* REQ envelope: echo the empty delimiter frame */
+    int fd;                      /* connection the request came on (-1 unknown) */
+    char id[PROTO_MAX_ID + 1];
+
+    /* what to run (the prompt is already tokenized and validated) */
+    int32_t *prompt;
+    int n_prompt, prompt_cap;
+    int max_tokens, n, top_k, logprobs;
+    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+    uint64_t seed;
+    bool has_seed, stream, ignore_eos;
+    int n_stop_ids;
+    int32_t stop_ids[PROTO_MAX_STOP_IDS];
+    int n_stops;
+    char stops[PROTO_MAX_STOPS][PROTO_MAX_STOP_BYTES];
+    size_t stop_lens[PROTO_MAX_STOPS];
+
+    /* progress */
+    rq_sample samples[PROTO_MAX_N];
+    int n_done;                  /* samples with done */
+    bool client_seen;            /* a chunk or final went out: no silent re-dispatch */
+    bool gone;                   /* the client cannot be reached: end without a word */
+    int worker;                  /* registry slot while RUNNING, else -1 */
+    int attempts;                /* dispatches so far */
+    int64_t t_recv_us, t_dispatch_us;
+    int64_t deadline_us;         /* 0: none */
+    int64_t no_worker_until_us;  /* queued with no worker ready: fail no_workers after this */
+
+    /* links, owned by the table and by dispatch */
+    struct rq *h_key_next, *h_rid_next;
+    struct rq *live_prev, *live_next;
+    struct rq *q_prev, *q_next;
+    bool in_queue;
+    int heap_at;                 /* index in the deadline heap, -1 if not there */
+    int slot;
+} rq;
+
+typedef struct rq_table rq_table;
+
+/* A table whose streams detokenize with t (borrowed). NULL on allocation failure. */
+rq_table *rq_table_new(const tokenizer_t *t);
+/* Frees every slot, live or not; sets *tp to NULL. */
+void rq_table_destroy(rq_table **tp);
+
+/* A fresh record (state QUEUED, worker -1, everything else zero), not yet indexed: fill
+ * ident/id/params, then rq_insert. NULL on ENOMEM. O(1) amortized. */
+rq *rq_new(rq_table *t);
+/* Give back a record that was never inserted, or one rq_release already unlinked. */
+void rq_discard(rq_table *t, rq *r);
+
+/* Make sure r->prompt holds n ids. DERAS_ENOMEM. */
+int rq_reserve_prompt(rq *r, int n);
+/* Start every sample's stream (stops, logprobs) for a first or repeated dispatch.
+ * DERAS_ENOMEM / DERAS_EINVAL from stream_start. */
+int rq_start_samples(rq_table *t, rq *r);
+
+/* Index r by (ident, id), by rid, in the live list and, with a deadline, in the heap.
+ * The caller checked rq_find_key first. O(log live). */
+int rq_insert(rq_table *t, rq *r);
+/* Give r a new rid (before a re-dispatch). O(1). */
+void rq_set_rid(rq_table *t, rq *r, uint64_t rid);
+/* Unindex r and return its slot to the pool (state FREE). The caller removed it from
+ * the dispatch queue. O(log live). */
+void rq_release(rq_table *t, rq *r);
+
+rq *rq_find_key(const rq_table *t, const void *ident, int ident_len, const char *id);
+rq *rq_find_rid(const rq_table *t, uint64_t rid);
+
+/* The live list, in admission order: for (r = rq_first(t); r; r = r->live_next). */
+rq *rq_first(const rq_table *t);
+int rq_count(const rq_table *t);
+
+/* The request whose deadline comes first, or NULL. O(1). */
+rq *rq_next_deadline(const rq_table *t);
+
+/* Slots allocated so far (live + pooled): memory stays proportional to this. */
+int rq_slots(const rq_table *t);
+
+#endif

@@ -1,0 +1,167 @@
+/* router.h - the state of one deras-router process, shared by its modules.
+ *
+ * The router is one thread running one event loop (main.c) over four kinds of events:
+ * client frames (frontend.c), worker frames (wlink.c), connection events from socket
+ * monitors, and timers (deadlines, worker silence, the wait for a worker, the drain).
+ * Every module works on this struct; modules with state of their own keep it opaque
+ * (requests, workers, dispatch, curve). Nothing here is touched by more than one
+ * thread, so there are no locks.
+ *
+ * Who ends a request: relay.c, always. It tells the client (chunk + final per
+ * sample, or one error), aborts the request at its worker when the worker may still
+ * be running it, gives the worker's capacity back and releases the record.
+ */
+#ifndef DERAS_ROUTER_ROUTER_H
+#define DERAS_ROUTER_ROUTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "common/checkpoint.h"
+#include "common/protocol.h"
+#include "common/tokenizer.h"
+#include "common/worker_proto.h"
+#include "router/dispatch.h"
+#include "router/requests.h"
+#include "router/workers.h"
+
+#define ROUTER_ADDR_MAX 512
+/* Dispatches of one request before a worker failure is reported instead of retried. */
+#define ROUTER_MAX_ATTEMPTS 3
+
+typedef struct router_opts {
+    const char *model;
+    char listen[ROUTER_ADDR_MAX];
+    char workers[ROUTER_ADDR_MAX];
+    const char *curve_secret_file, *curve_allow_file;
+    int max_queued_requests;
+    int64_t max_queued_tokens;
+    int max_tokens_cap;
+    bool allow_insecure_bind, log_prompts;
+    int heartbeat_ms, worker_timeout_ms, no_workers_wait_ms;
+    int drain_timeout_ms;
+} router_opts;
+
+/* Counters, logged at exit (and at debug level as they change). */
+typedef struct router_stats {
+    uint64_t frames;                      /* client frames received */
+    uint64_t requests, completed, cancels, pings;
+    uint64_t errors[PE_N_CODES];          /* error replies by code */
+    uint64_t bad_envelopes;               /* frames not [payload] / ["", payload] */
+    uint64_t send_failures;               /* client gone or not reading */
+    uint64_t disconnects;                 /* client connections closed */
+    uint64_t oversized;                   /* connections dropped by ZeroMQ for a frame over the cap */
+    uint64_t auth_denied, auth_allowed;   /* CURVE handshakes judged by the ZAP handler */
+    uint64_t worker_frames, worker_bad_frames, stray_tokens, redispatched, worker_deaths;
+} router_stats;
+
+typedef struct curve curve_t;
+
+typedef struct router {
+    router_opts o;
+
+    /* the model: tokenizer and limits only, never weights */
+    checkpoint_t *ckpt;
+    tokenizer_t *tok;
+    int vocab_size, ctx_len;
+    proto_limits lim;
+
+    /* sockets */
+    void *zctx;
+    void *clients, *client_mon;
+    void *workers_sock, *worker_mon;
+    void *zap;
+    curve_t *curve;
+
+    /* codecs, reused for every message */
+    proto_decoder *pdec;
+    proto_encoder *penc;
+    wp_decoder *wdec;
+    wp_encoder *wenc;
+
+    rq_table *rqs;
+    workers_t *workers;
+    dispatch_t *disp;
+
+    /* scratch */
+    int32_t *tok_buf;          /* ctx_len + 1 ids: a text prompt's tokens */
+    size_t tok_cap;
+    struct touched { rq *r; int k; } *touched; /* samples a STEP gave tokens or a finish */
+    int n_touched, cap_touched;
+    uint64_t stray_rids[64];   /* unknown rids of one STEP, to ABORT once each */
+    int n_stray;
+    bool gone_pending;         /* some requests are marked gone: relay_reap */
+    proto_worker_status pong[WORKERS_MAX];
+
+    router_stats st;
+    bool draining;
+    int64_t drain_deadline_us;
+} router_t;
+
+static inline int64_t router_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- frontend.c: the client socket ---- */
+int frontend_open(router_t *rt);
+void frontend_close(router_t *rt);
+/* Read and handle up to `budget` client frames. */
+void frontend_recv(router_t *rt, int budget);
+/* Handle the client socket monitor's events (disconnects). */
+void frontend_monitor(router_t *rt);
+/* Send one reply payload to a client. DERAS_ECLOSED when the client is gone or not
+ * reading (its requests are then marked gone for relay_reap). */
+int frontend_send(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
+                  const void *buf, size_t len);
+/* An error reply (not tied to a live request). */
+void frontend_error(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
+                    const char *id, enum proto_error_code code, const char *msg);
+
+/* ---- wlink.c: the worker socket ---- */
+int wlink_open(router_t *rt);
+void wlink_close(router_t *rt);
+void wlink_recv(router_t *rt, int budget);
+void wlink_monitor(router_t *rt);
+/* dispatch_submit_fn */
+int wlink_submit(void *ctx, worker *k, rq *r);
+void wlink_abort(router_t *rt, worker *k, uint64_t rid);
+/* DRAIN to every live worker. */
+void wlink_drain_all(router_t *rt);
+/* Declare workers silent past the timeout dead. */
+void wlink_check_timeouts(router_t *rt, int64_t now_us);
+
+/* ---- relay.c: what clients hear about their requests ---- */
+/* The tokens and finishes of one STEP frame from worker k. */
+void relay_step(router_t *rt, worker *k, const wp_msg *m);
+/* End unfinished samples with finish_reason "abort" and this abort_reason. */
+void relay_abort(router_t *rt, rq *r, const char *abort_reason);
+/* End the request with an error (all samples). */
+void relay_fail(router_t *rt, rq *r, enum proto_error_code code, const char *msg);
+/* dispatch_fail_fn */
+void relay_fail_cb(void *ctx, rq *r, enum proto_error_code code, const char *msg);
+/* Worker k is gone: re-dispatch what the client has not heard about, fail the rest. */
+void relay_worker_dead(router_t *rt, worker *k, const char *why);
+/* The connection fd closed: end the requests that came on it. */
+void relay_fd_closed(router_t *rt, int fd);
+/* Mark every request of this client gone (no more sends; relay_reap ends them). */
+void relay_mark_gone(router_t *rt, const uint8_t *ident, int ident_len);
+/* End (silently) the requests marked gone. */
+void relay_reap(router_t *rt);
+/* End requests whose deadline passed. */
+void relay_deadlines(router_t *rt, int64_t now_us);
+
+/* ---- curve.c: CURVE keys and the ZAP handler ---- */
+int curve_load(const char *secret_file, const char *allow_file, curve_t **out);
+void curve_destroy(curve_t **c);
+/* Make sock a CURVE server with our secret key. */
+int curve_apply(const curve_t *c, void *sock);
+/* Bind the ZAP handler socket (before the server socket binds). */
+int curve_zap_open(void *zctx, void **zap);
+/* Answer pending ZAP requests: admit listed client keys. */
+void curve_zap_handle(const curve_t *c, void *zap, router_stats *st);
+
+#endif

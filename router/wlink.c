@@ -1,0 +1,337 @@
+/* wlink.c - the worker socket: HELLO/WELCOME, heartbeats, SUBMIT/ABORT, STEP, REJECT.
+ *
+ * A ZeroMQ ROUTER that workers connect DEALERs to, routing id = worker name. ZeroMQ lets
+ * one connection hold a routing id at a time (no ZMQ_ROUTER_HANDOVER), so a second
+ * process started under a live name is never heard: its own handshake times out. A
+ * HELLO from a known name is the same process saying hello again (same pid: keep its
+ * requests) or a restart after the old connection went away (new pid: the old
+ * process's requests are re-dispatched or failed first).
+ *
+ * Frames from workers are decoded with the same strict, bounded decoder as client
+ * frames (a broken worker must not take the router down). Anything but HELLO from a
+ * name the router does not know as live gets REFUSE "register", so a worker that
+ * outlived a router restart (or was declared dead) registers again. A worker is heard
+ * from at least every heartbeat; one silent for --worker-timeout-ms is dead
+ * (relay_worker_dead). Its connection closing (monitor, matched by fd like clients)
+ * stops dispatch to it at once, while its death still waits for the timeout: a tcp
+ * worker may reconnect.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/zmq_check.h"
+#include "router/router.h"
+
+#define WORKER_MON_ADDR "inproc://deras-worker-monitor"
+#define WORKER_MAX_FRAME (16u << 20)
+#define WORKER_HWM 100000
+
+static int set_int(void *s, int opt, int v, const char *name)
+{
+    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
+        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
+    return DERAS_OK;
+}
+
+int wlink_open(router_t *rt)
+{
+    int rc;
+    if ((rc = ZMQ_CHECK_PTR(rt->workers_sock, zmq_socket(rt->zctx, ZMQ_ROUTER))))
+        return rc;
+    int64_t maxmsg = WORKER_MAX_FRAME;
+    void *s = rt->workers_sock;
+    if ((rc = set_int(s, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
+        (rc = ZMQ_CHECK(zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
+        (rc = set_int(s, ZMQ_SNDHWM, WORKER_HWM, "ZMQ_SNDHWM")) ||
+        (rc = set_int(s, ZMQ_RCVHWM, WORKER_HWM, "ZMQ_RCVHWM")) ||
+        (rc = set_int(s, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
+        (rc = set_int(s, ZMQ_HEARTBEAT_IVL, rt->o.heartbeat_ms, "ZMQ_HEARTBEAT_IVL")) ||
+        (rc = set_int(s, ZMQ_HEARTBEAT_TIMEOUT, rt->o.worker_timeout_ms, "ZMQ_HEARTBEAT_TIMEOUT")))
+        return rc;
+    if (!strncmp(rt->o.workers, "tcp://", 6) &&
+        ((rc = set_int(s, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE")) ||
+         (rc = set_int(s, ZMQ_TCP_KEEPALIVE_IDLE, 30, "ZMQ_TCP_KEEPALIVE_IDLE")) ||
+         (rc = set_int(s, ZMQ_TCP_KEEPALIVE_INTVL, 5, "ZMQ_TCP_KEEPALIVE_INTVL"))))
+        return rc;
+    if ((rc = ZMQ_CHECK(zmq_socket_monitor(s, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED))) ||
+        (rc = ZMQ_CHECK_PTR(rt->worker_mon, zmq_socket(rt->zctx, ZMQ_PAIR))) ||
+        (rc = set_int(rt->worker_mon, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
+        (rc = ZMQ_CHECK(zmq_connect(rt->worker_mon, WORKER_MON_ADDR))))
+        return rc;
+    if (zmq_bind(s, rt->o.workers) == -1)
+        return deras_fail(DERAS_EIO, "cannot bind the worker socket %s: %s", rt->o.workers,
+                          zmq_strerror(zmq_errno()));
+    return DERAS_OK;
+}
+
+void wlink_close(router_t *rt)
+{
+    if (rt->workers_sock) {
+        int linger = 200; /* let DRAIN and ABORT frames out */
+        zmq_setsockopt(rt->workers_sock, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_socket_monitor(rt->workers_sock, NULL, 0);
+        zmq_close(rt->workers_sock);
+        rt->workers_sock = NULL;
+    }
+    if (rt->worker_mon) {
+        zmq_close(rt->worker_mon);
+        rt->worker_mon = NULL;
+    }
+}
+
+/* One frame to a worker by routing id. DERAS_ECLOSED if it cannot take it now. */
+static int send_to(router_t *rt, const void *name, int name_len, const void *buf, size_t len)
+{
+    if (zmq_send(rt->workers_sock, name, (size_t)name_len, ZMQ_DONTWAIT | ZMQ_SNDMORE) == -1 ||
+        zmq_send(rt->workers_sock, buf, len, ZMQ_DONTWAIT) == -1)
+        return deras_fail(DERAS_ECLOSED, "send to worker %.*s: %s", name_len, (const char *)name,
+                          zmq_strerror(zmq_errno()));
+    return DERAS_OK;
+}
+
+static void refuse(router_t *rt, const void *name, int name_len, const char *why)
+{
+    const void *buf;
+    size_t len;
+    if (wp_encode_refuse(rt->wenc, why, &buf, &len) == DERAS_OK)
+        send_to(rt, name, name_len, buf, len);
+}
+
+int wlink_submit(void *ctx, worker *k, rq *r)
+{
+    router_t *rt = ctx;
+    wp_submit s = {
+        .rid = r->rid,
+        .prompt_ids = r->prompt,
+        .n_prompt = r->n_prompt,
+        .max_tokens = r->max_tokens,
+        .n = r->n,
+        .top_k = r->top_k,
+        .logprobs = r->logprobs,
+        .temperature = r->temperature,
+        .top_p = r->top_p,
+        .min_p = r->min_p,
+        .repetition_penalty = r->repetition_penalty,
+        .presence_penalty = r->presence_penalty,
+        .frequency_penalty = r->frequency_penalty,
+        .seed = r->seed,
+        .n_stop_ids = r->n_stop_ids,
+        .ignore_eos = r->ignore_eos,
+    };
+    memcpy(s.stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof s.stop_ids[0]);
+    const void *buf;
+    size_t len;
+    int rc = wp_encode_submit(rt->wenc, &s, &buf, &len);
+    if (rc)
+        return rc;
+    log_debug("request '%s' -> worker %s as rid %llu (attempt %d)", r->id, k->name,
+              (unsigned long long)r->rid, r->attempts);
+    return send_to(rt, k->name, k->name_len, buf, len);
+}
+
+void wlink_abort(router_t *rt, worker *k, uint64_t rid)
+{
+    const void *buf;
+    size_t len;
+    if (wp_encode_abort(rt->wenc, rid, &buf, &len) == DERAS_OK &&
+        send_to(rt, k->name, k->name_len, buf, len))
+        log_debug("%s", deras_errmsg());
+}
+
+void wlink_drain_all(router_t *rt)
+{
+    const void *buf;
+    size_t len;
+    for (int i = 0; i < WORKERS_MAX; i++) {
+        worker *k = workers_at(rt->workers, i);
+        if (k->state != W_READY && k->state != W_DRAINING)
+            continue;
+        if (wp_encode_drain(rt->wenc, &buf, &len) == DERAS_OK)
+            send_to(rt, k->name, k->name_len, buf, len);
+    }
+    workers_drain_all(rt->workers);
+}
+
+void wlink_check_timeouts(router_t *rt, int64_t now_us)
+{
+    worker *k;
+    char why[96];
+    while ((k = workers_expired(rt->workers, now_us))) {
+        snprintf(why, sizeof why, "no message for %lld ms",
+                 (long long)((now_us - k->last_seen_us) / 1000));
+        relay_worker_dead(rt, k, why);
+    }
+}
+
+static void welcome(router_t *rt, worker *k)
+{
+    const void *buf;
+    size_t len;
+    if (wp_encode_welcome(rt->wenc, rt->o.heartbeat_ms, &buf, &len) == DERAS_OK)
+        send_to(rt, k->name, k->name_len, buf, len);
+    if (rt->draining) {
+        if (wp_encode_drain(rt->wenc, &buf, &len) == DERAS_OK)
+            send_to(rt, k->name, k->name_len, buf, len);
+        k->state = W_DRAINING;
+    }
+}
+
+static void handle_hello(router_t *rt, const uint8_t *name, int name_len, int fd,
+                         const wp_hello *h)
+{
+    char why[256];
+    worker *k;
+    int64_t now = router_now_us();
+    enum hello_verdict v = workers_hello(rt->workers, name, name_len, h, fd, now, &k, why, sizeof why);
+    if (v == HELLO_RESTART) {
+        relay_worker_dead(rt, k, "restarted under the same name");
+        v = workers_hello(rt->workers, name, name_len, h, fd, now, &k, why, sizeof why);
+    }
+    switch (v) {
+    case HELLO_NEW:
+        log_info("worker %s registered: pid %d, %s, max_seqs %d, context %d, %d KV blocks of %d",
+                 k->name, (int)h->pid, h->device, h->max_seqs, h->max_model_len,
+                 h->kv_blocks_total, h->block_size);
+        welcome(rt, k);
+        break;
+    case HELLO_RECONNECT:
+        log_info("worker %s said HELLO again (pid %d): still registered", k->name, (int)h->pid);
+        welcome(rt, k);
+        break;
+    default:
+        log_warn("worker %.*s refused: %s", name_len, (const char *)name, why);
+        refuse(rt, name, name_len, why);
+        break;
+    }
+}
+
+static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
+{
+    rq *r = rq_find_rid(rt->rqs, m->rid);
+    if (!r || r->state != RQ_RUNNING || r->worker != k->slot)
+        return;
+    if (m->code == PE_BUSY) {
+        log_debug("worker %s busy: request '%s' goes back to the queue", k->name, r->id);
+        workers_ended(k, r->n);
+        workers_busy(k);
+        r->attempts--;
+        dispatch_requeue(rt->disp, r, router_now_us());
+        return;
+    }
+    char msg[400];
+    snprintf(msg, sizeof msg, "worker %s rejected the request: %s", k->name, m->text);
+    relay_fail(rt, r, m->code > PE_NONE && m->code < PE_N_CODES ? m->code : PE_INTERNAL, msg);
+}
+
+static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd,
+                         const void *data, size_t size)
+{
+    wp_msg m;
+    proto_error err;
+    worker *k = workers_find(rt->workers, name, name_len);
+    if (wp_decode(rt->wdec, data, size, &m, &err)) {
+        rt->st.worker_bad_frames++;
+        log_warn("worker %.*s: bad frame: %s: %s", name_len, (const char *)name,
+                 proto_error_name(err.code), err.message);
+        if (!k || err.code == PE_UNSUPPORTED_VERSION) {
+            char why[300];
+            snprintf(why, sizeof why, "%s: %s", proto_error_name(err.code), err.message);
+            refuse(rt, name, name_len, why);
+        }
+        return;
+    }
+    if (m.type == WP_HELLO) {
+        handle_hello(rt, name, name_len, fd, &m.hello);
+        return;
+    }
+    if (!k) {
+        refuse(rt, name, name_len, "register");
+        return;
+    }
+    workers_seen(k, fd, router_now_us());
+    switch (m.type) {
+    case WP_HEARTBEAT: workers_load(k, &m.load, true); break;
+    case WP_STEP:
+        workers_load(k, &m.load, false);
+        relay_step(rt, k, &m);
+        break;
+    case WP_REJECT: handle_reject(rt, k, &m); break;
+    default:
+        rt->st.worker_bad_frames++;
+        log_warn("worker %s sent a router-only message (type %d)", k->name, (int)m.type);
+        break;
+    }
+}
+
+void wlink_recv(router_t *rt, int budget)
+{
+    for (int i = 0; i < budget; i++) {
+        wlink_monitor(rt);
+        zmq_msg_t id, body;
+        zmq_msg_init(&id);
+        if (zmq_msg_recv(&id, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
+            int err = zmq_errno();
+            zmq_msg_close(&id);
+            if (err != EAGAIN && err != EINTR)
+                log_warn("worker socket: zmq_msg_recv: %s", zmq_strerror(err));
+            return;
+        }
+        rt->st.worker_frames++;
+        int parts = 1;
+        bool more = zmq_msg_more(&id);
+        zmq_msg_init(&body);
+        while (more) {
+            zmq_msg_t tmp, *p = parts == 1 ? &body : &tmp;
+            if (p == &tmp)
+                zmq_msg_init(&tmp);
+            if (zmq_msg_recv(p, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
+                if (p == &tmp)
+                    zmq_msg_close(&tmp);
+                break;
+            }
+            more = zmq_msg_more(p);
+            if (p == &tmp)
+                zmq_msg_close(&tmp);
+            parts++;
+        }
+        int name_len = (int)zmq_msg_size(&id);
+        if (parts == 2 && name_len > 0 && name_len <= WPROTO_MAX_NAME)
+            handle_frame(rt, zmq_msg_data(&id), name_len, zmq_msg_get(&body, ZMQ_SRCFD),
+                         zmq_msg_data(&body), zmq_msg_size(&body));
+        else
+            rt->st.worker_bad_frames++;
+        zmq_msg_close(&body);
+        zmq_msg_close(&id);
+    }
+}
+
+void wlink_monitor(router_t *rt)
+{
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, rt->worker_mon, ZMQ_DONTWAIT) == -1) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        bool more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) {
+            zmq_msg_t addr;
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, rt->worker_mon, ZMQ_DONTWAIT);
+            zmq_msg_close(&addr);
+        }
+        if (event == ZMQ_EVENT_DISCONNECTED)
+            workers_fd_closed(rt->workers, (int)value);
+    }
+}

@@ -1,0 +1,115 @@
+/* workers.h - the router's registry of worker groups: who is there, who is alive, how
+ * loaded each one is, and which one gets the next request.
+ *
+ * A worker enters with HELLO (workers_hello decides: welcome, refuse, or a restart of a
+ * name we knew) and stays alive as long as it is heard from (any message) at least once
+ * per worker-timeout; workers_expire finds the silent ones. Load comes from HEARTBEAT
+ * and from the load every STEP carries; between two reports the router adds the prompt
+ * tokens it sent, so a burst of requests does not all land on the worker that looked
+ * idle a moment ago.
+ *
+ * The pick policy (workers_pick): among ready workers that are connected, have room
+ * (sequences in flight below capacity = max_seqs x WORKERS_INFLIGHT_FACTOR, lowered to
+ * what was in flight when the worker last answered busy) and a context long enough, the
+ * one with the least queued + running tokens (+ tokens sent since its last report);
+ * ties go to the most free KV blocks, then to the fewest sequences in flight.
+ *
+ * No sockets here: the registry is plain data, so the policy is tested with fake
+ * workers. Capacity: WORKERS_MAX slots; a dead worker's slot is reused when needed.
+ */
+#ifndef DERAS_ROUTER_WORKERS_H
+#define DERAS_ROUTER_WORKERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/protocol.h"
+#include "common/worker_proto.h"
+
+#define WORKERS_MAX PROTO_MAX_WORKERS
+#define WORKERS_INFLIGHT_FACTOR 4
+
+enum worker_state { W_FREE = 0, W_READY, W_DRAINING, W_DEAD };
+
+typedef struct worker {
+    enum worker_state state;
+    int slot;
+    uint64_t epoch;             /* changes with every registration of this slot */
+    char name[WPROTO_MAX_NAME + 1];
+    int name_len;
+    wp_hello hello;
+    int64_t last_seen_us;
+    int64_t dead_since_us;
+    wp_load load;               /* last report */
+    int64_t tokens_since;       /* prompt tokens dispatched since that report */
+    int inflight_seqs;          /* samples of requests dispatched and not ended */
+    int inflight_reqs;
+    int capacity;               /* max_seqs x WORKERS_INFLIGHT_FACTOR */
+    int cap_limit;              /* <= capacity; lowered by a busy REJECT */
+    uint64_t served;
+    int fd;                     /* connection its last message came on, -1 unknown */
+    bool disconnected;          /* its connection closed; no dispatch until heard again */
+} worker;
+
+typedef struct workers workers_t;
+
+/* vocab_size and model_name (a path; its base name is compared) describe the router's
+ * model; timeout_ms is the silence after which a worker is dead. NULL on ENOMEM. */
+workers_t *workers_new(int vocab_size, const char *model_name, int timeout_ms);
+void workers_destroy(workers_t **w);
+
+enum hello_verdict {
+    HELLO_NEW,        /* registered in *out */
+    HELLO_RECONNECT,  /* same process said HELLO again: *out keeps its state */
+    HELLO_RESTART,    /* a new process under a live name: the caller ends the old
+                       * process's requests (workers_dead), then calls workers_hello again */
+    HELLO_REFUSE,     /* why[] says why */
+};
+
+/* Judge a HELLO from routing id `name` (name_len bytes). Refused: a name that is not the
+ * HELLO's own, a vocabulary or model that is not the router's, nonsensical capacity,
+ * or a full registry. O(WORKERS_MAX). */
+enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
+                                 const wp_hello *h, int fd, int64_t now_us, worker **out,
+                                 char *why, size_t why_cap);
+
+/* The live (ready or draining) worker with this routing id, or NULL. */
+worker *workers_find(workers_t *w, const void *name, int name_len);
+worker *workers_at(workers_t *w, int slot);
+
+/* Heard from: refresh its clock and connection. */
+void workers_seen(worker *k, int fd, int64_t now_us);
+/* A load report (HEARTBEAT, or the load a STEP carries). A heartbeat saying nothing is
+ * waiting also lifts a busy worker's hold (a STEP does not: a worker that refuses work
+ * while it finishes some would otherwise be offered the same request every step). */
+void workers_load(worker *k, const wp_load *l, bool heartbeat);
+/* Bookkeeping of dispatch: n sequences with n_prompt tokens sent / ended. */
+void workers_sent(worker *k, int n, int n_prompt);
+void workers_ended(worker *k, int n);
+/* The worker answered busy with n_seqs of ours in flight: hold it there. */
+void workers_busy(worker *k);
+/* A connection closed: mark the worker using that fd (if any) disconnected. */
+void workers_fd_closed(workers_t *w, int fd);
+/* Mark k dead (its requests are the caller's business). */
+void workers_dead(worker *k, int64_t now_us);
+/* Every live worker draining (the router is stopping). */
+void workers_drain_all(workers_t *w);
+
+/* A live worker silent for longer than the timeout, or NULL. */
+worker *workers_expired(workers_t *w, int64_t now_us);
+/* When the next worker would expire (INT64_MAX if none live). */
+int64_t workers_next_expiry(const workers_t *w);
+
+/* The worker for a request of n samples, n_prompt tokens, needing a context of
+ * need_len (prompt + max_tokens), or NULL when none has room now. O(WORKERS_MAX). */
+worker *workers_pick(workers_t *w, int n, int n_prompt, int need_len);
+/* Ready and connected workers. */
+int workers_ready(const workers_t *w);
+/* Largest context among ready workers (0 if none). */
+int workers_max_len(const workers_t *w);
+
+/* Pong entries for every known worker (live and recently dead), at most cap. */
+int workers_status(const workers_t *w, proto_worker_status *out, int cap);
+
+#endif
