@@ -1,6 +1,6 @@
 /* test_client.c - the C client library (tools/client) against a fake router thread.
  *
- * The fake router (fake_router.c) speaks the protocol through the real codec, so these
+ * The fake router (fake_frontend.c) speaks the protocol through the real codec, so these
  * tests pin down what a client program sees: events of a request in order, tagged with its
  * user pointer and flagged done on the last one; errors with their codes; timeouts instead
  * of hangs; many requests in flight; cancel; ping between request events; CURVE.
@@ -16,23 +16,23 @@
 #include <zmq.h>
 
 #include "common/status.h"
-#include "fake_router.h"
+#include "fake_frontend.h"
 #include "test_util.h"
 #include "tools/client/deras_client.h"
 
 #define WAIT_MS 5000
 
 typedef struct fixture {
-    fake_router *router;
+    fake_frontend *router;
     deras_client *cl;
 } fixture;
 
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
-    f->router = fake_router_start(NULL);
+    f->router = fake_frontend_start(NULL);
     assert_non_null(f->router);
-    f->cl = deras_client_new(&(deras_client_opts){.address = fake_router_address(f->router)});
+    f->cl = deras_client_new(&(deras_client_opts){.address = fake_frontend_address(f->router)});
     assert_non_null(f->cl);
     *state = f;
     return 0;
@@ -43,7 +43,7 @@ static int teardown(void **state)
     fixture *f = *state;
     deras_client_destroy(&f->cl);
     assert_null(f->cl);
-    fake_router_stop(&f->router, NULL);
+    fake_frontend_stop(&f->router, NULL);
     free(f);
     return 0;
 }
@@ -351,7 +351,7 @@ static void test_refuses_bad_requests_and_overflow(void **state)
     assert_int_equal(deras_client_cancel(f->cl, ""), DERAS_EINVAL);
 
     deras_client *small = deras_client_new(&(deras_client_opts){
-        .address = fake_router_address(f->router), .max_in_flight = 2});
+        .address = fake_frontend_address(f->router), .max_in_flight = 2});
     assert_non_null(small);
     for (int i = 0; i < 2; i++) {
         text_request(&r, "silent", 3, true);
@@ -390,12 +390,12 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     if (zmq_curve_keypair(pub, sec))
         test_skip("libzmq without CURVE");
     zmq_curve_keypair(wrong, wsec);
-    fake_router *fr = fake_router_start(sec);
+    fake_frontend *fr = fake_frontend_start(sec);
     assert_non_null(fr);
     deras_client *good = deras_client_new(
-        &(deras_client_opts){.address = fake_router_address(fr), .curve_server_key = pub});
+        &(deras_client_opts){.address = fake_frontend_address(fr), .curve_server_key = pub});
     deras_client *bad = deras_client_new(
-        &(deras_client_opts){.address = fake_router_address(fr), .curve_server_key = wrong});
+        &(deras_client_opts){.address = fake_frontend_address(fr), .curve_server_key = wrong});
     assert_non_null(good);
     assert_non_null(bad);
     proto_server_msg pong;
@@ -407,8 +407,8 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     assert_int_equal(deras_client_recv(bad, 300, &ev), DERAS_ETIMEOUT);
     deras_client_destroy(&good);
     deras_client_destroy(&bad);
-    fake_router_stats st;
-    fake_router_stop(&fr, &st);
+    fake_frontend_stats st;
+    fake_frontend_stop(&fr, &st);
     assert_int_equal(st.pings, 1);
     assert_int_equal(st.requests, 0);
 }

@@ -1,7 +1,7 @@
 /* test_client_cli.c - `deras complete` and `deras bench` end to end against a fake router.
  *
  * Runs $DERAS_BUILD_DIR/tools/deras as a child process (skips when it is absent) against
- * the fake router thread (fake_router.c) and checks what a user sees: the streamed text on
+ * the fake router thread (fake_frontend.c) and checks what a user sees: the streamed text on
  * stdout, usage on stderr, exit statuses 0 / 1 (server error, timeout) / 2 (usage), and
  * bench's --json report (parsed) with request counts, failures by code and percentiles.
  */
@@ -14,11 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fake_router.h"
+#include "fake_frontend.h"
 #include "test_util.h"
 
 static char deras_bin[4096];
-static fake_router *router;
+static fake_frontend *router;
 
 typedef struct run_result {
     int status; /* exit status, or -1 if killed */
@@ -91,7 +91,7 @@ static void expect_status(const run_result *r, int want)
 static void test_complete_streams_text_and_reports_usage(void **state)
 {
     static run_result r;
-    run(&r, "complete", "--address", fake_router_address(router), "--max-tokens", "4",
+    run(&r, "complete", "--address", fake_frontend_address(router), "--max-tokens", "4",
         "--temperature", "0", "hello there", NULL);
     expect_status(&r, 0);
     assert_string_equal(r.out, "w0 w1 w2 w3 \n");
@@ -102,12 +102,12 @@ static void test_complete_streams_text_and_reports_usage(void **state)
 static void test_complete_no_stream_and_n_samples(void **state)
 {
     static run_result r;
-    run(&r, "complete", "--address", fake_router_address(router), "--no-stream", "stop:2",
+    run(&r, "complete", "--address", fake_frontend_address(router), "--no-stream", "stop:2",
         NULL);
     expect_status(&r, 0);
     assert_string_equal(r.out, "w0 w1 \n");
     assert_non_null(strstr(r.err, "finish: stop"));
-    run(&r, "complete", "--address", fake_router_address(router), "--n", "2", "--max-tokens",
+    run(&r, "complete", "--address", fake_frontend_address(router), "--n", "2", "--max-tokens",
         "2", "p", NULL);
     expect_status(&r, 0);
     assert_string_equal(r.out, "[0] w0 w1 \n[1] w0 w1 \n");
@@ -117,7 +117,7 @@ static void test_complete_no_stream_and_n_samples(void **state)
 static void test_complete_server_error_exits_1_with_its_code(void **state)
 {
     static run_result r;
-    run(&r, "complete", "--address", fake_router_address(router), "error:busy", NULL);
+    run(&r, "complete", "--address", fake_frontend_address(router), "error:busy", NULL);
     expect_status(&r, 1);
     assert_non_null(strstr(r.err, "error busy: fake failure"));
 }
@@ -125,7 +125,7 @@ static void test_complete_server_error_exits_1_with_its_code(void **state)
 static void test_complete_silent_router_exits_1_after_the_timeout(void **state)
 {
     static run_result r;
-    run(&r, "complete", "--address", fake_router_address(router), "--timeout", "0.3", "silent",
+    run(&r, "complete", "--address", fake_frontend_address(router), "--timeout", "0.3", "silent",
         NULL);
     expect_status(&r, 1);
     assert_non_null(strstr(r.err, "no reply"));
@@ -151,7 +151,7 @@ static void test_complete_usage_errors_exit_2(void **state)
 static void test_bench_json_counts_requests_tokens_and_failures(void **state)
 {
     static run_result r;
-    run(&r, "bench", "--address", fake_router_address(router), "--requests", "30",
+    run(&r, "bench", "--address", fake_frontend_address(router), "--requests", "30",
         "--concurrency", "8", "--max-tokens", "3:9", "--seed", "7", "--json", "--quiet", NULL);
     expect_status(&r, 0);
     json_error_t je;
@@ -189,7 +189,7 @@ static void test_bench_counts_failures_by_code(void **state)
     assert_int_equal(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
     close(fd);
     static run_result r;
-    run(&r, "bench", "--address", fake_router_address(router), "--requests", "40",
+    run(&r, "bench", "--address", fake_frontend_address(router), "--requests", "40",
         "--prompts", path, "--max-tokens", "2", "--rate", "2000", "--json", "--quiet", NULL);
     unlink(path);
     expect_status(&r, 0);
@@ -209,7 +209,7 @@ static void test_bench_counts_failures_by_code(void **state)
 static void test_bench_random_prompt_ids_and_table(void **state)
 {
     static run_result r;
-    run(&r, "bench", "--address", fake_router_address(router), "--requests", "10",
+    run(&r, "bench", "--address", fake_frontend_address(router), "--requests", "10",
         "--random-prompt-tokens", "5:20", "--max-tokens", "4", "--ignore-eos", NULL);
     expect_status(&r, 0);
     assert_non_null(strstr(r.err, "10 ok, 0 failed"));
@@ -249,7 +249,7 @@ int main(void)
     snprintf(deras_bin, sizeof deras_bin, "%s/tools/deras", dir);
     if (access(deras_bin, X_OK))
         test_skip("%s not built", deras_bin);
-    router = fake_router_start(NULL);
+    router = fake_frontend_start(NULL);
     if (!router) {
         fprintf(stderr, "FAIL: the fake router did not start\n");
         return 1;
@@ -267,6 +267,6 @@ int main(void)
         cmocka_unit_test(test_bench_usage_errors_exit_2),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    fake_router_stop(&router, NULL);
+    fake_frontend_stop(&router, NULL);
     return rc;
 }

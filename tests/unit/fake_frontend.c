@@ -1,10 +1,10 @@
-/* fake_router.c - a stand-in for deras-router in a thread (see fake_router.h).
+/* fake_frontend.c - a stand-in for deras-router in a thread (see fake_frontend.h).
  *
  * One thread owns the ROUTER socket: it polls with a short timeout, answers what arrives,
  * then emits one token for every live request that is due. Live requests sit in a fixed
  * array; the fake is small on purpose and trusts the codec for validation.
  */
-#include "fake_router.h"
+#include "fake_frontend.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -31,7 +31,7 @@ typedef struct fake_req {
     double delay, next_at, t0, t_first;
 } fake_req;
 
-struct fake_router {
+struct fake_frontend {
     void *ctx, *sock;
     pthread_t thread;
     atomic_int quit;
@@ -39,7 +39,7 @@ struct fake_router {
     proto_decoder *dec;
     proto_encoder *enc;
     fake_req live[MAX_LIVE];
-    fake_router_stats stats;
+    fake_frontend_stats stats;
 };
 
 static double now_s(void)
@@ -49,14 +49,14 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void send_to(fake_router *r, const uint8_t *ident, size_t ident_len, const void *buf,
+static void send_to(fake_frontend *r, const uint8_t *ident, size_t ident_len, const void *buf,
                     size_t len)
 {
     zmq_send(r->sock, ident, ident_len, ZMQ_SNDMORE);
     zmq_send(r->sock, buf, len, 0);
 }
 
-static void send_error(fake_router *r, const uint8_t *ident, size_t ident_len, const char *id,
+static void send_error(fake_frontend *r, const uint8_t *ident, size_t ident_len, const char *id,
                        enum proto_error_code code, const char *message)
 {
     const void *buf;
@@ -65,7 +65,7 @@ static void send_error(fake_router *r, const uint8_t *ident, size_t ident_len, c
         send_to(r, ident, ident_len, buf, len);
 }
 
-static void send_final(fake_router *r, fake_req *q, int k, const char *reason,
+static void send_final(fake_frontend *r, fake_req *q, int k, const char *reason,
                        const char *abort_reason)
 {
     double now = now_s();
@@ -91,7 +91,7 @@ static void send_final(fake_router *r, fake_req *q, int k, const char *reason,
         q->used = false;
 }
 
-static fake_req *find_live(fake_router *r, const uint8_t *ident, size_t ident_len, const char *id)
+static fake_req *find_live(fake_frontend *r, const uint8_t *ident, size_t ident_len, const char *id)
 {
     for (int i = 0; i < MAX_LIVE; i++) {
         fake_req *q = &r->live[i];
@@ -102,7 +102,7 @@ static fake_req *find_live(fake_router *r, const uint8_t *ident, size_t ident_le
     return NULL;
 }
 
-static void on_request(fake_router *r, const uint8_t *ident, size_t ident_len,
+static void on_request(fake_frontend *r, const uint8_t *ident, size_t ident_len,
                        const proto_request *req)
 {
     r->stats.requests++;
@@ -149,7 +149,7 @@ static void on_request(fake_router *r, const uint8_t *ident, size_t ident_len,
     q->t0 = q->next_at = now_s();
 }
 
-static void on_cancel(fake_router *r, const uint8_t *ident, size_t ident_len, const char *id)
+static void on_cancel(fake_frontend *r, const uint8_t *ident, size_t ident_len, const char *id)
 {
     r->stats.cancels++;
     snprintf(r->stats.last_cancel_id, sizeof r->stats.last_cancel_id, "%s", id);
@@ -161,7 +161,7 @@ static void on_cancel(fake_router *r, const uint8_t *ident, size_t ident_len, co
             send_final(r, q, k, "abort", "cancelled");
 }
 
-static void on_ping(fake_router *r, const uint8_t *ident, size_t ident_len)
+static void on_ping(fake_frontend *r, const uint8_t *ident, size_t ident_len)
 {
     r->stats.pings++;
     proto_worker_status w = {.name = "fake0", .state = "ready", .kv_blocks_free = 100,
@@ -174,7 +174,7 @@ static void on_ping(fake_router *r, const uint8_t *ident, size_t ident_len)
         send_to(r, ident, ident_len, buf, len);
 }
 
-static void step(fake_router *r)
+static void step(fake_frontend *r)
 {
     double now = now_s();
     for (int i = 0; i < MAX_LIVE; i++) {
@@ -205,7 +205,7 @@ static void step(fake_router *r)
     }
 }
 
-static bool any_due(const fake_router *r, int *wait_ms)
+static bool any_due(const fake_frontend *r, int *wait_ms)
 {
     double now = now_s(), next = now + 0.01;
     bool any = false;
@@ -221,7 +221,7 @@ static bool any_due(const fake_router *r, int *wait_ms)
 
 static void *run(void *arg)
 {
-    fake_router *r = arg;
+    fake_frontend *r = arg;
     uint8_t ident[256], body[1 << 16];
     while (!atomic_load(&r->quit)) {
         int wait;
@@ -254,9 +254,9 @@ static void *run(void *arg)
     return NULL;
 }
 
-fake_router *fake_router_start(const char *curve_secret_key)
+fake_frontend *fake_frontend_start(const char *curve_secret_key)
 {
-    fake_router *r = calloc(1, sizeof *r);
+    fake_frontend *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     proto_limits lim;
@@ -291,16 +291,16 @@ fail:
     return NULL;
 }
 
-const char *fake_router_address(const fake_router *r)
+const char *fake_frontend_address(const fake_frontend *r)
 {
     return r->address;
 }
 
-void fake_router_stop(fake_router **pr, fake_router_stats *stats)
+void fake_frontend_stop(fake_frontend **pr, fake_frontend_stats *stats)
 {
     if (!pr || !*pr)
         return;
-    fake_router *r = *pr;
+    fake_frontend *r = *pr;
     atomic_store(&r->quit, 1);
     pthread_join(r->thread, NULL);
     if (stats)
