@@ -13,6 +13,11 @@
  * sample divided by the tokens in the later chunk, counted once per token. Timestamps go
  * into arrays sized from the workload at start, so the event loop allocates nothing.
  *
+ * A request succeeds when its samples end with "stop" or "length"; failures are counted by
+ * the router's error code, or as timeout (no event for --timeout), client (could not be
+ * sent), finish_error or aborted (a final said so). Output tokens/s counts every token
+ * received, also from requests that failed later; latencies are of successful requests.
+ *
  * Report: a table on stderr, or with --json one JSON object on stdout; progress on stderr.
  * Ctrl-C stops sending, cancels what is in flight, and reports what finished. Exit status:
  * 0 when at least one request succeeded (failures are in the report), 1 when none did or
@@ -41,7 +46,8 @@
 #define ERR_TIMEOUT PE_N_CODES      /* no event for --timeout */
 #define ERR_CLIENT (PE_N_CODES + 1) /* the request could not be sent */
 #define ERR_FINISH (PE_N_CODES + 2) /* a sample ended with finish_reason "error" */
-#define N_ERR (PE_N_CODES + 3)
+#define ERR_ABORT (PE_N_CODES + 3)  /* a sample ended with finish_reason "abort" (drain, Ctrl-C) */
+#define N_ERR (PE_N_CODES + 4)
 
 /* Varied built-in prompts: short and long, prose, code, lists, questions. */
 static const char *const builtin_prompts[] = {
@@ -80,7 +86,7 @@ typedef struct req_state {
     const char *prompt;         /* into the prompt set; NULL with token ids */
     int32_t *ids;               /* into the id pool */
     int n_ids, max_tokens, n_tokens, prompt_tokens, err;
-    bool finish_error;          /* a final said finish_reason "error" */
+    int bad_finish;             /* ERR_FINISH or ERR_ABORT when a final said so, else 0 */
     double arrival, t_send, t_first, t_last, t_end, t_heard; /* seconds since start */
     enum { RS_WAITING, RS_LIVE, RS_OK, RS_FAILED } state;
     char id[PROTO_MAX_ID + 1];
@@ -347,6 +353,7 @@ static void finish_req(bench *b, req_state *r, bool ok, int err, double t)
     r->state = ok ? RS_OK : RS_FAILED;
     r->t_end = t;
     r->err = err;
+    b->in_tokens += r->prompt_tokens;
     b->n_live--;
     b->n_done++;
     if (ok) {
@@ -413,17 +420,20 @@ static void on_event(bench *b, const deras_event *ev, double t)
         }
         r->t_last = t;
         r->n_tokens += m->n_token_ids;
+        b->out_tokens += m->n_token_ids;
         break;
     case PROTO_FINAL:
         r->prompt_tokens = m->usage.prompt_tokens;
         if (m->finish_reason && !strcmp(m->finish_reason, "error"))
-            r->finish_error = true;
-        if (r->n_tokens == 0 && m->usage.completion_tokens > 0) /* a router without chunks */
+            r->bad_finish = ERR_FINISH;
+        else if (m->finish_reason && !strcmp(m->finish_reason, "abort") && !r->bad_finish)
+            r->bad_finish = ERR_ABORT;
+        if (r->n_tokens == 0 && m->usage.completion_tokens > 0) { /* a router without chunks */
             r->n_tokens = m->usage.completion_tokens;
-        if (ev->done) {
             b->out_tokens += r->n_tokens;
-            b->in_tokens += r->prompt_tokens;
-            finish_req(b, r, !r->finish_error, ERR_FINISH, t);
+        }
+        if (ev->done) {
+            finish_req(b, r, !r->bad_finish, r->bad_finish, t);
         }
         break;
     case PROTO_ERROR:
@@ -551,6 +561,7 @@ static const char *err_name(int e)
     return e == ERR_TIMEOUT   ? "timeout"
            : e == ERR_CLIENT  ? "client"
            : e == ERR_FINISH  ? "finish_error"
+           : e == ERR_ABORT   ? "aborted"
                               : proto_error_name(e);
 }
 
