@@ -24,15 +24,7 @@
 #include <zmq.h>
 
 #include "common/status.h"
-
-/* A ZeroMQ call that returns -1 on failure becomes a deras status naming the call. */
-#define ZMQ_CHECK(call)                                                                    \
-    do {                                                                                   \
-        if ((call) == -1) {                                                                \
-            rc = zmq_fail(#call, __FILE__, __LINE__);                                      \
-            goto fail;                                                                     \
-        }                                                                                  \
-    } while (0)
+#include "common/zmq_check.h"
 
 typedef struct live_req {
     char id[PROTO_MAX_ID + 1]; /* "" = empty slot */
@@ -54,13 +46,6 @@ struct deras_client {
     zmq_msg_t *stash;       /* frames received while ping() waited, FIFO [stash_head, n_stash) */
     size_t n_stash, stash_head, stash_cap;
 };
-
-static int zmq_fail(const char *call, const char *file, int line)
-{
-    int e = zmq_errno();
-    int status = e == EAGAIN ? DERAS_ETIMEOUT : e == ETERM ? DERAS_ECLOSED : DERAS_EIO;
-    return deras_fail(status, "%s: %s (%s:%d)", call, zmq_strerror(e), file, line);
-}
 
 /* ---- table of live requests ---- */
 
@@ -169,28 +154,27 @@ deras_client *deras_client_new(const deras_client_opts *opts)
                        (uint64_t)(uintptr_t)c;
 
     c->own_ctx = !o.zmq_ctx;
-    c->ctx = o.zmq_ctx ? o.zmq_ctx : zmq_ctx_new();
-    if (!c->ctx) {
-        rc = zmq_fail("zmq_ctx_new", __FILE__, __LINE__);
+    if (o.zmq_ctx)
+        c->ctx = o.zmq_ctx;
+    else if ((rc = ZMQ_CHECK_PTR(c->ctx, zmq_ctx_new())))
         goto fail;
-    }
-    c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
-    if (!c->sock) {
-        rc = zmq_fail("zmq_socket(DEALER)", __FILE__, __LINE__);
-        goto fail;
-    }
     int zero = 0;
-    ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero));
-    ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_RCVHWM, &zero, sizeof zero)); /* never drop tokens */
-    ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &o.send_timeout_ms, sizeof(int)));
+    if ((rc = ZMQ_CHECK_PTR(c->sock, zmq_socket(c->ctx, ZMQ_DEALER))) ||
+        (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero))) ||
+        /* never drop tokens on our side */
+        (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_RCVHWM, &zero, sizeof zero))) ||
+        (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &o.send_timeout_ms, sizeof(int)))))
+        goto fail;
     if (o.curve_server_key) {
         char pub[41], sec[41];
-        ZMQ_CHECK(zmq_curve_keypair(pub, sec));
-        ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, o.curve_server_key, 40));
-        ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40));
-        ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 40));
+        if ((rc = ZMQ_CHECK(zmq_curve_keypair(pub, sec))) ||
+            (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, o.curve_server_key, 40))) ||
+            (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40))) ||
+            (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 40))))
+            goto fail;
     }
-    ZMQ_CHECK(zmq_connect(c->sock, c->address));
+    if ((rc = ZMQ_CHECK(zmq_connect(c->sock, c->address))))
+        goto fail;
     return c;
 
 fail:
@@ -226,17 +210,15 @@ int deras_client_n_in_flight(const deras_client *c)
 
 /* ---- sending ---- */
 
+/* A blocking send bounded by ZMQ_SNDTIMEO. ZMQ_CHECK maps EINTR to DERAS_ETIMEOUT (retried
+ * here) and EAGAIN, the queue staying full for the whole timeout, to DERAS_EBUSY. */
 static int send_frame(deras_client *c, const void *buf, size_t len)
 {
-    int rc = DERAS_OK;
-    for (;;) {
-        if (zmq_send(c->sock, buf, len, 0) != -1)
-            return DERAS_OK;
-        if (zmq_errno() != EINTR)
-            break;
-    }
-    rc = zmq_fail("zmq_send", __FILE__, __LINE__);
-    if (rc == DERAS_ETIMEOUT)
+    int rc;
+    do
+        rc = ZMQ_CHECK(zmq_send(c->sock, buf, len, 0));
+    while (rc == DERAS_ETIMEOUT);
+    if (rc == DERAS_EBUSY)
         rc = deras_fail(DERAS_ETIMEOUT, "sending to %s: the send queue stayed full (router "
                         "not reading?)", c->address);
     return rc;
@@ -311,7 +293,7 @@ static double now_ms(void)
  * delimiter is tolerated). DERAS_ETIMEOUT when none arrives within timeout_ms. */
 static int recv_frame(deras_client *c, int timeout_ms)
 {
-    int rc = DERAS_OK;
+    int rc;
     double deadline = timeout_ms < 0 ? 0 : now_ms() + timeout_ms;
     for (;;) {
         int wait = -1;
@@ -322,8 +304,9 @@ static int recv_frame(deras_client *c, int timeout_ms)
         zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
         int n = zmq_poll(&it, 1, wait);
         if (n == -1 && zmq_errno() == EINTR)
-            continue;
-        ZMQ_CHECK(n);
+            continue; /* a signal: wait out the rest (callers poll in slices to react) */
+        if ((rc = ZMQ_CHECK(n)))
+            return rc;
         if (n > 0)
             break;
         if (wait == 0)
@@ -333,12 +316,11 @@ static int recv_frame(deras_client *c, int timeout_ms)
     for (;;) {
         zmq_msg_close(&c->cur);
         zmq_msg_init(&c->cur);
-        ZMQ_CHECK(zmq_msg_recv(&c->cur, c->sock, ZMQ_DONTWAIT));
+        if ((rc = ZMQ_CHECK(zmq_msg_recv(&c->cur, c->sock, ZMQ_DONTWAIT))))
+            return rc;
         if (!zmq_msg_more(&c->cur))
             return DERAS_OK;
     }
-fail:
-    return rc;
 }
 
 static int decode_cur(deras_client *c, proto_server_msg *m)
