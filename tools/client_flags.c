@@ -1,6 +1,7 @@
 /* client_flags.c - flags shared by the router clients (see client_flags.h). */
 #include "tools/client_flags.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,23 +36,55 @@ static const struct option shared[] = {
     {0, 0, 0, 0},
 };
 
-const char client_flags_usage[] =
-    "  --address A             router endpoint (default $DERAS_ADDRESS or\n"
-    "                          " DERAS_CLIENT_DEFAULT_ADDRESS ")\n"
-    "  --curve-server-key K    router's CURVE public key, 40 Z85 characters\n"
-    "                          (default $DERAS_CURVE_SERVER_KEY; unset: no encryption)\n"
-    "  --timeout S             longest wait for the router, seconds (default 120)\n"
-    "  --max-tokens N          tokens to generate (default: the router's, 256)\n"
-    "  --n N                   samples per request (default 1)\n"
-    "  --temperature T         0 = greedy (default: the router's, 1)\n"
-    "  --top-k K  --top-p P  --min-p P\n"
-    "  --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
-    "  --seed N                sampling seed (same seed and inputs: same output)\n"
-    "  --stop TEXT             stop string, repeatable (at most 16)\n"
-    "  --stop-token-id ID      stop token, repeatable (at most 16)\n"
-    "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
-    "  --no-special-tokens     tokenize the prompt without BOS/special tokens\n"
-    "  --deadline-ms MS        the router ends the request after MS milliseconds\n";
+/* Help of shared[i], same order; continuation lines start with the padding. */
+static const char *const help[] = {
+    "router endpoint (default $DERAS_ADDRESS or\n"
+    "                          " DERAS_CLIENT_DEFAULT_ADDRESS ")",
+    "router's CURVE public key, 40 Z85 characters\n"
+    "                          (default $DERAS_CURVE_SERVER_KEY; unset: no encryption)",
+    "longest wait for the router, seconds (default 120)",
+    "tokens to generate (default: the router's, 256)",
+    "samples per request (default 1)",
+    "0 = greedy (default: the router's, 1)",
+    "top-k sampling, 0 = off",
+    "nucleus sampling (default 1)",
+    "min-p sampling (default 0)",
+    "repetition penalty (default 1)",
+    "presence penalty (default 0)",
+    "frequency penalty (default 0)",
+    "sampling seed (same seed and inputs: same output)",
+    "stop string, repeatable (at most 16)",
+    "stop token, repeatable (at most 16)",
+    "do not stop at the model's end-of-generation tokens",
+    "tokenize the prompt without BOS/special tokens",
+    "the router ends the request after MS milliseconds",
+};
+static const char *const arg_names[] = {
+    "A", "K", "S", "N", "N", "T", "K", "P", "P", "R", "P", "F", "N", "TEXT", "ID", "", "", "MS",
+};
+
+static bool listed(const char *name, const struct option *own, const char *const *exclude)
+{
+    for (int j = 0; own && own[j].name; j++)
+        if (!strcmp(own[j].name, name))
+            return true;
+    for (int j = 0; exclude && exclude[j]; j++)
+        if (!strcmp(exclude[j], name))
+            return true;
+    return false;
+}
+
+void client_flags_usage(FILE *f, const struct option *own, const char *const *exclude)
+{
+    for (int i = 0; shared[i].name; i++) {
+        if (listed(shared[i].name, own, exclude))
+            continue;
+        char opt[64];
+        snprintf(opt, sizeof opt, "--%s%s%s", shared[i].name, *arg_names[i] ? " " : "",
+                 arg_names[i]);
+        fprintf(f, "  %-23s %s\n", opt, help[i]);
+    }
+}
 
 void client_flags_init(client_flags *f)
 {
@@ -63,19 +96,15 @@ void client_flags_init(client_flags *f)
     deras_client_request_init(&f->req);
 }
 
-void client_flags_options(const struct option *own, struct option *out)
+void client_flags_options(const struct option *own, const char *const *exclude,
+                          struct option *out)
 {
     int n = 0;
     for (; own[n].name && n < CLIENT_FLAGS_MAX_OPTIONS - 1; n++)
         out[n] = own[n];
-    int n_own = n;
-    for (int i = 0; shared[i].name && n < CLIENT_FLAGS_MAX_OPTIONS - 1; i++) {
-        bool taken = false;
-        for (int j = 0; j < n_own && !taken; j++)
-            taken = !strcmp(own[j].name, shared[i].name);
-        if (!taken)
+    for (int i = 0; shared[i].name && n < CLIENT_FLAGS_MAX_OPTIONS - 1; i++)
+        if (!listed(shared[i].name, own, exclude))
             out[n++] = shared[i];
-    }
     out[n] = (struct option){0, 0, 0, 0};
 }
 

@@ -10,6 +10,7 @@
 #define DERAS_CLIENT_FLAGS_H
 
 #include <getopt.h>
+#include <stdio.h>
 
 #include "common/protocol.h"
 
@@ -26,14 +27,17 @@ typedef struct client_flags {
 void client_flags_init(client_flags *f);
 
 /* Fill out[] (capacity CLIENT_FLAGS_MAX_OPTIONS) with `own` (zero-terminated) followed by
- * the shared options whose names `own` does not use, zero-terminated. */
-void client_flags_options(const struct option *own, struct option *out);
+ * the shared options whose names neither `own` uses nor `exclude` (NULL-terminated names,
+ * or NULL) lists, zero-terminated. */
+void client_flags_options(const struct option *own, const char *const *exclude,
+                          struct option *out);
 
 /* Apply getopt code c with its argument: 1 if it is a shared flag and was applied, 0 if it
  * is not a shared flag, -1 on a bad value (message printed: exit with status 2). */
 int client_flags_apply(client_flags *f, int c, const char *arg);
 
-/* The shared flags' help text (one option per line, indented two spaces). */
-extern const char client_flags_usage[];
+/* Print the help of the shared flags that client_flags_options() added for the same
+ * `own` and `exclude`. */
+void client_flags_usage(FILE *f, const struct option *own, const char *const *exclude);
 
 #endif

@@ -139,6 +139,26 @@ static int rng_range(uint64_t *s, int lo, int hi)
     return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1));
 }
 
+enum { O_REQ = 256, O_RATE, O_CONC, O_PROMPTS, O_RANDOM, O_VOCAB, O_MAXTOK, O_SEED, O_JSON,
+       O_QUIET, O_HELP };
+static const struct option own_opts[] = {
+    {"requests", required_argument, 0, O_REQ},
+    {"rate", required_argument, 0, O_RATE},
+    {"concurrency", required_argument, 0, O_CONC},
+    {"prompts", required_argument, 0, O_PROMPTS},
+    {"random-prompt-tokens", required_argument, 0, O_RANDOM},
+    {"vocab", required_argument, 0, O_VOCAB},
+    {"max-tokens", required_argument, 0, O_MAXTOK},
+    {"seed", required_argument, 0, O_SEED},
+    {"json", no_argument, 0, O_JSON},
+    {"quiet", no_argument, 0, O_QUIET},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
+/* one sample per request: TPOT and inter-token latency are per sample */
+static const char *const excluded[] = {"n", NULL};
+
 static void usage(FILE *f)
 {
     fputs("usage: deras bench [options]\n"
@@ -159,7 +179,7 @@ static void usage(FILE *f)
           "  --json                  print the report as one JSON object on stdout\n"
           "  --quiet                 no progress lines\n",
           f);
-    fputs(client_flags_usage, f);
+    client_flags_usage(f, own_opts, excluded);
 }
 
 static int parse_range(const char *opt, const char *s, int *lo, int *hi)
@@ -177,24 +197,8 @@ static int parse_range(const char *opt, const char *s, int *lo, int *hi)
 
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    enum { O_REQ = 256, O_RATE, O_CONC, O_PROMPTS, O_RANDOM, O_VOCAB, O_MAXTOK, O_SEED, O_JSON,
-           O_QUIET, O_HELP };
-    static const struct option own[] = {
-        {"requests", required_argument, 0, O_REQ},
-        {"rate", required_argument, 0, O_RATE},
-        {"concurrency", required_argument, 0, O_CONC},
-        {"prompts", required_argument, 0, O_PROMPTS},
-        {"random-prompt-tokens", required_argument, 0, O_RANDOM},
-        {"vocab", required_argument, 0, O_VOCAB},
-        {"max-tokens", required_argument, 0, O_MAXTOK},
-        {"seed", required_argument, 0, O_SEED},
-        {"json", no_argument, 0, O_JSON},
-        {"quiet", no_argument, 0, O_QUIET},
-        {"help", no_argument, 0, O_HELP},
-        {0, 0, 0, 0},
-    };
     struct option opts[CLIENT_FLAGS_MAX_OPTIONS];
-    client_flags_options(own, opts);
+    client_flags_options(own_opts, excluded, opts);
     memset(a, 0, sizeof *a);
     client_flags_init(&a->f);
     a->n_requests = 100;
@@ -249,10 +253,6 @@ static int parse_args(int argc, char **argv, bench_args *a)
     }
     if (a->prompts_file && a->ids_hi) {
         fprintf(stderr, "bench: --prompts and --random-prompt-tokens exclude each other\n");
-        return 2;
-    }
-    if (a->f.req.n != 1) {
-        fprintf(stderr, "bench: --n is not supported (one sample per request)\n");
         return 2;
     }
     return 0;

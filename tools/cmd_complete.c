@@ -40,6 +40,13 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
+enum { O_NOSTREAM = 256, O_HELP };
+static const struct option own_opts[] = {
+    {"no-stream", no_argument, 0, O_NOSTREAM},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
 static void usage(FILE *f)
 {
     fputs("usage: deras complete [options] PROMPT\n"
@@ -48,7 +55,7 @@ static void usage(FILE *f)
           "\n"
           "  --no-stream             receive the whole text at the end\n",
           f);
-    fputs(client_flags_usage, f);
+    client_flags_usage(f, own_opts, NULL);
     fputs("\nexit status: 0 ok, 1 server error or timeout, 2 usage, 130 interrupted\n", f);
 }
 
@@ -88,14 +95,8 @@ static char *read_stdin(void)
 static int parse_args(int argc, char **argv, client_flags *f, bool *no_stream,
                       const char **prompt)
 {
-    enum { O_NOSTREAM = 256, O_HELP };
-    static const struct option own[] = {
-        {"no-stream", no_argument, 0, O_NOSTREAM},
-        {"help", no_argument, 0, O_HELP},
-        {0, 0, 0, 0},
-    };
     struct option opts[CLIENT_FLAGS_MAX_OPTIONS];
-    client_flags_options(own, opts);
+    client_flags_options(own_opts, NULL, opts);
     client_flags_init(f);
     *no_stream = false;
     *prompt = NULL;
