@@ -2,21 +2,24 @@
 #include "tools/client_flags.h"
 
 #include <stdbool.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "common/status.h"
 #include "tools/cli_util.h"
-#include "tools/client/deras_client.h"
 
 enum {
-    F_ADDRESS = 1000, F_CURVE, F_TIMEOUT, F_MAXTOK, F_N, F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP,
+    F_ADDRESS = 1000, F_CURVE, F_CURVE_KEY, F_TIMEOUT, F_MAXTOK, F_N, F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP,
     F_PRES, F_FREQ, F_SEED, F_STOP, F_STOPID, F_IGNEOS, F_NOSPECIAL, F_DEADLINE
 };
 
 static const struct option shared[] = {
     {"address", required_argument, 0, F_ADDRESS},
     {"curve-server-key", required_argument, 0, F_CURVE},
+    {"curve-client-key", required_argument, 0, F_CURVE_KEY},
     {"timeout", required_argument, 0, F_TIMEOUT},
     {"max-tokens", required_argument, 0, F_MAXTOK},
     {"n", required_argument, 0, F_N},
@@ -42,6 +45,8 @@ static const char *const help[] = {
     "                          " DERAS_CLIENT_DEFAULT_ADDRESS ")",
     "router's CURVE public key, 40 Z85 characters\n"
     "                          (default $DERAS_CURVE_SERVER_KEY; unset: no encryption)",
+    "file with this client's CURVE secret key, the one the\n"
+    "                          router allows (default $DERAS_CURVE_CLIENT_KEY)",
     "longest wait for the router, seconds (default 120)",
     "tokens to generate (default: the router's, 256)",
     "samples per request (default 1)",
@@ -60,7 +65,7 @@ static const char *const help[] = {
     "the router ends the request after MS milliseconds",
 };
 static const char *const arg_names[] = {
-    "A", "K", "S", "N", "N", "T", "K", "P", "P", "R", "P", "F", "N", "TEXT", "ID", "", "", "MS",
+    "A", "K", "FILE", "S", "N", "N", "T", "K", "P", "P", "R", "P", "F", "N", "TEXT", "ID", "", "", "MS",
 };
 
 static bool listed(const char *name, const struct option *own, const char *const *exclude)
@@ -89,9 +94,11 @@ void client_flags_usage(FILE *f, const struct option *own, const char *const *ex
 void client_flags_init(client_flags *f)
 {
     memset(f, 0, sizeof *f);
-    const char *a = getenv("DERAS_ADDRESS"), *k = getenv("DERAS_CURVE_SERVER_KEY");
+    const char *a = getenv("DERAS_ADDRESS"), *k = getenv("DERAS_CURVE_SERVER_KEY"),
+               *kf = getenv("DERAS_CURVE_CLIENT_KEY");
     f->address = a && *a ? a : DERAS_CLIENT_DEFAULT_ADDRESS;
     f->curve_server_key = k && *k ? k : NULL;
+    f->curve_key_file = kf && *kf ? kf : NULL;
     f->timeout_s = 120;
     deras_client_request_init(&f->req);
 }
@@ -140,6 +147,7 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
         }
         f->curve_server_key = arg;
         return 1;
+    case F_CURVE_KEY: f->curve_key_file = arg; return 1;
     case F_TIMEOUT:
         if (cli_float("--timeout", arg, 0.001, 1e6, &f->timeout_s))
             return -1;
@@ -185,4 +193,63 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
         return 1;
     default: return 0;
     }
+}
+
+/* The 40-character Z85 key of a line: bare, or in quotes after `secret-key =`. */
+static bool line_key(const char *line, char out[41])
+{
+    const char *p = line + strspn(line, " \t");
+    if (*p == '#' || strstr(p, "public-key"))
+        return false;
+    const char *q = strchr(p, '"');
+    size_t n;
+    if (q) {
+        p = q + 1;
+        const char *e = strchr(p, '"');
+        n = e ? (size_t)(e - p) : 0;
+    } else {
+        n = strcspn(p, " \t\r\n");
+    }
+    if (n != 40)
+        return false;
+    memcpy(out, p, 40);
+    out[40] = '\0';
+    return true;
+}
+
+static int read_secret_key(const char *path, char out[41])
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return deras_fail(DERAS_EIO, "%s: %s", path, strerror(errno));
+    if (sb.st_mode & 077)
+        return deras_fail(DERAS_EINVAL, "%s: the secret key file is readable by others "
+                          "(chmod 600)", path);
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return deras_fail(DERAS_EIO, "%s: %s", path, strerror(errno));
+    char line[512];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, fp))
+        found = line_key(line, out);
+    fclose(fp);
+    return found ? DERAS_OK
+                 : deras_fail(DERAS_EFORMAT, "%s: no 40-character Z85 secret key in it", path);
+}
+
+int client_flags_connect(const client_flags *f, int max_in_flight, deras_client **out)
+{
+    char secret[41];
+    int rc;
+    *out = NULL;
+    if (f->curve_key_file) {
+        if (!f->curve_server_key)
+            return deras_fail(DERAS_EINVAL, "--curve-client-key needs --curve-server-key");
+        if ((rc = read_secret_key(f->curve_key_file, secret)))
+            return rc;
+    }
+    *out = deras_client_new(&(deras_client_opts){
+        .address = f->address, .curve_server_key = f->curve_server_key,
+        .curve_secret_key = f->curve_key_file ? secret : NULL, .max_in_flight = max_in_flight});
+    return *out ? DERAS_OK : DERAS_EINVAL;
 }

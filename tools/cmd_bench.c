@@ -660,17 +660,13 @@ int cmd_bench(int argc, char **argv)
     if (cap > MAX_IN_FLIGHT)
         cap = MAX_IN_FLIGHT;
     b.cap = cap;
-    b.cl = deras_client_new(&(deras_client_opts){.address = a.f.address,
-                                                .curve_server_key = a.f.curve_server_key,
-                                                .max_in_flight = cap});
-    if (!b.cl) {
-        rc = DERAS_EIO;
+    if ((rc = client_flags_connect(&a.f, cap, &b.cl)))
         goto out;
-    }
     if (!a.quiet)
         fprintf(stderr, "bench: %d requests to %s, rate %g/s%s, concurrency %d%s, max_tokens "
-                "%d:%d\n", a.n_requests, a.f.address, a.rate, a.rate > 0 ? " (Poisson)" : " (all at once)",
-                a.concurrency, a.concurrency ? "" : " (no cap)", a.tok_lo, a.tok_hi);
+                "%d:%d\n", a.n_requests, a.f.address, a.rate,
+                a.rate > 0 ? " (Poisson)" : " (all at once)", a.concurrency,
+                a.concurrency ? "" : " (no cap)", a.tok_lo, a.tok_hi);
     sigaction(SIGINT, &sa, &old);
     rc = run(&b);
     sigaction(SIGINT, &old, NULL);

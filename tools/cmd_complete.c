@@ -164,10 +164,7 @@ static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
         fprintf(stderr, "deras complete: reading the prompt from stdin failed\n");
         goto out;
     }
-    cl = deras_client_new(&(deras_client_opts){.address = f->address,
-                                               .curve_server_key = f->curve_server_key,
-                                               .max_in_flight = 1});
-    if (!cl) {
+    if (client_flags_connect(f, 1, &cl)) {
         fprintf(stderr, "deras complete: %s\n", deras_errmsg());
         goto out;
     }

@@ -48,7 +48,17 @@ for exe in (ROUTER, WORKER, DERAS):
         sys.exit(77)
 
 
-class EndToEnd(unittest.TestCase):
+class Servers(unittest.TestCase):
+    """Base: a router (with router_args(dir)) and one worker per test class."""
+
+    @classmethod
+    def router_args(cls, d):
+        return []
+
+    @classmethod
+    def make_client(cls, **kw):
+        return Client(cls.address, timeout=30, **kw)
+
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="deras-e2e-")
@@ -57,12 +67,12 @@ class EndToEnd(unittest.TestCase):
         env = dict(os.environ, DERAS_RUNTIME_DIR=cls.dir)
         cls.logs = [open(os.path.join(cls.dir, n), "w+") for n in ("router.log", "worker.log")]
         cls.router = subprocess.Popen([ROUTER, "--model", MODEL, "--listen", cls.address,
-                                       "--workers", workers], env=env,
-                                      stdout=cls.logs[0], stderr=subprocess.STDOUT)
+                                       "--workers", workers, *cls.router_args(cls.dir)],
+                                      env=env, stdout=cls.logs[0], stderr=subprocess.STDOUT)
         cls.worker = subprocess.Popen([WORKER, "--model", MODEL, "--router", workers,
                                        "--threads", "1", "--kv-cache-memory", "64MiB"], env=env,
                                       stdout=cls.logs[1], stderr=subprocess.STDOUT)
-        cls.client = Client(cls.address, timeout=30)
+        cls.client = cls.make_client()
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -102,8 +112,12 @@ class EndToEnd(unittest.TestCase):
             f.close()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
-    def deras(self, *args, timeout=120):
-        return subprocess.run([DERAS, *args], capture_output=True, timeout=timeout)
+    def deras(self, *args, timeout=120, env=None):
+        return subprocess.run([DERAS, *args], capture_output=True, timeout=timeout,
+                              env=dict(os.environ, **(env or {})))
+
+
+class EndToEnd(Servers):
 
     # ---- Python client ----
 
@@ -198,6 +212,70 @@ class EndToEnd(unittest.TestCase):
         rep = json.loads(r.stdout)
         self.assertEqual(rep["ok"], 8)
         self.assertTrue(8 * 16 <= rep["input_tokens"] <= 8 * 64, rep["input_tokens"])
+
+
+class CurveEndToEnd(Servers):
+    """The router encrypts its client socket and admits only listed client keys."""
+
+    @classmethod
+    def router_args(cls, d):
+        server_pub, server_sec = zmq.curve_keypair()
+        cls.client_pub, cls.client_sec = zmq.curve_keypair()
+        cls.server_pub = server_pub.decode()
+        secret_file = os.path.join(d, "router.key")
+        with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write('public-key = "%s"\nsecret-key = "%s"\n' % (server_pub.decode(),
+                                                               server_sec.decode()))
+        allow = os.path.join(d, "allow")
+        with open(allow, "w") as f:
+            f.write("# the test client\n%s\n" % cls.client_pub.decode())
+        cls.client_key_file = os.path.join(d, "client.key")
+        with open(os.open(cls.client_key_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write('public-key = "%s"\nsecret-key = "%s"\n' % (cls.client_pub.decode(),
+                                                               cls.client_sec.decode()))
+        return ["--curve-secret-key", secret_file, "--curve-allow", allow]
+
+    @classmethod
+    def make_client(cls, **kw):
+        return Client(cls.address, timeout=30, curve_server_key=cls.server_pub,
+                      curve_client_keys=(cls.client_pub, cls.client_sec), **kw)
+
+    def test_python_client_with_an_allowed_key(self):
+        self.assertEqual(len(self.client.complete("Hi", max_tokens=4, ignore_eos=True)
+                             .token_ids[0]), 4)
+
+    def test_python_client_with_another_key_times_out(self):
+        with Client(self.address, timeout=0.5, curve_server_key=self.server_pub) as c:
+            with self.assertRaises(DerasError) as cm:
+                c.complete("Hi", max_tokens=4)
+            self.assertEqual(cm.exception.code, "timeout")
+
+    def test_deras_complete_and_bench_with_the_client_key(self):
+        r = self.deras("complete", "--address", self.address, "--curve-server-key",
+                       self.server_pub, "--curve-client-key", self.client_key_file,
+                       "--max-tokens", "4", "--ignore-eos", "Hi")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn(b"completion 4 tokens", r.stderr)
+        r = self.deras("bench", "--address", self.address, "--requests", "4", "--max-tokens",
+                       "3", "--json", "--quiet",
+                       env={"DERAS_CURVE_SERVER_KEY": self.server_pub,
+                            "DERAS_CURVE_CLIENT_KEY": self.client_key_file})
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertEqual(json.loads(r.stdout)["ok"], 4)
+
+    def test_deras_complete_without_an_allowed_key_times_out(self):
+        r = self.deras("complete", "--address", self.address, "--curve-server-key",
+                       self.server_pub, "--timeout", "0.5", "Hi")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"timeout", r.stderr)
+        os.chmod(self.client_key_file, 0o644)
+        try:
+            r = self.deras("complete", "--address", self.address, "--curve-server-key",
+                           self.server_pub, "--curve-client-key", self.client_key_file, "Hi")
+        finally:
+            os.chmod(self.client_key_file, 0o600)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"chmod 600", r.stderr)
 
 
 if __name__ == "__main__":

@@ -110,8 +110,8 @@ static void on_request(fake_frontend *r, const uint8_t *ident, size_t ident_len,
         return send_error(r, ident, ident_len, req->id, PE_DUPLICATE_ID, "id is already live");
     char prompt[128] = "";
     if (req->prompt)
-        snprintf(prompt, sizeof prompt, "%.*s", (int)(req->prompt_len < 127 ? req->prompt_len : 127),
-                 req->prompt);
+        snprintf(prompt, sizeof prompt, "%.*s",
+                 (int)(req->prompt_len < 127 ? req->prompt_len : 127), req->prompt);
     if (!strncmp(prompt, "error:", 6)) {
         for (int c = 1; c < PE_N_CODES; c++)
             if (!strcmp(proto_error_name(c), prompt + 6))

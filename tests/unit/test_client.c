@@ -405,12 +405,28 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     assert_int_equal(deras_client_send(bad, &r, NULL), DERAS_OK);
     deras_event ev;
     assert_int_equal(deras_client_recv(bad, 300, &ev), DERAS_ETIMEOUT);
+    /* a given client key: the public key is derived from it */
+    deras_client *mine = deras_client_new(&(deras_client_opts){
+        .address = fake_frontend_address(fr), .curve_server_key = pub, .curve_secret_key = wsec});
+    assert_non_null(mine);
+    assert_int_equal(deras_client_ping(mine, WAIT_MS, &pong), DERAS_OK);
+    deras_client_destroy(&mine);
     deras_client_destroy(&good);
     deras_client_destroy(&bad);
     fake_frontend_stats st;
     fake_frontend_stop(&fr, &st);
-    assert_int_equal(st.pings, 1);
+    assert_int_equal(st.pings, 2);
     assert_int_equal(st.requests, 0);
+
+    /* refused at construction: a secret key without the server's, a key that is not Z85 */
+    assert_null(deras_client_new(&(deras_client_opts){.curve_secret_key = wsec}));
+    assert_non_null(strstr(deras_errmsg(), "public key too"));
+    char bad_key[41];
+    memset(bad_key, '~', 40);
+    bad_key[40] = '\0';
+    assert_null(deras_client_new(
+        &(deras_client_opts){.curve_server_key = pub, .curve_secret_key = bad_key}));
+    assert_non_null(strstr(deras_errmsg(), "not a valid Z85 key"));
 }
 
 int main(void)

@@ -119,8 +119,17 @@ deras_client *deras_client_new(const deras_client_opts *opts)
     if (!o.send_timeout_ms)
         o.send_timeout_ms = 5000;
     if (o.curve_server_key && strlen(o.curve_server_key) != 40) {
-        deras_fail(DERAS_EINVAL, "curve server key: expected 40 Z85 characters, got %zu",
+        deras_fail(DERAS_EINVAL, "CURVE server key: expected 40 Z85 characters, got %zu",
                    strlen(o.curve_server_key));
+        return NULL;
+    }
+    if (o.curve_secret_key && strlen(o.curve_secret_key) != 40) {
+        deras_fail(DERAS_EINVAL, "CURVE secret key: expected 40 Z85 characters, got %zu",
+                   strlen(o.curve_secret_key));
+        return NULL;
+    }
+    if (o.curve_secret_key && !o.curve_server_key) {
+        deras_fail(DERAS_EINVAL, "a CURVE secret key needs the router's public key too");
         return NULL;
     }
     if (strlen(o.address) >= sizeof ((deras_client *)0)->address) {
@@ -167,8 +176,17 @@ deras_client *deras_client_new(const deras_client_opts *opts)
         goto fail;
     if (o.curve_server_key) {
         char pub[41], sec[41];
-        if ((rc = ZMQ_CHECK(zmq_curve_keypair(pub, sec))) ||
-            (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, o.curve_server_key, 40))) ||
+        if (o.curve_secret_key) {
+            memcpy(sec, o.curve_secret_key, 41);
+            if (zmq_curve_public(pub, sec) == -1) {
+                rc = deras_fail(DERAS_EINVAL, "CURVE secret key: not a valid Z85 key");
+                goto fail;
+            }
+        } else if ((rc = ZMQ_CHECK(zmq_curve_keypair(pub, sec)))) {
+            goto fail;
+        }
+        const char *srv = o.curve_server_key;
+        if ((rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, srv, 40))) ||
             (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40))) ||
             (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 40))))
             goto fail;

@@ -40,6 +40,9 @@ typedef struct deras_client deras_client;
 typedef struct deras_client_opts {
     const char *address;          /* NULL: DERAS_CLIENT_DEFAULT_ADDRESS */
     const char *curve_server_key; /* router's CURVE public key, 40 Z85 characters; NULL: plain */
+    const char *curve_secret_key; /* this client's CURVE secret key (Z85), the one whose public
+                                     key the router allows; NULL: a fresh key pair (a router
+                                     with an allow list then refuses the connection) */
     int max_in_flight;            /* requests tracked at once; 0: 4096 */
     int send_timeout_ms;          /* how long a send may wait for queue space; 0: 5000 */
     void *zmq_ctx;                /* a ZeroMQ context to share; NULL: the client makes its own */
@@ -55,8 +58,9 @@ typedef struct deras_event {
 } deras_event;
 
 /* Connect (ZeroMQ connects lazily: a router that is not there yet is not an error; it
- * shows as DERAS_ETIMEOUT on the first recv). NULL on failure (bad key, bad address, out
- * of memory) with deras_errmsg() set. */
+ * shows as DERAS_ETIMEOUT on the first recv, and so does a CURVE handshake the router
+ * refuses). NULL on failure (bad key, bad address, out of memory) with deras_errmsg()
+ * set. */
 deras_client *deras_client_new(const deras_client_opts *opts);
 
 /* Close the socket (without waiting for unsent messages) and free everything; NULLs *c.
