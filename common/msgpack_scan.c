@@ -222,9 +222,11 @@ int mp_frame_parse(mp_frame *f, const void *buf, size_t len, const mp_scan_limit
         return rc;
     size_t need = mp_zone_bound(&info);
     if (!f->zone_ok || f->zone.chunk_size < need) {
-        size_t size = f->zone_ok ? f->zone.chunk_size : MP_ZONE_MIN;
-        while (size < need)
-            size *= 2;
+        /* Double while under the retain size (few re-inits on the way to the working
+         * size), exactly what is needed above it (no overshoot on an outsized frame). */
+        size_t size = f->zone_ok ? f->zone.chunk_size * 2 : MP_ZONE_MIN;
+        if (size > f->retain_bytes || size < need)
+            size = need;
         if ((rc = zone_reinit(f, size)) != DERAS_OK)
             return rc;
     } else {

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
@@ -352,6 +353,26 @@ int ps_seen(uint64_t *seen, int i, const char *name, proto_error *err)
     if (*seen & bit)
         return ps_fail(err, PE_INVALID_FIELD, "duplicate key '%s'", name);
     *seen |= bit;
+    return DERAS_OK;
+}
+
+int ps_grow(void **p, size_t *cap, size_t need, size_t elem, size_t retain)
+{
+    if (*cap >= need && (*cap <= retain || need > retain))
+        return DERAS_OK;
+    size_t want;
+    if (*cap >= need) {
+        want = retain;
+    } else {
+        want = *cap * 2 < retain ? *cap * 2 : retain;
+        want = want < 64 ? 64 : want;
+        want = want < need ? need : want;
+    }
+    free(*p);
+    *cap = 0;
+    if (!(*p = malloc(want * elem)))
+        return DERAS_ENOMEM;
+    *cap = want;
     return DERAS_OK;
 }
 

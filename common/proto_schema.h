@@ -116,6 +116,13 @@ int ps_header(const msgpack_object_kv *kv, uint32_t n, int version, const char *
 /* Duplicate-key guard for a map walk: bit i of *seen marks field i (i < 64). */
 int ps_seen(uint64_t *seen, int i, const char *name, proto_error *err);
 
+/* Decoder storage: make *p (capacity *cap elements of elem bytes) hold need elements,
+ * growing geometrically (so a warm decoder stops allocating) and shrinking back to retain
+ * after an outsized message. Contents are not kept: they belong to the previous message.
+ * DERAS_OK or DERAS_ENOMEM (then *p is NULL and *cap 0). Allocates only when the capacity
+ * changes. */
+int ps_grow(void **p, size_t *cap, size_t need, size_t elem, size_t retain);
+
 /* Largest prefix of s[0..n) (n <= cap) that is valid UTF-8 and at most cap bytes, for
  * encoders that must truncate free text: invalid bytes are cut there. */
 size_t ps_utf8_clip(const char *s, size_t n, size_t cap);

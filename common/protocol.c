@@ -114,37 +114,6 @@ void proto_decoder_destroy(proto_decoder **dp)
     *dp = NULL;
 }
 
-/* Make room for `need` bytes of strings: grow when short, shrink after an outsized frame.
- * The old contents are dropped (they belonged to the previous decode). */
-static int bytes_prepare(proto_decoder *d, size_t need)
-{
-    d->bytes_used = 0;
-    size_t want = need < 4096 ? 4096 : need;
-    if (d->bytes_cap >= need && (d->bytes_cap <= STORAGE_RETAIN_BYTES || need > STORAGE_RETAIN_BYTES))
-        return DERAS_OK;
-    if (d->bytes_cap >= need)
-        want = STORAGE_RETAIN_BYTES;
-    free(d->bytes);
-    d->bytes_cap = 0;
-    if (!(d->bytes = malloc(want)))
-        return DERAS_ENOMEM;
-    d->bytes_cap = want;
-    return DERAS_OK;
-}
-
-static int ids_prepare(proto_decoder *d, size_t n)
-{
-    if (d->ids_cap >= n && (d->ids_cap <= d->ids_retain || n > d->ids_retain))
-        return DERAS_OK;
-    size_t want = n < 256 ? 256 : n;
-    free(d->ids);
-    d->ids_cap = 0;
-    if (!(d->ids = malloc(want * sizeof *d->ids)))
-        return DERAS_ENOMEM;
-    d->ids_cap = want;
-    return DERAS_OK;
-}
-
 /* Copy n bytes (plus a NUL) into the prepared storage; the caller sized it from the frame,
  * which contains every copied string, so this cannot run out. */
 static const char *keep(proto_decoder *d, const char *p, size_t n)
@@ -160,7 +129,9 @@ static const char *keep(proto_decoder *d, const char *p, size_t n)
 /* Storage for a frame of len bytes holding at most 32 strings. */
 static int prepare(proto_decoder *d, size_t len, proto_error *err)
 {
-    if (bytes_prepare(d, len + 64) != DERAS_OK) {
+    d->bytes_used = 0;
+    if (ps_grow((void **)&d->bytes, &d->bytes_cap, len + 64, 1, STORAGE_RETAIN_BYTES) !=
+        DERAS_OK) {
         ps_fail(err, PE_INTERNAL, "out of memory decoding a %zu-byte message", len);
         return DERAS_ENOMEM;
     }
@@ -179,7 +150,7 @@ static int id_array(proto_decoder *d, const msgpack_object *o, const char *field
     if (k < min)
         return ps_fail(err, PE_INVALID_FIELD, "%s must have %u..%u ids, got %u", field, min, max,
                        k);
-    if (ids_prepare(d, k) != DERAS_OK) {
+    if (ps_grow((void **)&d->ids, &d->ids_cap, k, sizeof *d->ids, d->ids_retain) != DERAS_OK) {
         ps_fail(err, PE_INTERNAL, "out of memory for %u token ids", k);
         return DERAS_ENOMEM;
     }

@@ -17,7 +17,9 @@
  *
  * Memory: the decoder keeps growable arrays for prompt ids, tokens and finishes, and the
  * encoder keeps the tokens and finishes of the STEP being built; both grow to the largest
- * message seen (up to a retain size), so after warm-up neither allocates per step.
+ * message seen (up to a retain size), so after warm-up neither allocates per step. Caps
+ * bound what a hostile worker can make the router hold: 2^20 objects per frame (24 MiB of
+ * msgpack-c zone) and 2^16 tokens and 2^16 finishes per STEP (12 MiB of wp_token).
  */
 #include "worker_proto.h"
 
@@ -36,6 +38,7 @@
 #define WP_ZONE_RETAIN (4u << 20)
 #define WP_RETAIN_IDS (1u << 18)    /* prompt ids kept between decodes */
 #define WP_RETAIN_ENTRIES (1u << 14) /* tokens / finishes kept between decodes */
+#define WP_MAX_STEP_ENTRIES (1u << 16) /* tokens (and finishes) in one STEP */
 
 enum wp_field {
     WF_TYPE, WF_V, WF_NAME, WF_DEVICE, WF_MODEL, WF_VOCAB_SIZE, WF_MAX_MODEL_LEN, WF_TP_SIZE,
@@ -82,29 +85,6 @@ static const char *const load_names[] = {
     "prefix_query_tokens", "prompt_tokens", "generated_tokens",
 };
 #define N_LOAD 13
-
-/* Grow *p (elements of `elem` bytes, capacity *cap) to hold need; after an outsized message
- * shrink back to retain. Contents are not kept (they belong to the previous message).
- * Allocates only when the capacity changes. */
-static int grow(void **p, size_t *cap, size_t need, size_t elem, size_t retain)
-{
-    if (*cap >= need && (*cap <= retain || need > retain))
-        return DERAS_OK;
-    size_t want;
-    if (*cap >= need) {
-        want = retain; /* shrink after an outsized message */
-    } else {
-        want = *cap * 2 < retain ? *cap * 2 : retain;
-        want = want < 64 ? 64 : want;
-        want = want < need ? need : want;
-    }
-    free(*p);
-    *cap = 0;
-    if (!(*p = malloc(want * elem)))
-        return DERAS_ENOMEM;
-    *cap = want;
-    return DERAS_OK;
-}
 
 /* ---- decoder ---- */
 
@@ -222,7 +202,7 @@ static int decode_prompt_bin(wp_decoder *d, const msgpack_object *o, wp_submit *
     size_t n = size / 4;
     if (n > INT32_MAX)
         return ps_fail(err, PE_LIMIT_EXCEEDED, "prompt_ids holds %zu ids", n);
-    if (grow((void **)&d->ids, &d->ids_cap, n, sizeof *d->ids, WP_RETAIN_IDS) != DERAS_OK)
+    if (ps_grow((void **)&d->ids, &d->ids_cap, n, sizeof *d->ids, WP_RETAIN_IDS) != DERAS_OK)
         return nomem(err, "prompt ids", n);
     const uint8_t *b = (const uint8_t *)o->via.bin.ptr;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -301,10 +281,18 @@ static int decode_tokens(wp_decoder *d, const msgpack_object *o, wp_msg *m, prot
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(o, UINT32_MAX, &items, &k, err, "tokens");
+    int rc = ps_array(o, WP_MAX_STEP_ENTRIES, &items, &k, err, "tokens");
     if (rc != DERAS_OK)
         return rc;
-    if (grow((void **)&d->tokens, &d->tokens_cap, k, sizeof *d->tokens, WP_RETAIN_ENTRIES) !=
+    /* Shapes first, so storage (184 bytes per entry) is only sized for entries that take
+     * at least 4 bytes of the frame each. */
+    for (uint32_t i = 0; i < k; i++)
+        if (items[i].type != MSGPACK_OBJECT_ARRAY ||
+            (items[i].via.array.size != 3 && items[i].via.array.size != 5)) {
+            wp_token scratch;
+            return decode_token(&items[i], i, &scratch, err);
+        }
+    if (ps_grow((void **)&d->tokens, &d->tokens_cap, k, sizeof *d->tokens, WP_RETAIN_ENTRIES) !=
         DERAS_OK)
         return nomem(err, "step tokens", k);
     for (uint32_t i = 0; i < k; i++)
@@ -349,10 +337,10 @@ static int decode_finishes(wp_decoder *d, const msgpack_object *o, wp_msg *m, pr
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(o, UINT32_MAX, &items, &k, err, "finishes");
+    int rc = ps_array(o, WP_MAX_STEP_ENTRIES, &items, &k, err, "finishes");
     if (rc != DERAS_OK)
         return rc;
-    if (grow((void **)&d->finishes, &d->finishes_cap, k, sizeof *d->finishes,
+    if (ps_grow((void **)&d->finishes, &d->finishes_cap, k, sizeof *d->finishes,
              WP_RETAIN_ENTRIES) != DERAS_OK)
         return nomem(err, "step finishes", k);
     for (uint32_t i = 0; i < k; i++)
@@ -728,6 +716,8 @@ int wp_step_add_token(wp_encoder *e, const wp_token *t)
     for (int k = 0; k < t->lp.n_top; k++)
         if (t->lp.top_ids[k] < 0 || !logprob_ok(t->lp.top_logprobs[k]))
             return deras_fail(DERAS_EINVAL, "wp_step_add_token: bad top logprob %d", k);
+    if (e->n_tokens >= WP_MAX_STEP_ENTRIES)
+        return deras_fail(DERAS_ERANGE, "a STEP holds at most %u tokens", WP_MAX_STEP_ENTRIES);
     int rc = push_room((void **)&e->tokens, e->n_tokens, &e->tokens_cap, sizeof *e->tokens);
     if (rc != DERAS_OK)
         return rc;
@@ -740,6 +730,8 @@ int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
     if (!e || !f || f->index < 0 || f->index >= PROTO_MAX_N || f->reason < 0 || f->reason > 2 ||
         f->n_prompt < 0 || f->n_generated < 0)
         return deras_fail(DERAS_EINVAL, "wp_step_add_finish: bad arguments");
+    if (e->n_finishes >= WP_MAX_STEP_ENTRIES)
+        return deras_fail(DERAS_ERANGE, "a STEP holds at most %u finishes", WP_MAX_STEP_ENTRIES);
     int rc = push_room((void **)&e->finishes, e->n_finishes, &e->finishes_cap,
                        sizeof *e->finishes);
     if (rc != DERAS_OK)

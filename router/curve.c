@@ -221,7 +221,7 @@ void curve_zap_handle(const curve_t *c, void *zap, router_stats *st)
         if (!ok && n >= 7 && zmq_msg_size(&f[6]) == 32) {
             char z85[41];
             zmq_z85_encode(z85, zmq_msg_data(&f[6]), 32);
-            log_info("CURVE: client key %s is not allowed", z85);
+            log_debug("CURVE: client key %s is not allowed", z85);
         }
         /* reply: version, request id, status code, status text, user id, metadata */
         const char *code = ok ? "200" : "400", *text = ok ? "OK" : "key not allowed";

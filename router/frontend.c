@@ -3,8 +3,10 @@
  * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,
  * or [routing id, "", payload] from a REQ (the empty delimiter is echoed on every reply
  * to that request). Anything else is answered `malformed` and counted. ZeroMQ enforces
- * the frame cap (ZMQ_MAXMSGSIZE): a peer sending more is disconnected by the library;
- * the monitor sees that as a handshake/protocol failure or a disconnect and counts it.
+ * the frame cap (ZMQ_MAXMSGSIZE) while reading the frame header, before allocating: a
+ * peer sending more is disconnected by the library, which libzmq 4.3 reports to the
+ * monitor as a plain disconnect (counted with the disconnects; its requests end like
+ * any departed client's). Peers that are not ZMTP at all are counted apart.
  *
  * A request is checked completely before anything is allocated for it: the decoder's
  * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
@@ -18,9 +20,13 @@
  * the closed connection; every request remembers the fd its frame arrived on
  * (ZMQ_SRCFD), so a client that goes away mid-request has its requests aborted at the
  * worker at once (their KV blocks freed), streaming or not. The monitor is drained
- * before client frames are read, which keeps the window in which a new connection could
- * reuse a just-closed fd as small as the loop allows; a request misattributed in that
- * window still gets its finals (abort_reason "disconnected"), never silence.
+ * before each client frame is read. ZeroMQ emits a connection's DISCONNECTED before it
+ * closes the fd, and a new connection's ACCEPTED before its first frame, so frames still
+ * queued from a departed connection are recognised (their fd is marked closed until an
+ * ACCEPTED reuses it) and dropped instead of run for nobody. Only a connection accepted,
+ * handshaken and heard from within one loop turn could be mistaken for the one it
+ * replaced; its request would still get finals (abort_reason "disconnected"), never
+ * silence.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -71,7 +77,7 @@ int frontend_open(router_t *rt)
         if ((rc = curve_zap_open(rt->zctx, &rt->zap)) || (rc = curve_apply(rt->curve, rt->clients)))
             return rc;
     }
-    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+    int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if ((rc = ZMQ_CHECK(zmq_socket_monitor(rt->clients, CLIENT_MON_ADDR, events))) ||
         (rc = ZMQ_CHECK_PTR(rt->client_mon, zmq_socket(rt->zctx, ZMQ_PAIR))) ||
@@ -102,6 +108,9 @@ void frontend_close(router_t *rt)
         zmq_close(rt->zap);
         rt->zap = NULL;
     }
+    free(rt->fd_closed);
+    rt->fd_closed = NULL;
+    rt->fd_closed_cap = 0;
 }
 
 int frontend_send(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
@@ -220,7 +229,7 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */
-    if (dispatch_check(rt->disp, q->n, 0)) {
+    if (q->n <= rt->o.max_queued_requests && dispatch_check(rt->disp, q->n, 0)) {
         frontend_error(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
@@ -229,6 +238,12 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, sizeof msg);
     if (code != PE_NONE) {
         frontend_error(rt, ident, ident_len, delim, q->id, code, msg);
+        return;
+    }
+    if (q->n > rt->o.max_queued_requests) {
+        snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", q->n,
+                 rt->o.max_queued_requests);
+        frontend_error(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
     }
     if (n_ids > rt->o.max_queued_tokens) {
@@ -326,6 +341,34 @@ static void handle_ping(router_t *rt, const uint8_t *ident, int ident_len, bool 
         frontend_send(rt, ident, ident_len, delim, buf, len);
 }
 
+/* Closed connection fds, until a new connection reuses them (rt->fd_closed: one byte per
+ * fd, grown on demand; fds are small integers). Without memory a frame is simply not
+ * recognised as stale. */
+static void mark_fd(router_t *rt, int fd, bool closed)
+{
+    if (fd < 0 || fd > (1 << 24))
+        return;
+    if ((size_t)fd >= rt->fd_closed_cap) {
+        if (!closed)
+            return;
+        size_t cap = rt->fd_closed_cap ? rt->fd_closed_cap : 1024;
+        while (cap <= (size_t)fd)
+            cap *= 2;
+        uint8_t *p = realloc(rt->fd_closed, cap);
+        if (!p)
+            return;
+        memset(p + rt->fd_closed_cap, 0, cap - rt->fd_closed_cap);
+        rt->fd_closed = p;
+        rt->fd_closed_cap = cap;
+    }
+    rt->fd_closed[fd] = closed;
+}
+
+static bool fd_is_closed(const router_t *rt, int fd)
+{
+    return fd >= 0 && (size_t)fd < rt->fd_closed_cap && rt->fd_closed[fd];
+}
+
 /* One client message: f[0] routing id, f[1..n-1] the rest; `extra` frames beyond three
  * were already dropped. */
 static void handle_frames(router_t *rt, zmq_msg_t *f, int n, int extra)
@@ -335,6 +378,10 @@ static void handle_frames(router_t *rt, zmq_msg_t *f, int n, int extra)
     if (ident_len < 1 || ident_len > RQ_MAX_IDENTITY)
         return;
     int fd = zmq_msg_get(&f[n - 1], ZMQ_SRCFD);
+    if (fd_is_closed(rt, fd)) {
+        rt->st.stale_frames++; /* its connection closed: nobody would hear the answer */
+        return;
+    }
     bool delim = n >= 3 && zmq_msg_size(&f[1]) == 0;
     zmq_msg_t *payload = NULL;
     if (n == 2)
@@ -425,12 +472,16 @@ void frontend_monitor(router_t *rt)
             zmq_msg_close(&addr);
         }
         switch (event) {
+        case ZMQ_EVENT_ACCEPTED:
+            mark_fd(rt, (int)value, false);
+            break;
         case ZMQ_EVENT_DISCONNECTED:
             rt->st.disconnects++;
+            mark_fd(rt, (int)value, true);
             relay_fd_closed(rt, (int)value);
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            rt->st.oversized++; /* and other framing errors: the peer was dropped */
+            rt->st.protocol_drops++;
             log_debug("client connection dropped by ZeroMQ: protocol error 0x%x", value);
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:

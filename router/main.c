@@ -329,15 +329,16 @@ static void log_stats(const router_t *rt)
     for (int i = 0; i < PE_N_CODES; i++)
         errors += s->errors[i];
     log_info("stats: %llu frames, %llu requests, %llu ended, %llu cancels, %llu pings, %llu "
-             "errors (%llu busy, %llu malformed), %llu bad envelopes, %llu send failures, %llu "
-             "disconnects, %llu dropped by ZeroMQ, CURVE %llu allowed / %llu denied; workers: "
+             "errors (%llu busy, %llu malformed), %llu bad envelopes, %llu stale frames, %llu send failures, %llu "
+             "disconnects (frames over the cap among them), %llu protocol drops, CURVE %llu allowed / %llu denied; workers: "
              "%llu frames, %llu bad, %llu stray tokens, %llu re-dispatched, %llu deaths",
              (unsigned long long)s->frames, (unsigned long long)s->requests,
              (unsigned long long)s->completed, (unsigned long long)s->cancels,
              (unsigned long long)s->pings, (unsigned long long)errors,
              (unsigned long long)s->errors[PE_BUSY], (unsigned long long)s->errors[PE_MALFORMED],
-             (unsigned long long)s->bad_envelopes, (unsigned long long)s->send_failures,
-             (unsigned long long)s->disconnects, (unsigned long long)s->oversized,
+             (unsigned long long)s->bad_envelopes, (unsigned long long)s->stale_frames,
+             (unsigned long long)s->send_failures,
+             (unsigned long long)s->disconnects, (unsigned long long)s->protocol_drops,
              (unsigned long long)s->auth_allowed, (unsigned long long)s->auth_denied,
              (unsigned long long)s->worker_frames, (unsigned long long)s->worker_bad_frames,
              (unsigned long long)s->stray_tokens, (unsigned long long)s->redispatched,

@@ -191,18 +191,23 @@ static void note_stray(router_t *rt, uint64_t rid)
         rt->stray_rids[rt->n_stray++] = rid;
 }
 
-/* The request and sample a token or finish is about, if it is ours and still live. */
-static rq *lookup(router_t *rt, worker *k, uint64_t rid, int index)
+/* The request a token or finish is about, if it is ours and still running there; NULL
+ * for rids the router no longer knows (ended, re-dispatched elsewhere). */
+static rq *lookup(router_t *rt, worker *k, uint64_t rid)
 {
     rq *r = rq_find_rid(rt->rqs, rid);
-    if (!r || r->state != RQ_RUNNING || r->worker != k->slot)
-        return NULL;
-    if (index < 0 || index >= r->n) {
+    return r && r->state == RQ_RUNNING && r->worker == k->slot ? r : NULL;
+}
+
+/* A sample index the worker should never send: ignored, counted, logged a few times. */
+static bool bad_index(router_t *rt, worker *k, const rq *r, int index)
+{
+    if (index >= 0 && index < r->n)
+        return false;
+    if (++rt->st.stray_tokens <= 10)
         log_warn("worker %s: sample index %d outside request %s's %d samples", k->name, index,
                  r->id, r->n);
-        return NULL;
-    }
-    return r;
+    return true;
 }
 
 void relay_step(router_t *rt, worker *k, const wp_msg *m)
@@ -213,14 +218,21 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
 
     for (int i = 0; i < m->n_tokens; i++) {
         const wp_token *t = &m->tokens[i];
-        rq *r = lookup(rt, k, t->rid, t->index);
+        rq *r = lookup(rt, k, t->rid);
         if (!r) {
             note_stray(rt, t->rid);
             continue;
         }
+        if (bad_index(rt, k, r, t->index))
+            continue;
         rq_sample *s = &r->samples[t->index];
         if (s->done)
             continue;
+        if (stream_n_tokens(s->st) >= r->max_tokens) {
+            /* a worker that does not stop: the text stays bounded by max_tokens */
+            rt->st.stray_tokens++;
+            continue;
+        }
         if (!s->t_first_us)
             s->t_first_us = now;
         int rc = stream_push(s->st, t->lp.token_id, r->logprobs > 0 ? &t->lp : NULL);
@@ -235,9 +247,8 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
 
     for (int i = 0; i < m->n_finishes; i++) {
         const wp_finish *f = &m->finishes[i];
-        rq *r = rq_find_rid(rt->rqs, f->rid);
-        if (!r || r->state != RQ_RUNNING || r->worker != k->slot || f->index < 0 ||
-            f->index >= r->n)
+        rq *r = lookup(rt, k, f->rid);
+        if (!r || bad_index(rt, k, r, f->index))
             continue;
         rq_sample *s = &r->samples[f->index];
         s->worker_done = true;

@@ -49,9 +49,13 @@ typedef struct router_stats {
     uint64_t requests, completed, cancels, pings;
     uint64_t errors[PE_N_CODES];          /* error replies by code */
     uint64_t bad_envelopes;               /* frames not [payload] / ["", payload] */
+    uint64_t stale_frames;                /* frames from connections already closed */
     uint64_t send_failures;               /* client gone or not reading */
-    uint64_t disconnects;                 /* client connections closed */
-    uint64_t oversized;                   /* connections dropped by ZeroMQ for a frame over the cap */
+    /* Client connections closed. A frame over the cap makes ZeroMQ drop the connection,
+     * and libzmq 4.3 reports that as a plain disconnect (no event of its own), so such
+     * drops are counted here. */
+    uint64_t disconnects;
+    uint64_t protocol_drops;              /* dropped by ZeroMQ: not a ZMTP peer, bad handshake */
     uint64_t auth_denied, auth_allowed;   /* CURVE handshakes judged by the ZAP handler */
     uint64_t worker_frames, worker_bad_frames, stray_tokens, redispatched, worker_deaths;
 } router_stats;
@@ -92,6 +96,8 @@ typedef struct router {
     uint64_t stray_rids[64];   /* unknown rids of one STEP, to ABORT once each */
     int n_stray;
     bool gone_pending;         /* some requests are marked gone: relay_reap */
+    uint8_t *fd_closed;        /* client connection fds closed and not yet reused */
+    size_t fd_closed_cap;
     proto_worker_status pong[WORKERS_MAX];
 
     router_stats st;

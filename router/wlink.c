@@ -233,9 +233,11 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
     proto_error err;
     worker *k = workers_find(rt->workers, name, name_len);
     if (wp_decode(rt->wdec, data, size, &m, &err)) {
-        rt->st.worker_bad_frames++;
-        log_warn("worker %.*s: bad frame: %s: %s", name_len, (const char *)name,
-                 proto_error_name(err.code), err.message);
+        /* a broken worker must not flood the log: the first few, then one in a thousand */
+        if (++rt->st.worker_bad_frames <= 10 || rt->st.worker_bad_frames % 1000 == 0)
+            log_warn("worker %.*s: bad frame (%llu so far): %s: %s", name_len, (const char *)name,
+                     (unsigned long long)rt->st.worker_bad_frames, proto_error_name(err.code),
+                     err.message);
         if (!k || err.code == PE_UNSUPPORTED_VERSION) {
             char why[300];
             snprintf(why, sizeof why, "%s: %s", proto_error_name(err.code), err.message);

@@ -513,9 +513,18 @@ static int recv_batch(worker_server *s, double t)
             continue;
         }
         proto_error perr;
+        s->in.type = 0;
+        s->in.rid = 0;
         if (wp_decode(s->dec, zmq_msg_data(&s->rx), zmq_msg_size(&s->rx), &s->in, &perr)) {
             log_warn("undecodable message from the router (%s: %s); ignored",
                      proto_error_name(perr.code), perr.message);
+            /* The decoder fills fields in wire order and the router writes rid first, so a
+             * SUBMIT with a bad field usually still names its request: answer it. */
+            int rc = s->in.type == WP_SUBMIT && s->in.rid
+                         ? send_reject(s, s->in.rid, perr.code, perr.message)
+                         : DERAS_OK;
+            if (rc)
+                return rc;
             continue;
         }
         int rc = handle_msg(s, &s->in, t);
@@ -588,7 +597,9 @@ static int serve(worker_server *s)
             return rc;
         if (stop_now) {
             abort_all(s, true);
-            return flush_step(s, t);
+            if ((rc = flush_step(s, t)))
+                return rc;
+            return s->link == LINK_READY ? send_heartbeat(s, t) : DERAS_OK;
         }
         if ((items[0].revents & ZMQ_POLLIN) && (rc = recv_batch(s, t)))
             return rc;

@@ -7,6 +7,7 @@
  *   b"..." a bin; integers (the full int64 / uint64 range); floats (1.5, 1e3, nan, inf,
  *   -inf) pack as float64, with an f suffix (1.5f) as float32; true false nil
  *   str(N) / bin(N) / ids(N): a string of N 'a', a bin of N zero bytes, an array of N ids
+ *   (0..127, so one byte per element: the densest frame msgpack allows)
  * Aborts on a syntax error: the test itself is wrong then.
  */
 #ifndef DERAS_MP_TEXT_H
@@ -139,7 +140,7 @@ static inline void mpt_value(mpt *t)
         } else {
             msgpack_pack_array(&t->pk, n);
             for (size_t i = 0; i < n; i++)
-                msgpack_pack_int(&t->pk, (int)(i % 1000));
+                msgpack_pack_int(&t->pk, (int)(i % 128)); /* fixints: 1 byte per object */
         }
     } else if (!strncmp(s, "true", 4)) {
         t->s += 4;

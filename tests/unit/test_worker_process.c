@@ -179,6 +179,47 @@ static void start_registered(child *c, fake_router *r)
     fr_expect(r, WP_HEARTBEAT, WAIT_S);
 }
 
+/* utime + stime of a process, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    char text[1024];
+    int fd = open(path, O_RDONLY); /* /proc files have no size: read, don't seek */
+    assert_true(fd >= 0);
+    ssize_t len = read(fd, text, sizeof text - 1);
+    close(fd);
+    assert_true(len > 0);
+    text[len] = '\0';
+    const char *p = strrchr(text, ')'); /* after the command name, which may hold spaces */
+    assert_non_null(p);
+    long utime = 0, stime = 0;
+    /* fields 3..13 skipped, then 14 utime and 15 stime */
+    int n = sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime);
+    assert_int_equal(n, 2);
+    return utime + stime;
+}
+
+static void test_idle_worker_sleeps(void **state)
+{
+    fake_router *r = fr_new();
+    child c;
+    start_registered(&c, r);
+    long t0 = cpu_ticks(c.pid), hz = sysconf(_SC_CLK_TCK);
+    double end = fr_now() + 1.0;
+    while (fr_now() < end)
+        fr_recv(r, 50); /* heartbeats every 50 ms */
+    long used = cpu_ticks(c.pid) - t0;
+    if (used > hz / 5)
+        fail_msg("an idle worker used %.2f s of CPU in 1 s: it spins instead of sleeping in poll",
+                 (double)used / (double)hz);
+    assert_true(r->n_heartbeat >= 5);
+    assert_int_equal(kill(c.pid, SIGTERM), 0);
+    child_wait(&c, WAIT_S);
+    expect_exit(&c, 0, "stopped", "SIGTERM when idle");
+    fr_destroy(&r);
+}
+
 static void test_sigterm_finishes_work_in_flight_and_exits_0(void **state)
 {
     fake_router *r = fr_new();
@@ -239,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_load_failures_exit_1_with_the_reason),
         cmocka_unit_test(test_no_router_exits_1_saying_what_to_check),
         cmocka_unit_test(test_refused_worker_exits_1_with_the_reason),
+        cmocka_unit_test(test_idle_worker_sleeps),
         cmocka_unit_test(test_sigterm_finishes_work_in_flight_and_exits_0),
         cmocka_unit_test(test_second_signal_aborts_and_exits_at_once),
     };

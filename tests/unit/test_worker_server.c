@@ -385,18 +385,24 @@ static void test_bad_requests_are_rejected_with_their_code(void **state)
     q = fr_submit_defaults(3, prompt, 10, 5);
     q.top_k = 2000; /* more than the vocabulary: the sampler refuses */
     fr_submit(r, &q);
+    q = fr_submit_defaults(5, prompt, 10, 5);
+    q.temperature = -1; /* the worker's decoder refuses it: still answered, by rid */
+    fr_submit(r, &q);
     q = fr_submit_defaults(4, prompt, 10, 5); /* a good one still runs */
     fr_submit(r, &q);
-    int want = 3;
-    fr_until(r, WAIT_S, fr_cond_rejects, &want, "three REJECTs");
+    int want = 4;
+    fr_until(r, WAIT_S, fr_cond_rejects, &want, "four REJECTs");
     assert_int_equal(reject_of(r, 1)->code, PE_TOKEN_OUT_OF_RANGE);
     assert_non_null(strstr(reject_of(r, 1)->text, "1005"));
     assert_int_equal(reject_of(r, 2)->code, PE_CONTEXT_LENGTH_EXCEEDED);
     assert_non_null(strstr(reject_of(r, 2)->text, "4096"));
     assert_int_equal(reject_of(r, 3)->code, PE_VALUE_OUT_OF_RANGE);
+    assert_non_null(strstr(reject_of(r, 3)->text, "top_k"));
+    assert_int_equal(reject_of(r, 5)->code, PE_VALUE_OUT_OF_RANGE);
+    assert_non_null(strstr(reject_of(r, 5)->text, "temperature"));
     uint64_t rid = 4;
     fr_until(r, WAIT_S, fr_cond_finished, &rid, "request 4 to finish");
-    assert_int_equal(r->n_rejects, 3);
+    assert_int_equal(r->n_rejects, 4);
     stop_clean(&w);
     fr_destroy(&r);
 }
