@@ -51,7 +51,7 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Final:
-    """The end of sample `index`. finish_reason: "stop", "length", "abort" or "error".
+    """The end of sample `index`. finish_reason: "stop", "length" or "abort".
     Non-streaming requests carry the whole text and token ids here (None for streams)."""
     id: str
     index: int
