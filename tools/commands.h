@@ -9,5 +9,7 @@
 int cmd_generate(int argc, char **argv);
 int cmd_kvcalc(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_complete(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

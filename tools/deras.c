@@ -3,6 +3,8 @@
  *   deras generate   load a model and stream a completion to stdout (this machine, no server)
  *   deras kvcalc     KV-cache and weight memory of a model, and what fits on a device
  *   deras serve      a router and its workers in the foreground
+ *   deras complete   stream a completion from a running deras-router (the C client)
+ *   deras bench      load generator for deras-router: throughput, TTFT, TPOT, latency
  *
  * Each subcommand lives in its own cmd_*.c with a `cmd_NAME(argc, argv)` entry returning
  * the process exit status; this file only dispatches.
@@ -21,6 +23,8 @@ static void usage(FILE *f)
           "  generate   stream a completion from a model on this machine\n"
           "  kvcalc     KV-cache and weight memory of a model, and what fits on a device\n"
           "  serve      run a router and its workers (one per GPU, or a CPU worker)\n"
+          "  complete   stream a completion from a running deras-router\n"
+          "  bench      load deras-router with requests; report throughput and latency\n"
           "\n"
           "Run `deras COMMAND --help` for a command's options.\n",
           f);
@@ -43,6 +47,10 @@ int main(int argc, char **argv)
         return cmd_kvcalc(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve"))
         return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "complete"))
+        return cmd_complete(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench"))
+        return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "deras: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -1,0 +1,282 @@
+"""test_clients_e2e.py - the clients against real processes: deras-router + deras-worker.
+
+Starts deras-router and one deras-worker (CPU, one thread) on the tiny servable model
+tests/data/tiny-chat (random Llama weights, real tokenizer: gibberish text, but
+deterministic and fast), both on ipc:// sockets in a temporary directory, then checks
+what the Python client, `deras complete` and `deras bench` get from them: greedy text that
+streams and non-streams the same and agrees between the C and Python clients, seeded
+sampling that repeats, the router's errors with their codes, cancel, several requests in
+flight, and a bench report whose counts add up.
+
+    DERAS_BUILD_DIR=build python3 tests/integration/test_clients_e2e.py
+Exit 77 (skipped) without pyzmq/msgpack or the built binaries.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "clients", "python"))
+
+try:
+    import msgpack  # noqa: F401
+    import zmq  # noqa: F401
+except ImportError as e:
+    print("SKIPPED: %s (install python3-zmq and python3-msgpack)" % e)
+    sys.exit(77)
+
+from deras_client import Chunk, Client, DerasError, Final  # noqa: E402
+
+BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
+ROUTER = os.path.join(BUILD, "router", "deras-router")
+WORKER = os.path.join(BUILD, "worker", "deras-worker")
+DERAS = os.path.join(BUILD, "tools", "deras")
+MODEL = os.path.join(os.environ.get("DERAS_TEST_DATA", os.path.join(ROOT, "tests", "data")),
+                     "tiny-chat")
+
+for exe in (ROUTER, WORKER, DERAS):
+    if not os.access(exe, os.X_OK):
+        print("SKIPPED: %s not built" % exe)
+        sys.exit(77)
+
+
+class Servers(unittest.TestCase):
+    """Base: a router (with router_args(dir)) and one worker per test class."""
+
+    @classmethod
+    def router_args(cls, d):
+        return []
+
+    @classmethod
+    def make_client(cls, **kw):
+        return Client(cls.address, timeout=30, **kw)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="deras-e2e-")
+        cls.address = "ipc://%s/clients.sock" % cls.dir
+        workers = "ipc://%s/workers.sock" % cls.dir
+        env = dict(os.environ, DERAS_RUNTIME_DIR=cls.dir)
+        cls.logs = [open(os.path.join(cls.dir, n), "w+") for n in ("router.log", "worker.log")]
+        cls.router = subprocess.Popen([ROUTER, "--model", MODEL, "--listen", cls.address,
+                                       "--workers", workers, *cls.router_args(cls.dir)],
+                                      env=env, stdout=cls.logs[0], stderr=subprocess.STDOUT)
+        cls.worker = subprocess.Popen([WORKER, "--model", MODEL, "--router", workers,
+                                       "--threads", "1", "--kv-cache-memory", "64MiB"], env=env,
+                                      stdout=cls.logs[1], stderr=subprocess.STDOUT)
+        cls.client = cls.make_client()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                pong = cls.client.ping(timeout=1)
+                if any(w["state"] == "ready" for w in pong["workers"]):
+                    break
+            except DerasError:
+                pass
+            if time.monotonic() > deadline or cls.router.poll() is not None \
+                    or cls.worker.poll() is not None:
+                cls.tearDownClass()
+                raise RuntimeError("router + worker did not become ready:\n" + cls.log_text())
+            time.sleep(0.1)
+
+    @classmethod
+    def log_text(cls):
+        out = []
+        for f in cls.logs:
+            f.flush()
+            f.seek(0)
+            out.append(f.read())
+        return "\n".join(out)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        for p in (cls.worker, cls.router):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (cls.worker, cls.router):
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in cls.logs:
+            f.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def deras(self, *args, timeout=120, env=None):
+        return subprocess.run([DERAS, *args], capture_output=True, timeout=timeout,
+                              env=dict(os.environ, **(env or {})))
+
+
+class EndToEnd(Servers):
+
+    # ---- Python client ----
+
+    def test_greedy_text_is_the_same_streamed_or_not(self):
+        whole = self.client.complete("Hello, how are you?", max_tokens=24, temperature=0)
+        events = list(self.client.stream("Hello, how are you?", max_tokens=24, temperature=0))
+        chunks = [e for e in events if isinstance(e, Chunk)]
+        self.assertIsInstance(events[-1], Final)
+        self.assertEqual("".join(c.text for c in chunks), whole.text)
+        self.assertEqual([t for c in chunks for t in c.token_ids], whole.token_ids[0])
+        self.assertIn(whole.finish_reasons[0], ("length", "stop"))
+        self.assertGreater(whole.usage.prompt_tokens, 0)
+        self.assertEqual(whole.usage.completion_tokens, len(whole.token_ids[0]))
+
+    def test_seeded_sampling_repeats_and_n_gives_n_samples(self):
+        a = self.client.complete("Once", max_tokens=16, seed=5, n=3, ignore_eos=True)
+        b = self.client.complete("Once", max_tokens=16, seed=5, n=3, ignore_eos=True)
+        self.assertEqual(a.token_ids, b.token_ids)
+        self.assertEqual([len(t) for t in a.token_ids], [16, 16, 16])
+        self.assertEqual(a.finish_reasons, ["length"] * 3)
+
+    def test_prompt_ids_and_logprobs(self):
+        c = self.client.complete(prompt_ids=[10, 20, 30], max_tokens=4, logprobs=2,
+                                 ignore_eos=True)
+        self.assertEqual(c.usage.prompt_tokens, 3)
+        lps = c.choices[0].logprobs
+        self.assertEqual(len(lps), 4)
+        self.assertEqual(lps[0]["token_id"], c.token_ids[0][0])
+        self.assertEqual(len(lps[0]["top"]), 2)
+
+    def test_router_errors_come_back_with_their_codes(self):
+        for params, code in ((dict(prompt="Hi", max_tokens=5000), "context_length_exceeded"),
+                             (dict(prompt_ids=[99999], max_tokens=2), "token_out_of_range"),
+                             (dict(prompt="Hi", n=17), "limit_exceeded")):
+            with self.subTest(code=code):
+                with self.assertRaises(DerasError) as cm:
+                    self.client.complete(**params)
+                self.assertEqual(cm.exception.code, code)
+                self.assertTrue(cm.exception.message)
+
+    def test_cancel_ends_a_stream_with_abort(self):
+        s = self.client.stream("Hi", max_tokens=4000, ignore_eos=True)
+        next(s)
+        s.cancel()
+        last = list(s)[-1]
+        self.assertEqual(last.finish_reason, "abort")
+
+    def test_several_requests_in_flight(self):
+        streams = [self.client.stream("Tell me", max_tokens=12, seed=i, ignore_eos=True)
+                   for i in range(6)]
+        done = [s.collect() for s in reversed(streams)]
+        self.assertEqual([len(d.token_ids[0]) for d in done], [12] * 6)
+        self.assertEqual(self.client.in_flight, [])
+
+    # ---- deras complete ----
+
+    def test_deras_complete_prints_what_the_python_client_gets(self):
+        want = self.client.complete("The sea", max_tokens=20, temperature=0).text
+        for extra in ([], ["--no-stream"]):
+            with self.subTest(extra=extra):
+                r = self.deras("complete", "--address", self.address, "--max-tokens", "20",
+                               "--temperature", "0", *extra, "The sea")
+                self.assertEqual(r.returncode, 0, r.stderr.decode())
+                self.assertEqual(r.stdout.decode(), want + ("\n" if want else ""))
+                self.assertIn(b"completion 20 tokens", r.stderr)
+
+    def test_deras_complete_server_error_exits_1(self):
+        r = self.deras("complete", "--address", self.address, "--max-tokens", "5000", "Hi")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"error context_length_exceeded", r.stderr)
+
+    # ---- deras bench ----
+
+    def test_deras_bench_reports_every_request_and_token(self):
+        r = self.deras("bench", "--address", self.address, "--requests", "24", "--rate", "200",
+                       "--concurrency", "8", "--max-tokens", "16", "--ignore-eos", "--seed", "1",
+                       "--json", "--quiet")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        rep = json.loads(r.stdout)
+        self.assertEqual((rep["ok"], rep["failed"]), (24, 0))
+        self.assertEqual(rep["output_tokens"], 24 * 16)
+        self.assertEqual(rep["itl_ms"]["n"], 24 * 15)
+        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            self.assertLessEqual(rep[k]["p50"], rep[k]["p99"])
+        self.assertGreater(rep["output_tokens_per_s"], 0)
+
+    def test_deras_bench_random_prompt_ids(self):
+        r = self.deras("bench", "--address", self.address, "--requests", "8",
+                       "--random-prompt-tokens", "16:64", "--max-tokens", "4", "--ignore-eos",
+                       "--json", "--quiet")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        rep = json.loads(r.stdout)
+        self.assertEqual(rep["ok"], 8)
+        self.assertTrue(8 * 16 <= rep["input_tokens"] <= 8 * 64, rep["input_tokens"])
+
+
+class CurveEndToEnd(Servers):
+    """The router encrypts its client socket and admits only listed client keys."""
+
+    @classmethod
+    def router_args(cls, d):
+        server_pub, server_sec = zmq.curve_keypair()
+        cls.client_pub, cls.client_sec = zmq.curve_keypair()
+        cls.server_pub = server_pub.decode()
+        secret_file = os.path.join(d, "router.key")
+        with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write('public-key = "%s"\nsecret-key = "%s"\n' % (server_pub.decode(),
+                                                               server_sec.decode()))
+        allow = os.path.join(d, "allow")
+        with open(allow, "w") as f:
+            f.write("# the test client\n%s\n" % cls.client_pub.decode())
+        cls.client_key_file = os.path.join(d, "client.key")
+        with open(os.open(cls.client_key_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write('public-key = "%s"\nsecret-key = "%s"\n' % (cls.client_pub.decode(),
+                                                               cls.client_sec.decode()))
+        return ["--curve-secret-key", secret_file, "--curve-allow", allow]
+
+    @classmethod
+    def make_client(cls, **kw):
+        return Client(cls.address, timeout=30, curve_server_key=cls.server_pub,
+                      curve_client_keys=(cls.client_pub, cls.client_sec), **kw)
+
+    def test_python_client_with_an_allowed_key(self):
+        self.assertEqual(len(self.client.complete("Hi", max_tokens=4, ignore_eos=True)
+                             .token_ids[0]), 4)
+
+    def test_python_client_with_another_key_times_out(self):
+        with Client(self.address, timeout=0.5, curve_server_key=self.server_pub) as c:
+            with self.assertRaises(DerasError) as cm:
+                c.complete("Hi", max_tokens=4)
+            self.assertEqual(cm.exception.code, "timeout")
+
+    def test_deras_complete_and_bench_with_the_client_key(self):
+        r = self.deras("complete", "--address", self.address, "--curve-server-key",
+                       self.server_pub, "--curve-client-key", self.client_key_file,
+                       "--max-tokens", "4", "--ignore-eos", "Hi")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn(b"completion 4 tokens", r.stderr)
+        r = self.deras("bench", "--address", self.address, "--requests", "4", "--max-tokens",
+                       "3", "--json", "--quiet",
+                       env={"DERAS_CURVE_SERVER_KEY": self.server_pub,
+                            "DERAS_CURVE_CLIENT_KEY": self.client_key_file})
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertEqual(json.loads(r.stdout)["ok"], 4)
+
+    def test_deras_complete_without_an_allowed_key_times_out(self):
+        r = self.deras("complete", "--address", self.address, "--curve-server-key",
+                       self.server_pub, "--timeout", "0.5", "Hi")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"timeout", r.stderr)
+        os.chmod(self.client_key_file, 0o644)
+        try:
+            r = self.deras("complete", "--address", self.address, "--curve-server-key",
+                           self.server_pub, "--curve-client-key", self.client_key_file, "Hi")
+        finally:
+            os.chmod(self.client_key_file, 0o600)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"chmod 600", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

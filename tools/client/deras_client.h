@@ -1,0 +1,106 @@
+/* deras_client.h - the C client of deras-router: requests out, events in, over one socket.
+ *
+ * A deras_client is one ZeroMQ DEALER socket connected to the router's client endpoint
+ * (optionally CURVE-encrypted), the protocol codec (common/protocol.h), and a table of the
+ * requests in flight. Any number of requests may be in flight; their events (chunks,
+ * finals, errors) arrive interleaved through deras_client_recv(), each tagged with the
+ * request's id and the user pointer given when it was sent, and flagged `done` on the
+ * request's last event (its n-th final, or an error), after which the client forgets it.
+ *
+ *   deras_client *c = deras_client_new(&(deras_client_opts){.address = "tcp://..."});
+ *   proto_request r;
+ *   deras_client_request_init(&r);
+ *   r.prompt = "Hello"; r.prompt_len = 5; r.stream = true;
+ *   deras_client_send(c, &r, my_state);          // r.id is filled in
+ *   deras_event ev;
+ *   while (deras_client_recv(c, 30000, &ev) == DERAS_OK) { ...; if (ev.done) break; }
+ *   deras_client_destroy(&c);
+ *
+ * Status convention of deras (common/status.h): 0 on success, a negative deras_status on
+ * failure with deras_errmsg() saying what failed; the constructor returns NULL. Every wait
+ * takes a timeout, so a dead router surfaces as DERAS_ETIMEOUT, never as a hang.
+ *
+ * Costs: send and recv are O(1) expected (a hash table of live ids) plus the codec's O(len);
+ * after warm-up neither allocates (ZeroMQ itself allocates for frames over 33 bytes). The
+ * table holds at most opts.max_in_flight requests.
+ *
+ * Threads: a client is not thread-safe (nor is its socket); use one per thread.
+ */
+#ifndef DERAS_CLIENT_H
+#define DERAS_CLIENT_H
+
+#include <stdbool.h>
+
+#include "common/protocol.h"
+
+#define DERAS_CLIENT_DEFAULT_ADDRESS "tcp://127.0.0.1:5555"
+
+typedef struct deras_client deras_client;
+
+typedef struct deras_client_opts {
+    const char *address;          /* NULL: DERAS_CLIENT_DEFAULT_ADDRESS */
+    const char *curve_server_key; /* router's CURVE public key, 40 Z85 characters; NULL: plain */
+    const char *curve_secret_key; /* this client's CURVE secret key (Z85), the one whose public
+                                     key the router allows; NULL: a fresh key pair (a router
+                                     with an allow list then refuses the connection) */
+    int max_in_flight;            /* requests tracked at once; 0: 4096 */
+    int send_timeout_ms;          /* how long a send may wait for queue space; 0: 5000 */
+    void *zmq_ctx;                /* a ZeroMQ context to share; NULL: the client makes its own */
+} deras_client_opts;
+
+/* One event from the router. msg points into the client and stays valid until the next
+ * deras_client_recv / deras_client_ping / deras_client_destroy on it. */
+typedef struct deras_event {
+    proto_server_msg msg;
+    void *user;  /* the pointer given to deras_client_send; NULL when !known */
+    bool known;  /* msg.id names a request in flight on this client */
+    bool done;   /* the request's last event (its n-th final, or an error): it is forgotten */
+} deras_event;
+
+/* Connect (ZeroMQ connects lazily: a router that is not there yet is not an error; it
+ * shows as DERAS_ETIMEOUT on the first recv, and so does a CURVE handshake the router
+ * refuses). NULL on failure (bad key, bad address, out of memory) with deras_errmsg()
+ * set. */
+deras_client *deras_client_new(const deras_client_opts *opts);
+
+/* Close the socket (without waiting for unsent messages) and free everything; NULLs *c.
+ * Safe on NULL and on *c == NULL. */
+void deras_client_destroy(deras_client **c);
+
+/* Reset *r to the protocol's defaults (max_tokens 256, n 1, temperature 1, top_p 1, ...,
+ * add_special_tokens true; no prompt, empty id), so only the fields set afterwards are
+ * sent. */
+void deras_client_request_init(proto_request *r);
+
+/* Send a request. An empty r->id is filled with a fresh id unique to this client (32 hex
+ * digits); a given id must not be in flight. `user` comes back with each of its events.
+ * Returns DERAS_OK, DERAS_EINVAL (no prompt or both, bad n, id in flight or too long),
+ * DERAS_EBUSY (max_in_flight requests in flight), DERAS_ETIMEOUT (the socket's queue
+ * stayed full for send_timeout_ms) or DERAS_EIO. Cost: O(request size). */
+int deras_client_send(deras_client *c, proto_request *r, void *user);
+
+/* Wait up to timeout_ms (-1: forever, 0: just look) for the next event of any request and
+ * fill *ev. DERAS_OK; DERAS_ETIMEOUT when nothing came; DERAS_EFORMAT when the router sent
+ * something the codec refuses (message names the field); DERAS_EIO. Messages for ids not
+ * in flight (late events of a cancelled or forgotten request, unattributable errors, a
+ * late pong) come back with known == false. */
+int deras_client_recv(deras_client *c, int timeout_ms, deras_event *ev);
+
+/* Ask the router to stop request `id`. The request stays in flight until its finals
+ * (finish_reason "abort") arrive through recv. DERAS_EINVAL for a bad id, else as send. */
+int deras_client_cancel(deras_client *c, const char *id);
+
+/* Stop tracking `id` locally (e.g. after a timeout); its later events come back with
+ * known == false. No-op for an id not in flight. */
+void deras_client_forget(deras_client *c, const char *id);
+
+/* Round trip: send a ping and wait up to timeout_ms for the pong, filling *pong (workers
+ * point into the client until the next recv/ping). Events of requests that arrive while
+ * waiting are kept and returned by later recv calls, in order. DERAS_ETIMEOUT, else as
+ * send/recv. */
+int deras_client_ping(deras_client *c, int timeout_ms, proto_server_msg *pong);
+
+/* Requests in flight. O(1). */
+int deras_client_n_in_flight(const deras_client *c);
+
+#endif
