@@ -2,11 +2,13 @@
  *
  * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,
  * or [routing id, "", payload] from a REQ (the empty delimiter is echoed on every reply
- * to that request). Anything else is answered `malformed` and counted. ZeroMQ enforces
- * the frame cap (ZMQ_MAXMSGSIZE) while reading the frame header, before allocating: a
- * peer sending more is disconnected by the library, which libzmq 4.3 reports to the
- * monitor as a plain disconnect (counted with the disconnects; its requests end like
- * any departed client's). Peers that are not ZMTP at all are counted apart.
+ * to that request). Anything else is answered `malformed` and counted. Frames above the
+ * protocol's cap (4 MiB) are read and answered `message_too_large`; ZeroMQ's own cap
+ * (ZMQ_MAXMSGSIZE, CLIENT_FRAME_HARD_CAP = 128 MiB, checked from the frame header before
+ * anything is allocated) only stops frames too big to be worth reading: such a peer is
+ * disconnected by the library, which libzmq 4.3 reports to the monitor as a plain
+ * disconnect (counted with the disconnects; its requests end like any departed
+ * client's). Peers that are not ZMTP at all are counted apart.
  *
  * A request is checked completely before anything is allocated for it: the decoder's
  * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
@@ -42,6 +44,7 @@
 #define CLIENT_MON_ADDR "inproc://deras-client-monitor"
 #define CLIENT_SNDHWM 100000   /* replies queued per client before it counts as not reading */
 #define CLIENT_RCVHWM 1000
+#define CLIENT_FRAME_HARD_CAP ((int64_t)128 << 20) /* answered above the protocol cap, up to this */
 #define CLIENT_ZMTP_IVL_MS 5000
 #define CLIENT_ZMTP_TIMEOUT_MS 30000
 
@@ -58,6 +61,7 @@ int frontend_open(router_t *rt)
     if ((rc = ZMQ_CHECK_PTR(rt->clients, zmq_socket(rt->zctx, ZMQ_ROUTER))))
         return rc;
     int64_t maxmsg = (int64_t)rt->lim.max_message_bytes;
+    maxmsg = maxmsg > CLIENT_FRAME_HARD_CAP / 2 ? 2 * maxmsg : CLIENT_FRAME_HARD_CAP;
     if ((rc = set_int(rt->clients, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
         (rc = ZMQ_CHECK(zmq_setsockopt(rt->clients, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
         (rc = set_int(rt->clients, ZMQ_SNDHWM, CLIENT_SNDHWM, "ZMQ_SNDHWM")) ||

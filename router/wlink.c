@@ -231,6 +231,16 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
 {
     wp_msg m;
     proto_error err;
+    /* "<name>/hb": a worker's pulse thread, heard only while one of its steps runs long */
+    if (name_len > 3 && !memcmp(name + name_len - 3, "/hb", 3)) {
+        worker *owner = workers_find(rt->workers, name, name_len - 3);
+        if (owner && wp_decode(rt->wdec, data, size, &m, &err) == DERAS_OK &&
+            m.type == WP_HEARTBEAT)
+            workers_pulse(owner, router_now_us());
+        else
+            rt->st.worker_bad_frames++;
+        return;
+    }
     worker *k = workers_find(rt->workers, name, name_len);
     if (wp_decode(rt->wdec, data, size, &m, &err)) {
         /* a broken worker must not flood the log: the first few, then one in a thousand */

@@ -109,6 +109,10 @@ enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
         snprintf(why, why_cap, "routing id does not match the HELLO name '%s'", h->name);
         return HELLO_REFUSE;
     }
+    if (memchr(name, '/', (size_t)name_len)) { /* "<name>/hb" is the pulse of <name> */
+        snprintf(why, why_cap, "worker names may not contain '/': '%s'", h->name);
+        return HELLO_REFUSE;
+    }
     if (h->vocab_size != w->vocab_size) {
         snprintf(why, why_cap, "vocabulary mismatch: worker has %d tokens, the router's model %d",
                  h->vocab_size, w->vocab_size);
@@ -162,6 +166,12 @@ enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
     k->last_seen_us = now_us;
     *out = k;
     return HELLO_NEW;
+}
+
+void workers_pulse(worker *k, int64_t now_us)
+{
+    if (k)
+        k->last_seen_us = now_us;
 }
 
 void workers_seen(worker *k, int fd, int64_t now_us)

@@ -80,6 +80,10 @@ worker *workers_at(workers_t *w, int slot);
 
 /* Heard from: refresh its clock and connection. */
 void workers_seen(worker *k, int fd, int64_t now_us);
+/* A pulse (the heartbeat a worker's side thread sends while one step runs long, from
+ * routing id "<name>/hb"): refresh its clock only; the connection and load stay those of
+ * the worker's own socket. */
+void workers_pulse(worker *k, int64_t now_us);
 /* A load report (HEARTBEAT, or the load a STEP carries). A heartbeat saying nothing is
  * waiting also lifts a busy worker's hold (a STEP does not: a worker that refuses work
  * while it finishes some would otherwise be offered the same request every step). */

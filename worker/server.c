@@ -1,6 +1,7 @@
 /* server.c - the worker's event loop (see server.h).
  *
- * One thread, one DEALER socket, one engine. Each turn of the loop polls the socket and
+ * One thread, one DEALER socket, one engine (plus the pulse thread, worker/pulse.h, which
+ * heartbeats only while a single step runs longer than the interval). Each turn of the loop polls the socket and
  * the stop fd - with timeout 0 while the engine has work, else until the next heartbeat
  * or deadline, so an idle worker sleeps - then handles at most RECV_BATCH router messages,
  * runs one engine step and sends what the step produced as one STEP frame. The engine's
@@ -44,6 +45,7 @@
 #include "kernels/backend.h"
 #include "worker/engine.h"
 #include "worker/model.h"
+#include "worker/pulse.h"
 
 #define MAX_FRAME (16u << 20) /* bound on a frame from the router */
 #define RECV_BATCH 256        /* router messages handled between two engine steps */
@@ -74,6 +76,7 @@ struct worker_server {
     wp_hello hello;
 
     void *zctx, *sock;
+    pulse_t *pulse;             /* heartbeats from a side thread while a step runs long */
     zmq_msg_t rx;
     bool rx_open;
     wp_decoder *dec;
@@ -537,7 +540,18 @@ static int serve(worker_server *s)
         }
         if (engine_has_work(s->e)) { /* stalled: retried only as often as the poll wakes */
             int n_tokens = 0;
-            if ((rc = engine_step(s->e, &n_tokens))) {
+            if (s->link == LINK_READY) {
+                /* the pulse repeats this heartbeat if the step outlasts the interval */
+                wp_load l;
+                get_load(s, t, &l);
+                const void *hb;
+                size_t hb_len;
+                if (wp_encode_heartbeat(s->msg_enc, &l, &hb, &hb_len) == DERAS_OK)
+                    pulse_step_begin(s->pulse, hb, hb_len, s->heartbeat_ms);
+            }
+            rc = engine_step(s->e, &n_tokens);
+            pulse_step_end(s->pulse);
+            if (rc) {
                 log_error("engine step failed: %s; aborting every request", deras_errmsg());
                 char saved[256];
                 snprintf(saved, sizeof saved, "%s", deras_errmsg());
@@ -578,6 +592,8 @@ int worker_server_run(worker_server *s)
     if ((rc = ZMQ_CHECK(zmq_msg_init(&s->rx))))
         return rc;
     s->rx_open = true;
+    if ((rc = pulse_start(s->zctx, s->router, s->name, &s->pulse)))
+        return rc;
     log_info("worker %s: saying HELLO to the router at %s", s->name, s->router);
     s->link = LINK_HELLO_FIRST;
     s->heartbeat_ms = s->o.heartbeat_ms;
@@ -732,6 +748,7 @@ void worker_server_destroy(worker_server **sp)
     worker_server *s = *sp;
     if (s->rx_open)
         zmq_msg_close(&s->rx);
+    pulse_stop(&s->pulse);
     if (s->sock)
         zmq_close(s->sock);
     if (s->zctx)

@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/status.h"
 #include "kernels/backend_impl.h"
@@ -28,20 +29,39 @@ static void cpu_destroy(backend_t *b)
     free(b);
 }
 
+/* Each buffer starts with a 64-byte header holding its mapping size. Large buffers (the KV
+ * cache, weights) come from anonymous mmap: zero pages are mapped on first touch, so a
+ * cache sized for the worst case costs nothing until it fills, and start-up does not
+ * spend seconds writing zeros. Small ones come from the heap. */
+#define ALLOC_HDR 64
+#define ALLOC_MMAP_MIN ((size_t)1 << 20)
+
 static int cpu_alloc(backend_t *b, size_t bytes, void **out)
 {
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, rounded);
-    if (!p)
+    size_t total = ((bytes + 63) & ~(size_t)63) + ALLOC_HDR;
+    void *base;
+    if (total >= ALLOC_MMAP_MIN) {
+        base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED)
+            base = NULL;
+    } else if ((base = aligned_alloc(64, total))) {
+        memset(base, 0, total);
+    }
+    if (!base)
         return deras_fail(DERAS_ENOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
-    memset(p, 0, rounded);
-    *out = p;
+    *(size_t *)base = total;
+    *out = (char *)base + ALLOC_HDR;
     return DERAS_OK;
 }
 
 static void cpu_free(backend_t *b, void *buf)
 {
-    free(buf);
+    char *base = (char *)buf - ALLOC_HDR;
+    size_t total = *(size_t *)base;
+    if (total >= ALLOC_MMAP_MIN)
+        munmap(base, total);
+    else
+        free(base);
 }
 
 static int cpu_upload(backend_t *b, void *dst, const void *src, size_t bytes)
