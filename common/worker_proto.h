@@ -12,8 +12,13 @@
  *   worker -> HEARTBEAT every heartbeat_ms with its load
  *   router -> SUBMIT / ABORT; worker -> STEP (every token and finish of one engine step,
  *   in one frame) and REJECT (a submit the engine refused: busy, bad request).
- * A worker that hears nothing from the router for a while re-sends HELLO (router restart);
- * the router answers a HELLO from a known name by treating it as a reconnect.
+ * A router that restarted does not know its workers: it answers any frame other than
+ * HELLO from an unknown routing id with REFUSE "register", and the worker (which
+ * heartbeats every heartbeat_ms, so this happens within one interval) aborts what it had
+ * in flight and says HELLO again. A HELLO from a known name is a reconnect (same pid) or a
+ * restart (new pid). While one engine step runs longer than the heartbeat interval, the
+ * worker's pulse thread (worker/pulse.h) sends its heartbeat from routing id "<name>/hb";
+ * the router counts those as liveness only.
  *
  * Request ids on this link (rid) are the router's own 64-bit ids, never client strings.
  */
