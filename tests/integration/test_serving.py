@@ -542,7 +542,11 @@ class LongSteps(unittest.TestCase):
         try:
             ids = [(i * 37) % 40000 + 100 for i in range(1000)]
             t0 = time.monotonic()
-            r = c.client.complete(prompt_ids=ids, max_tokens=2, temperature=0)
+            try:
+                r = c.client.complete(prompt_ids=ids, max_tokens=2, temperature=0)
+            except DerasError:
+                print(c.log_text())
+                raise
             dt = time.monotonic() - t0
             self.assertEqual(len(r.token_ids[0]), 2)
             self.assertEqual([w["state"] for w in c.pong()], ["ready"])
