@@ -304,6 +304,20 @@ fail:
     return rc;
 }
 
+/* Start-up: the group not aborted, and no rank that joined has died since. */
+static int check_joined(void *ctx)
+{
+    group_t *g = ctx;
+    group_hdr *h = g->h;
+    if (shm_flag_load(&h->abort))
+        return deras_fail(DERAS_ECLOSED, "the group failed at start-up: %.255s", h->abort_msg);
+    for (int r = 1; r < g->size; r++)
+        if (atomic_load(&h->pid[r]) && !shm_life_alive(&h->life[r]))
+            return deras_fail(DERAS_ECLOSED, "rank %d (pid %d) died while loading its shard", r,
+                              (int)atomic_load(&h->pid[r]));
+    return DERAS_OK;
+}
+
 int group_wait_ready(group_t *g)
 {
     if (!g || g->rank != 0)
@@ -312,22 +326,14 @@ int group_wait_ready(group_t *g)
     for (int r = 1; r < g->size; r++) {
         char what[64];
         snprintf(what, sizeof what, "rank %d to load its shard", r);
-        for (;;) {
-            double left = deadline - shm_now();
-            int rc = shm_flag_wait_ge(&g->h->loaded[r], 1, left > 0 ? left : 0, NULL, NULL, what);
-            if (rc == DERAS_OK)
-                break;
-            if (rc != DERAS_ETIMEOUT)
-                return rc;
-            if (shm_flag_load(&g->h->abort))
-                return deras_fail(DERAS_ECLOSED, "the group failed at start-up: %.255s",
-                                  g->h->abort_msg);
-            if (shm_now() >= deadline)
-                return deras_fail(DERAS_ETIMEOUT, "tensor-parallel rank %d did not join and load "
-                                  "its shard within %g s: is 'deras-worker --tp-rank %d --tp-size "
-                                  "%d' with the same --name and --model running?",
-                                  r, g->timeout_s, r, g->size);
-        }
+        double left = deadline - shm_now();
+        int rc = shm_flag_wait_ge(&g->h->loaded[r], 1, left > 0 ? left : 0, check_joined, g, what);
+        if (rc == DERAS_ETIMEOUT)
+            return deras_fail(DERAS_ETIMEOUT, "tensor-parallel rank %d did not join and load its "
+                              "shard within %g s: is 'deras-worker --tp-rank %d --tp-size %d' with "
+                              "the same --name and --model running?", r, g->timeout_s, r, g->size);
+        if (rc)
+            return rc;
         if (!shm_life_alive(&g->h->life[r]))
             return deras_fail(DERAS_ECLOSED, "rank %d died after loading", r);
     }

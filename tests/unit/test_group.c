@@ -278,6 +278,36 @@ static void a_group_starts_notices_a_dead_follower_and_cleans_up(void **state)
     assert_false(segment_exists(name)); /* the leader removes it */
 }
 
+static void a_follower_that_dies_while_loading_fails_the_start_at_once(void **state)
+{
+    (void)state;
+    char name[64];
+    group_name(name, sizeof name, "load");
+    model_config c = tiny_cfg();
+    model_opts mo = tiny_opts();
+    group_opts o = {.name = name, .rank = 0, .size = 2, .timeout_s = 30};
+    group_t *g = NULL;
+    assert_int_equal(group_lead(&o, &c, &mo, 1024, &g), DERAS_OK);
+    pid_t pid = fork();
+    if (pid == 0) { /* joins, then dies before saying it loaded */
+        group_opts fo = {.name = name, .rank = 1, .size = 2, .timeout_s = 10};
+        group_t *f = NULL;
+        if (group_join(&fo, &f))
+            _exit(10);
+        _exit(0);
+    }
+    double t0 = shm_now();
+    int rc = group_wait_ready(g);
+    double dt = shm_now() - t0;
+    int st;
+    waitpid(pid, &st, 0);
+    if (rc != DERAS_ECLOSED || dt > 2)
+        fail_msg("expected closed soon after the follower died, got %s after %.2f s: %s",
+                 deras_status_name(rc), dt, deras_errmsg());
+    assert_non_null(strstr(deras_errmsg(), "died while loading"));
+    group_destroy(&g);
+}
+
 static void a_stale_segment_is_replaced_and_a_lone_follower_times_out(void **state)
 {
     (void)state;
@@ -322,6 +352,7 @@ int main(void)
         cmocka_unit_test(bad_sizes_and_corrupt_slots_are_refused),
         cmocka_unit_test(a_leader_gives_up_on_a_follower_that_stopped_reading),
         cmocka_unit_test(a_group_starts_notices_a_dead_follower_and_cleans_up),
+        cmocka_unit_test(a_follower_that_dies_while_loading_fails_the_start_at_once),
         cmocka_unit_test(a_stale_segment_is_replaced_and_a_lone_follower_times_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
