@@ -1,15 +1,17 @@
 """test_tp.py - tensor-parallel worker groups served for real, and killed.
 
 What the tensor-parallelism issue asks to see end to end, each test printing its figures:
-  - a TP=2 group (two deras-worker processes, one model) and a TP=1 worker behind one
-    router serve concurrent streaming requests: every greedy output equals the same prompt
-    run alone, whichever of them served it, and both served work; the resident memory
-    (VmRSS) of each rank is printed next to the TP=1 worker's;
+  - a TP=2 group (two deras-worker processes, one model), a TP=4 group and a TP=1 worker
+    behind one router serve concurrent streaming requests: every greedy output equals the
+    same prompt run alone, whichever of them served it, and each served work; the resident
+    memory (VmRSS) of each rank is printed next to the TP=1 worker's;
   - kill -9 of a follower under load: the group's other rank exits non-zero within a
     bounded time (printed), its shared-memory segment is gone, the router marks the group
     dead, the requests it was running end (abort), the TP=1 worker keeps serving;
   - kill -9 of a leader: its follower exits within a bounded time, and a new group started
-    under the same name removes the stale segment and serves.
+    under the same name removes the stale segment and serves;
+  - (test model, ModelMemory) the resident memory (VmRSS) of every rank of a TP=2 and a
+    TP=4 group of SmolLM2-135M against a TP=1 worker: about 1/N of it, plus a fixed part.
 
 Model: tests/data/tiny-chat (4 query heads, 2 KV heads, real 1,005-token tokenizer).
 
@@ -68,13 +70,14 @@ def segment(group):
 class Cluster:
     """A router, tensor-parallel groups {name: size} and TP=1 workers, on ipc sockets."""
 
-    def __init__(self, groups, singles):
+    def __init__(self, groups, singles, model=TINY):
+        self.model = model
         self.dir = tempfile.mkdtemp(prefix="deras-tp-")
         self.address = "ipc://%s/clients.sock" % self.dir
         self.wep = "ipc://%s/workers.sock" % self.dir
         self.env = dict(os.environ, DERAS_RUNTIME_DIR=self.dir)
         self.logs = []
-        self.router = self._spawn([ROUTER, "--model", TINY, "--listen", self.address,
+        self.router = self._spawn([ROUTER, "--model", model, "--listen", self.address,
                                    "--workers", self.wep, "--worker-timeout-ms", "1000"],
                                   "router.log")
         self.ranks = {}  # group -> [Popen per rank]
@@ -90,7 +93,7 @@ class Cluster:
         return subprocess.Popen(argv, env=self.env, stdout=f, stderr=subprocess.STDOUT)
 
     def _worker_args(self, name, *extra):
-        return [WORKER, "--model", TINY, "--router", self.wep, "--name", name, "--threads", "1",
+        return [WORKER, "--model", self.model, "--router", self.wep, "--name", name, "--threads", "1",
                 "--kv-cache-memory", "16MiB", "--heartbeat-ms", "200", *extra]
 
     def start_group(self, g, n):
@@ -113,7 +116,7 @@ class Cluster:
     def states(self):
         return {w["name"]: w for w in self.client.ping(timeout=5)["workers"]}
 
-    def wait_states(self, want, timeout=60):
+    def wait_states(self, want, timeout=120):
         """Seconds until every named worker is in the wanted state ("ready", "dead")."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
@@ -147,7 +150,7 @@ class Cluster:
 
 PROMPTS = ["Request %d: %s" % (i, " ".join(["alpha", "beta", "gamma", "delta", "epsilon",
                                             "zeta", "eta", "theta"][: 1 + i % 8]) * (1 + i % 4))
-           for i in range(24)]
+           for i in range(36)]
 
 
 def collect_stream(client, prompt, **params):
@@ -185,18 +188,18 @@ def run_concurrently(address, jobs, timeout=120):
 
 
 class Serving(unittest.TestCase):
-    """A TP=2 group and a TP=1 worker behind one router."""
+    """A TP=2 group, a TP=4 group and a TP=1 worker behind one router."""
 
     @classmethod
     def setUpClass(cls):
-        cls.c = Cluster({"g2": 2}, ["w1"])
+        cls.c = Cluster({"g2": 2, "g4": 4}, ["w1"])
 
     @classmethod
     def tearDownClass(cls):
         codes = cls.c.stop()
         assert codes == [0] * len(codes), "exit codes %r" % (codes,)
 
-    def test_tp2_group_and_tp1_worker_serve_concurrent_streams_identically(self):
+    def test_tp2_tp4_groups_and_tp1_worker_serve_concurrent_streams_identically(self):
         c = self.c
         alone = []
         for i, p in enumerate(PROMPTS):
@@ -212,11 +215,12 @@ class Serving(unittest.TestCase):
         for i in range(len(PROMPTS)):
             self.assertEqual(results[i], alone[i], "client %d: streamed concurrently vs alone" % i)
         served = {n: w["served"] - served0[n] for n, w in c.states().items()}
-        self.assertTrue(served["g2"] > 0 and served["w1"] > 0, served)
-        rss = {"g2 rank %d" % r: rss_kib(p.pid) for r, p in enumerate(c.ranks["g2"])}
+        self.assertTrue(all(served[n] > 0 for n in ("g2", "g4", "w1")), served)
+        rss = {"%s rank %d" % (g, r): rss_kib(p.pid) for g in ("g2", "g4")
+               for r, p in enumerate(c.ranks[g])}
         rss["w1 (TP=1)"] = rss_kib(c.singles[0].pid)
-        print("TP=2 group + TP=1 worker: %d/%d concurrent streams complete in %.2f s, each "
-              "identical to the prompt run alone; requests served %s; VmRSS KiB %s"
+        print("TP=2 group + TP=4 group + TP=1 worker: %d/%d concurrent streams complete in "
+              "%.2f s, each identical to the prompt run alone; requests served %s; VmRSS KiB %s"
               % (len(PROMPTS), len(PROMPTS), wall, served, rss))
 
 
@@ -313,6 +317,37 @@ class Failures(unittest.TestCase):
         self.assertEqual(len(r.token_ids[0]), 8)
         self.assertIn("removing the stale shared-memory segment", c.log_text())
         print("restarted group g2 under the same name: ready, serving")
+
+
+class ModelMemory(unittest.TestCase):
+    """(test model) Resident memory per rank: TP=1, TP=2 and TP=4 of SmolLM2-135M."""
+
+    def test_each_rank_holds_about_1_over_n_of_the_weights(self):
+        model = os.environ.get("DERAS_TEST_MODEL", "")
+        if not os.path.exists(model):
+            self.skipTest("test model not found at %r" % model)
+        c = Cluster({"m2": 2, "m4": 4}, ["m1"], model=model)
+        try:
+            rss = {"m1": [rss_kib(c.singles[0].pid)]}
+            for g in ("m2", "m4"):
+                rss[g] = [rss_kib(p.pid) for p in c.ranks[g]]
+            prompt = "The capital of France is"
+            jobs = [lambda cl: cl.complete(prompt, max_tokens=16, temperature=0).text] * 9
+            results, errors = run_concurrently(c.address, jobs, timeout=300)
+            self.assertEqual(errors, [])
+            texts = set(results)
+            served = {n: w["served"] for n, w in c.states().items()}
+        finally:
+            c.stop()
+        print("VmRSS MiB: TP=1 %.0f; TP=2 ranks %s; TP=4 ranks %s; greedy texts %r; served %s"
+              % (rss["m1"][0] / 1024, ["%.0f" % (x / 1024) for x in rss["m2"]],
+                 ["%.0f" % (x / 1024) for x in rss["m4"]], texts, served))
+        self.assertEqual(len(texts), 1, "the same greedy text from every worker: %r" % texts)
+        # weights are 513 MiB of f32 at TP=1; libraries and scratch add a fixed part
+        for g, n in (("m2", 2), ("m4", 4)):
+            for r, x in enumerate(rss[g]):
+                self.assertLess(x, rss["m1"][0] / n + 160 * 1024,
+                                "%s rank %d: %d KiB resident, TP=1 %d KiB" % (g, r, x, rss["m1"][0]))
 
 
 if __name__ == "__main__":
