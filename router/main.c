@@ -12,6 +12,10 @@
  * is live or --drain-timeout passes (what is left ends with shutting_down); the router
  * then exits 0, its ipc socket files removed. A second signal exits at once (status 1),
  * removing the socket files from the handler itself.
+ *
+ * Under systemd (common/sdnotify.h): READY=1 once both sockets are bound (the router is
+ * useful before any worker comes), STOPPING=1 when the drain begins, and WATCHDOG=1 from
+ * this loop (the poll wakes for it), so a loop that hangs gets the router restarted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +30,7 @@
 
 #include "common/endpoints.h"
 #include "common/log.h"
+#include "common/sdnotify.h"
 #include "common/status.h"
 #include "common/zmq_check.h"
 #include "router/router.h"
@@ -379,11 +384,15 @@ static void begin_drain(router_t *rt, int64_t now)
     dispatch_drain(rt->disp);
     dispatch_run(rt->disp, now); /* queued requests: shutting_down */
     wlink_drain_all(rt);
+    sdnotify_stopping("draining: %d requests live", rq_count(rt->rqs));
 }
 
-static int poll_timeout_ms(const router_t *rt, int64_t now)
+/* Until the nearest timer; `watchdog_us` is when systemd's watchdog wants its next ping. */
+static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
 {
     int64_t t = workers_next_expiry(rt->workers);
+    if (watchdog_us < t)
+        t = watchdog_us;
     int64_t d = dispatch_next_timer(rt->disp);
     if (d < t)
         t = d;
@@ -401,6 +410,8 @@ static int poll_timeout_ms(const router_t *rt, int64_t now)
 static void run(router_t *rt)
 {
     zmq_pollitem_t items[6];
+    sdnotify_watchdog wd;
+    sdnotify_watchdog_init(&wd, router_now_us());
     for (;;) {
         int n = 0;
         items[n++] = (zmq_pollitem_t){.fd = sig_pipe[0], .events = ZMQ_POLLIN};
@@ -411,7 +422,7 @@ static void run(router_t *rt)
         if (rt->zap)
             items[n++] = (zmq_pollitem_t){.socket = rt->zap, .events = ZMQ_POLLIN};
         int64_t now = router_now_us();
-        int rc = zmq_poll(items, n, poll_timeout_ms(rt, now));
+        int rc = zmq_poll(items, n, poll_timeout_ms(rt, now, sdnotify_watchdog_tick(&wd, now)));
         if (rc == -1 && zmq_errno() != EINTR) {
             log_error("zmq_poll: %s", zmq_strerror(zmq_errno()));
             return;
@@ -471,6 +482,7 @@ int main(int argc, char **argv)
         stop(&rt);
         return 1;
     }
+    sdnotify_ready("listening for clients on %s, for workers on %s", rt.o.listen, rt.o.workers);
     run(&rt);
     log_stats(&rt);
     stop(&rt);

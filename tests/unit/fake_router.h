@@ -64,6 +64,8 @@ typedef struct fake_router {
     int n_reqs;
     fr_reject rejects[FR_MAX_REJECTS];
     int n_rejects;
+    int n_bye, n_after_bye;              /* BYEs, and frames of any kind after the first */
+    char bye[256];                       /* the last BYE's reason */
 } fake_router;
 
 static inline double fr_now(void)
@@ -147,6 +149,8 @@ static inline fr_req *fr_req_of(fake_router *r, uint64_t rid)
 /* Record one decoded message from the worker. */
 static inline void fr_record(fake_router *r, const wp_msg *m)
 {
+    if (r->n_bye)
+        r->n_after_bye++;
     switch (m->type) {
     case WP_HELLO:
         r->n_hello++;
@@ -190,6 +194,10 @@ static inline void fr_record(fake_router *r, const wp_msg *m)
         r->rejects[r->n_rejects].code = m->code;
         snprintf(r->rejects[r->n_rejects].text, sizeof r->rejects[0].text, "%s", m->text);
         r->n_rejects++;
+        break;
+    case WP_BYE:
+        r->n_bye++;
+        snprintf(r->bye, sizeof r->bye, "%s", m->text);
         break;
     default:
         fail_msg("the worker sent a message of type %d, which only a router sends", (int)m->type);
@@ -344,6 +352,11 @@ static inline bool fr_cond_has_token(fake_router *r, void *rid_p)
 static inline bool fr_cond_rejects(fake_router *r, void *n_p)
 {
     return r->n_rejects >= *(int *)n_p;
+}
+
+static inline bool fr_cond_bye(fake_router *r, void *unused)
+{
+    return r->n_bye > 0;
 }
 
 /* A heartbeat showing an idle worker with every KV block free. */
