@@ -65,6 +65,7 @@
 #define RATE_SPACING_S 0.5
 #define LINGER_MS 500         /* what close waits for unsent frames */
 #define MAX_POLL_MS 1000      /* an idle poll still wakes this often (deadlines are rechecked) */
+#define HELLO_RETRY_S 0.1     /* REJOIN: a HELLO that could not be queued is sent again this soon */
 
 _Static_assert(SAMPLER_MAX_LOGPROBS <= PROTO_MAX_LOGPROBS, "a token's logprobs fit a wp_token");
 _Static_assert(PROTO_MAX_N <= ENGINE_MAX_N, "every n the protocol allows fits the engine");
@@ -103,6 +104,8 @@ struct worker_server {
 
     enum link_state link;
     double hello_deadline;      /* HELLO_FIRST: give up; REJOIN: say HELLO again */
+    bool hello_dropped;         /* REJOIN: the last HELLO could not be queued */
+    int n_refused;              /* REFUSEs while in REJOIN (only the first is logged) */
     int heartbeat_ms;
     double next_heartbeat;
 
@@ -246,14 +249,20 @@ static int send_frame(worker_server *s, const void *buf, size_t len)
     }
 }
 
+/* A HELLO the socket could not queue (after the router dropped our connection, ZeroMQ is
+ * reconnecting) is sent again after HELLO_RETRY_S in REJOIN, not after the whole handshake
+ * timeout: re-registering must not wait for a frame that never left. */
 static int send_hello(worker_server *s, double t)
 {
     const void *buf;
     size_t len;
+    uint64_t dropped = s->n_dropped;
     int rc = wp_encode_hello(s->msg_enc, &s->hello, &buf, &len);
     if (rc || (rc = send_frame(s, buf, len)))
         return rc;
-    s->hello_deadline = t + s->o.handshake_timeout_s;
+    s->hello_dropped = s->n_dropped > dropped;
+    s->hello_deadline = t + (s->hello_dropped && s->link == LINK_REJOIN ? HELLO_RETRY_S
+                                                                          : s->o.handshake_timeout_s);
     return DERAS_OK;
 }
 
@@ -417,8 +426,10 @@ static int handle_msg(worker_server *s, const wp_msg *m, double t)
             return deras_fail(DERAS_ECLOSED, "the router at %s refused this worker: %s", s->router,
                               m->text);
         if (s->link == LINK_REJOIN) {
-            log_warn("the router at %s refused this worker: %s (HELLO again within %g s)",
-                     s->router, m->text, s->o.handshake_timeout_s);
+            /* replies to every frame sent before our HELLO: one line, not one per STEP */
+            if (s->n_refused++ == 0)
+                log_warn("the router at %s refused this worker: %s (replies to frames sent "
+                         "before the HELLO; waiting for WELCOME)", s->router, m->text);
             return DERAS_OK;
         }
         log_warn("the router at %s no longer knows this worker (%s): it restarted? Aborting %d "
@@ -427,6 +438,7 @@ static int handle_msg(worker_server *s, const wp_msg *m, double t)
         wp_step_begin(s->step_enc); /* finishes meant for the old router */
         abort_all(s, false);
         s->link = LINK_REJOIN;
+        s->n_refused = 0;
         return send_hello(s, t);
     case WP_SUBMIT:
         return handle_submit(s, &m->submit);
@@ -570,8 +582,9 @@ static int serve(worker_server *s)
                                   "--workers option), and can this process reach it?",
                                   s->router, s->o.handshake_timeout_s);
             if (s->link == LINK_REJOIN) {
-                log_warn("no WELCOME from the router at %s within %g s; HELLO again", s->router,
-                         s->o.handshake_timeout_s);
+                if (!s->hello_dropped)
+                    log_warn("no WELCOME from the router at %s within %g s; HELLO again",
+                             s->router, s->o.handshake_timeout_s);
                 if ((rc = send_hello(s, t)))
                     return rc;
             }
