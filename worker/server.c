@@ -261,8 +261,8 @@ static int send_hello(worker_server *s, double t)
     if (rc || (rc = send_frame(s, buf, len)))
         return rc;
     s->hello_dropped = s->n_dropped > dropped;
-    s->hello_deadline = t + (s->hello_dropped && s->link == LINK_REJOIN ? HELLO_RETRY_S
-                                                                          : s->o.handshake_timeout_s);
+    bool retry = s->hello_dropped && s->link == LINK_REJOIN;
+    s->hello_deadline = t + (retry ? HELLO_RETRY_S : s->o.handshake_timeout_s);
     return DERAS_OK;
 }
 
@@ -413,6 +413,8 @@ static int handle_msg(worker_server *s, const wp_msg *m, double t)
                      s->name, s->heartbeat_ms);
         if (s->link == LINK_HELLO_FIRST)
             sdnotify_ready("registered with the router at %s as %s", s->router, s->name);
+        else if (s->link == LINK_REJOIN)
+            sdnotify_status("registered again with the router at %s as %s", s->router, s->name);
         if (s->link == LINK_REJOIN && s->draining) {
             /* that DRAIN was the old router's; a draining router sends DRAIN after WELCOME */
             log_info("a new router: the previous router's DRAIN no longer holds");
@@ -439,6 +441,8 @@ static int handle_msg(worker_server *s, const wp_msg *m, double t)
         abort_all(s, false);
         s->link = LINK_REJOIN;
         s->n_refused = 0;
+        sdnotify_status("the router at %s no longer knows this worker: registering again",
+                        s->router);
         return send_hello(s, t);
     case WP_SUBMIT:
         return handle_submit(s, &m->submit);

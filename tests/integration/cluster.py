@@ -73,7 +73,7 @@ class Cluster:
     """A router and n workers on ipc sockets in a private directory."""
 
     def __init__(self, model=TINY, n_workers=2, router_args=(), worker_args=(),
-                 kv="64MiB", wait=True):
+                 kv="64MiB"):
         self.dir = tempfile.mkdtemp(prefix="deras-serving-")
         self.address = "ipc://%s/clients.sock" % self.dir
         self.wep = "ipc://%s/workers.sock" % self.dir
@@ -85,8 +85,7 @@ class Cluster:
         self.router = self.start_router()
         self.workers = [self.start_worker(i) for i in range(n_workers)]
         self.client = Client(self.address, timeout=60)
-        if wait:
-            self.wait_ready(n_workers)
+        self.wait_ready(n_workers)
 
     def _spawn(self, argv, name):
         k = self.n_starts[name] = self.n_starts.get(name, 0) + 1
