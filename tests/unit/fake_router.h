@@ -2,9 +2,10 @@
  * fresh temporary directory, speaking common/worker_proto.h, and a record of what the
  * worker sent (every STEP's tokens and finishes by request, REJECTs, the last load).
  *
- * One worker at a time (the routing id of the last frame received is where frames go).
- * Every wait is bounded and fails the test with what it waited for, so a broken worker
- * makes a test fail, never hang.
+ * One worker at a time (the routing id of the last frame received from the worker's own
+ * socket is where frames go; its pulse thread's "<name>/hb" frames are recorded, never
+ * answered). Every wait is bounded and fails the test with what it waited for, so a broken
+ * worker makes a test fail, never hang.
  */
 #ifndef DERAS_FAKE_ROUTER_H
 #define DERAS_FAKE_ROUTER_H
@@ -217,9 +218,15 @@ static inline int fr_recv(fake_router *r, int timeout_ms)
     assert_true(zmq_msg_more(&id));
     assert_true(zmq_msg_recv(&body, r->sock, 0) >= 0);
     assert_false(zmq_msg_more(&body));
-    r->peer_len = zmq_msg_size(&id) < sizeof r->peer - 1 ? zmq_msg_size(&id) : sizeof r->peer - 1;
-    memcpy(r->peer, zmq_msg_data(&id), r->peer_len);
-    r->peer[r->peer_len] = '\0';
+    /* frames from the worker's pulse thread ("<name>/hb", a heartbeat while a step runs
+     * long) are recorded, but replies go to the worker's own socket, as a router's do */
+    size_t id_len = zmq_msg_size(&id);
+    const char *id_data = zmq_msg_data(&id);
+    if (id_len < 3 || memcmp(id_data + id_len - 3, "/hb", 3)) {
+        r->peer_len = id_len < sizeof r->peer - 1 ? id_len : sizeof r->peer - 1;
+        memcpy(r->peer, id_data, r->peer_len);
+        r->peer[r->peer_len] = '\0';
+    }
     wp_msg m;
     proto_error err;
     if (wp_decode(r->dec, zmq_msg_data(&body), zmq_msg_size(&body), &m, &err))
