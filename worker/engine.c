@@ -652,6 +652,8 @@ void engine_get_stats(const engine_t *e, engine_stats *out)
 int engine_check(const engine_t *e)
 {
     int rc = kv_manager_check(e->kv);
+    if (!rc)
+        rc = spec_check(e->spec);
     if (rc)
         return rc;
     for (int i = 0; i < e->o.max_live_seqs; i++) {

@@ -122,8 +122,8 @@ bool engine_has_work(const engine_t *e);
 /* O(max_live_seqs). */
 void engine_get_stats(const engine_t *e, engine_stats *out);
 
-/* For tests: check the KV manager's invariants and that every live sequence's table
- * matches its state. */
+/* For tests: check the KV manager's invariants (and the draft model's), and that every
+ * live sequence's table matches its state. */
 int engine_check(const engine_t *e);
 
 #endif

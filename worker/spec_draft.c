@@ -182,6 +182,12 @@ void spec_draft_release(spec_draft_t *d, int slot)
     kv_free(d->kv, slot);
 }
 
+int spec_draft_check(const spec_draft_t *d)
+{
+    int rc = kv_manager_check(d->kv);
+    return rc ? deras_fail_ctx(rc, "draft model: ") : DERAS_OK;
+}
+
 int spec_drafter_load(const spec_opts *o, model_t *target, backend_t *be, model_t **out)
 {
     if (!o || !target || !out)

@@ -27,6 +27,8 @@ void spec_draft_destroy(spec_draft_t **d);
 int spec_draft_propose(spec_draft_t *d, spec_seq *seqs, int n);
 void spec_draft_keep(spec_draft_t *d, int slot, int n_valid);
 void spec_draft_release(spec_draft_t *d, int slot);
+/* The drafter's KV manager invariants (kv_manager_check). */
+int spec_draft_check(const spec_draft_t *d);
 
 /* Load the drafter o asks for: for SPEC_SELF a model_new_partial view of target, for
  * SPEC_DRAFT the checkpoint at o->draft_path on backend be (the target's), which must have

@@ -247,3 +247,8 @@ void spec_release(spec_proposer_t *p, int slot)
     if (p && p->draft)
         spec_draft_release(p->draft, slot);
 }
+
+int spec_check(const spec_proposer_t *p)
+{
+    return p && p->draft ? spec_draft_check(p->draft) : DERAS_OK;
+}

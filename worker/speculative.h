@@ -159,4 +159,8 @@ void spec_keep(spec_proposer_t *p, int slot, int n_valid);
 /* The slot's sequence ended: free its state. */
 void spec_release(spec_proposer_t *p, int slot);
 
+/* For tests: the proposer's own invariants (a model proposer's KV accounting); NULL is
+ * fine. DERAS_EINTERNAL naming the broken one. */
+int spec_check(const spec_proposer_t *p);
+
 #endif

@@ -746,7 +746,7 @@ static void test_model_greedy_is_token_identical(void **state)
     tokenizer_destroy(&tok);
     outputs *ref = malloc(sizeof *ref), *got = malloc(sizeof *got);
     engine_stats st;
-    run_greedy(&g, pr, NULL, 32, ref, &st);
+    run_greedy(&g, pr, NULL, 24, ref, &st);
     struct {
         const char *what;
         spec_opts so;
@@ -757,7 +757,7 @@ static void test_model_greedy_is_token_identical(void **state)
         {"draft model = the target", proposer(SPEC_DRAFT, 0, path, 4), 0.95, 1.0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        run_greedy(&g, pr, &cases[c].so, 32, got, &st);
+        run_greedy(&g, pr, &cases[c].so, 24, got, &st);
         int near = compare(pr, ref, got, cases[c].what);
         report(cases[c].what, &st, pr->n, near);
         double rate = st.spec.proposed ? (double)st.spec.accepted / (double)st.spec.proposed : 0;
