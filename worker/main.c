@@ -86,7 +86,7 @@ static void usage(FILE *f)
             "                           first L layers) or draft:PATH (default none)\n"
             "  --spec-k K               most drafts per sequence per step, 1 to 16 (default 4)\n"
             "  --spec-max-batch N       speculate for greedy requests only while at most N\n"
-            "                           sequences run, 0 = always (default 8)\n"
+            "                           sequences run, 0 = always (default 16)\n"
             "  --drain-timeout S        at SIGTERM/SIGINT, finish in-flight requests for at most\n"
             "                           S seconds, then abort them (default 30); a second signal\n"
             "                           aborts at once\n"

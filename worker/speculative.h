@@ -74,7 +74,7 @@ typedef struct spec_opts {
 } spec_opts;
 
 /* No speculation; k 4, n-gram 1..3, max_batch SPEC_DEFAULT_MAX_BATCH. */
-#define SPEC_DEFAULT_MAX_BATCH 8
+#define SPEC_DEFAULT_MAX_BATCH 16
 void spec_opts_default(spec_opts *o);
 
 /* Parse a proposer as the worker's --spec-proposer spells it: "none", "ngram", "self:L",
