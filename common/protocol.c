@@ -179,14 +179,14 @@ enum req_field {
     RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM,
     RF_TEMPERATURE, RF_TOP_P, RF_TOP_K, RF_MIN_P, RF_REPETITION_PENALTY, RF_PRESENCE_PENALTY,
     RF_FREQUENCY_PENALTY, RF_SEED, RF_STOP, RF_STOP_TOKEN_IDS, RF_LOGPROBS, RF_IGNORE_EOS,
-    RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS, RF_N_FIELDS
+    RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS, RF_NUM_SPECULATIVE_TOKENS, RF_N_FIELDS
 };
 
 static const char *const req_names[RF_N_FIELDS] = {
     "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "temperature",
     "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "seed", "stop", "stop_token_ids", "logprobs", "ignore_eos", "add_special_tokens",
-    "deadline_ms",
+    "deadline_ms", "num_speculative_tokens",
 };
 
 static const char *const client_types[] = {"request", "cancel", "ping"};
@@ -312,6 +312,11 @@ static int request_field(proto_decoder *d, int f, const msgpack_object *v, proto
         return ps_bool(v, &r->add_special_tokens, err, "add_special_tokens");
     case RF_DEADLINE_MS:
         return ps_int(v, 1, L->max_deadline_ms, PE_LIMIT_EXCEEDED, &r->deadline_ms, err, "deadline_ms");
+    case RF_NUM_SPECULATIVE_TOKENS:
+        rc = ps_int(v, 0, PROTO_MAX_SPEC_TOKENS, PE_VALUE_OUT_OF_RANGE, &i64, err,
+                    "num_speculative_tokens");
+        r->num_speculative_tokens = i64 == 0 ? -1 : (int)i64;
+        return rc;
     case RF_N_FIELDS:
         break;
     }
@@ -798,7 +803,8 @@ int proto_encode_request(proto_encoder *e, const proto_request *r, const void **
                  (r->repetition_penalty != 1) + (r->presence_penalty != 0) +
                  (r->frequency_penalty != 0) + r->has_seed + (r->n_stops > 0) +
                  (r->n_stop_ids > 0) + (r->logprobs != 0) + r->ignore_eos +
-                 !r->add_special_tokens + (r->deadline_ms != 0);
+                 !r->add_special_tokens + (r->deadline_ms != 0) +
+                 (r->num_speculative_tokens != 0);
     int rc = msgpack_pack_map(pk, n);
     rc |= KEY(pk, "type") | KEY(pk, "request");
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
@@ -844,6 +850,9 @@ int proto_encode_request(proto_encoder *e, const proto_request *r, const void **
         rc |= KEY(pk, "add_special_tokens") | msgpack_pack_false(pk);
     if (r->deadline_ms != 0)
         rc |= KEY(pk, "deadline_ms") | msgpack_pack_int64(pk, r->deadline_ms);
+    if (r->num_speculative_tokens != 0)
+        rc |= KEY(pk, "num_speculative_tokens") |
+              msgpack_pack_int(pk, r->num_speculative_tokens < 0 ? 0 : r->num_speculative_tokens);
     return finish(e, rc, "request", buf, len);
 }
 

@@ -34,6 +34,7 @@
 #define PROTO_MAX_STOP_IDS 16
 #define PROTO_MAX_N 16
 #define PROTO_MAX_LOGPROBS 20
+#define PROTO_MAX_SPEC_TOKENS 16
 
 /* Stable error codes; proto_error_name() gives the wire string. Never renumber. */
 enum proto_error_code {
@@ -103,6 +104,8 @@ typedef struct proto_request {
     int n_stop_ids;
     int32_t stop_ids[PROTO_MAX_STOP_IDS];
     int64_t deadline_ms;         /* 0: none; else relative to the router's receipt */
+    int num_speculative_tokens;  /* drafts per step at most: 0 (field absent) the worker's
+                                    default; -1 (field 0) no speculation; else 1..16 */
 } proto_request;
 
 typedef struct proto_client_msg {

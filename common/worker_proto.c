@@ -46,7 +46,7 @@ enum wp_field {
     WF_LOAD, WF_RID, WF_PROMPT_IDS, WF_MAX_TOKENS, WF_N, WF_TOP_K, WF_LOGPROBS,
     WF_TEMPERATURE, WF_TOP_P, WF_MIN_P, WF_REPETITION_PENALTY, WF_PRESENCE_PENALTY,
     WF_FREQUENCY_PENALTY, WF_SEED, WF_STOP_TOKEN_IDS, WF_IGNORE_EOS, WF_TOKENS, WF_FINISHES,
-    WF_CODE, WF_MESSAGE, WF_N_FIELDS
+    WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_N_FIELDS
 };
 
 static const char *const wf_names[WF_N_FIELDS] = {
@@ -54,7 +54,7 @@ static const char *const wf_names[WF_N_FIELDS] = {
     "kv_blocks_total", "block_size", "max_seqs", "pid", "heartbeat_ms", "reason", "load",
     "rid", "prompt_ids", "max_tokens", "n", "top_k", "logprobs", "temperature", "top_p",
     "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
-    "stop_token_ids", "ignore_eos", "tokens", "finishes", "code", "message",
+    "stop_token_ids", "ignore_eos", "tokens", "finishes", "code", "message", "spec_tokens",
 };
 
 /* Indexed by enum wproto_type - 1. */
@@ -65,7 +65,13 @@ static const char *const wp_types[] = {"hello", "welcome", "refuse", "heartbeat"
 #define BIT(f) (1ull << (f))
 #define RANGE(a, b) ((BIT((b) + 1) - 1) & ~(BIT(a) - 1)) /* fields a..b */
 
-/* Required keys per type; the allowed keys are these plus "v". */
+/* Keys a type may carry beyond its required ones and "v": added after version 1's
+ * first release, so a peer that omits them still speaks the protocol. */
+static const uint64_t wp_optional[N_TYPES] = {
+    [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS),
+};
+
+/* Required keys per type; the allowed keys are these plus "v" and the optional ones. */
 static const uint64_t wp_required[N_TYPES] = {
     BIT(WF_TYPE) | BIT(WF_V) | RANGE(WF_NAME, WF_PID),                      /* hello */
     BIT(WF_TYPE) | BIT(WF_V) | BIT(WF_HEARTBEAT_MS),                        /* welcome */
@@ -83,9 +89,11 @@ static const uint64_t wp_required[N_TYPES] = {
 static const char *const load_names[] = {
     "running", "waiting", "queued_tokens", "running_tokens", "kv_blocks_free",
     "kv_blocks_total", "tokens_per_s", "steps", "preemptions", "prefix_hit_tokens",
-    "prefix_query_tokens", "prompt_tokens", "generated_tokens",
+    "prefix_query_tokens", "prompt_tokens", "generated_tokens", "spec_proposed",
+    "spec_accepted", "spec_verifications",
 };
-#define N_LOAD 13
+#define N_LOAD 16
+#define N_LOAD_REQUIRED 13 /* the speculation counters are optional (added later) */
 
 /* ---- decoder ---- */
 
@@ -175,14 +183,15 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
         default: {
             uint64_t *dst[] = {&l->steps, &l->preemptions, &l->prefix_hit_tokens,
                                &l->prefix_query_tokens, &l->prompt_tokens,
-                               &l->generated_tokens};
+                               &l->generated_tokens, &l->spec_proposed, &l->spec_accepted,
+                               &l->spec_verifications};
             rc = ps_u64(v, dst[f - 7], err, "load.%s", name);
             break;
         }
         }
     }
-    if (rc == DERAS_OK && seen != BIT(N_LOAD) - 1)
-        for (int f = 0; f < N_LOAD; f++)
+    if (rc == DERAS_OK && (seen & (BIT(N_LOAD_REQUIRED) - 1)) != BIT(N_LOAD_REQUIRED) - 1)
+        for (int f = 0; f < N_LOAD_REQUIRED; f++)
             if (!(seen & BIT(f)))
                 return ps_fail(err, PE_MISSING_FIELD, "load.%s is required", load_names[f]);
     return rc;
@@ -410,6 +419,7 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
     case WF_SEED: return ps_u64(v, &s->seed, err, "seed");
     case WF_STOP_TOKEN_IDS: return decode_stop_ids(v, s, err);
     case WF_IGNORE_EOS: return ps_bool(v, &s->ignore_eos, err, "ignore_eos");
+    case WF_SPEC_TOKENS: return int_field(v, -1, PROTO_MAX_SPEC_TOKENS, &s->spec_tokens, err, name);
     case WF_TOKENS: return decode_tokens(d, v, m, err);
     case WF_FINISHES: return decode_finishes(d, v, m, err);
     case WF_CODE:
@@ -442,7 +452,7 @@ int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_err
         goto done;
     memset(out, 0, sizeof *out);
     out->type = (enum wproto_type)(type + 1);
-    uint64_t seen = 0, allowed = wp_required[type] | BIT(WF_V);
+    uint64_t seen = 0, allowed = wp_required[type] | wp_optional[type] | BIT(WF_V);
     for (uint32_t i = 0; i < n; i++) {
         int f = ps_lookup(&kv[i].key, wf_names, WF_N_FIELDS);
         if (f < 0 || !(allowed & BIT(f))) {
@@ -584,6 +594,9 @@ static int pack_load(msgpack_packer *pk, const wp_load *l)
     rc |= KEY(pk, "prefix_query_tokens") | msgpack_pack_uint64(pk, l->prefix_query_tokens);
     rc |= KEY(pk, "prompt_tokens") | msgpack_pack_uint64(pk, l->prompt_tokens);
     rc |= KEY(pk, "generated_tokens") | msgpack_pack_uint64(pk, l->generated_tokens);
+    rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, l->spec_proposed);
+    rc |= KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, l->spec_accepted);
+    rc |= KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, l->spec_verifications);
     return rc;
 }
 
@@ -626,7 +639,7 @@ int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t
     BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) && s->n_stop_ids >= 0 &&
                  s->n_stop_ids <= PROTO_MAX_STOP_IDS);
     msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "submit", 15);
+    int rc = pack_head(pk, "submit", 15 + (s->spec_tokens != 0));
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, s->rid);
     rc |= KEY(pk, "prompt_ids") | pack_ids_bin(pk, s->prompt_ids, s->n_prompt);
     rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, s->max_tokens);
@@ -642,6 +655,8 @@ int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t
     rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, s->seed);
     rc |= KEY(pk, "stop_token_ids") | pack_int_array(pk, s->stop_ids, s->n_stop_ids);
     rc |= KEY(pk, "ignore_eos") | (s->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
+    if (s->spec_tokens != 0)
+        rc |= KEY(pk, "spec_tokens") | msgpack_pack_int(pk, s->spec_tokens);
     return done_enc(e, rc, "submit", buf, len);
 }
 

@@ -71,6 +71,9 @@ typedef struct wp_load {
     double tokens_per_s;              /* generated, recent average */
     uint64_t steps, preemptions, prefix_hit_tokens, prefix_query_tokens;
     uint64_t prompt_tokens, generated_tokens;
+    /* speculative decoding (optional on the wire, 0 when absent): drafts verified, drafts
+     * accepted, verifications (sequence-steps with drafts) */
+    uint64_t spec_proposed, spec_accepted, spec_verifications;
 } wp_load;
 
 typedef struct wp_submit {
@@ -83,6 +86,8 @@ typedef struct wp_submit {
     int n_stop_ids;
     int32_t stop_ids[PROTO_MAX_STOP_IDS];
     bool ignore_eos;
+    int spec_tokens;                  /* drafts per step at most: 0 (or absent) the worker's
+                                         default, -1 no speculation, else 1..16 */
 } wp_submit;
 
 /* One token of one sample, with its logprobs when the request asked for them. */

@@ -286,6 +286,7 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     r->seed = q->has_seed ? q->seed : random_seed();
     r->stream = q->stream;
     r->ignore_eos = q->ignore_eos;
+    r->spec_tokens = q->num_speculative_tokens;
     r->n_stop_ids = q->n_stop_ids;
     memcpy(r->stop_ids, q->stop_ids, (size_t)q->n_stop_ids * sizeof q->stop_ids[0]);
     r->n_stops = q->n_stops;

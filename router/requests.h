@@ -64,6 +64,7 @@ typedef struct rq {
     int n_stops;
     char stops[PROTO_MAX_STOPS][PROTO_MAX_STOP_BYTES];
     size_t stop_lens[PROTO_MAX_STOPS];
+    int spec_tokens;             /* as wp_submit.spec_tokens */
 
     /* progress */
     rq_sample samples[PROTO_MAX_N];

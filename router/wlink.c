@@ -121,6 +121,7 @@ int wlink_submit(void *ctx, worker *k, rq *r)
         .seed = r->seed,
         .n_stop_ids = r->n_stop_ids,
         .ignore_eos = r->ignore_eos,
+        .spec_tokens = r->spec_tokens,
     };
     memcpy(s.stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof s.stop_ids[0]);
     const void *buf;

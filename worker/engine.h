@@ -12,6 +12,13 @@
  * text and live with the detokenizer (router, `deras generate`), which aborts the request
  * when one matches.
  *
+ * Speculative decoding (engine_opts.spec, see speculative.h): before scheduling, each
+ * decoding sequence may get k drafts from the proposer; the step verifies them with the
+ * target's logits on k + 1 rows, keeps the accepted ones plus the target's own next
+ * token (each reported through on_token, in order, with the target's logprobs) and rolls
+ * the rest back. The output is the same as without speculation: identical under greedy
+ * sampling, identically distributed otherwise.
+ *
  * The engine is single-threaded and not reentrant: callbacks must not call engine
  * functions (collect aborts and issue them after engine_step returns). Per-request memory
  * (token buffers) is allocated in engine_add; steps allocate nothing.
@@ -24,6 +31,7 @@
 
 #include "worker/model.h"
 #include "worker/sampler.h"
+#include "worker/speculative.h"
 
 struct step_plan;
 
@@ -49,6 +57,7 @@ typedef struct engine_request {
     const int32_t *stop_ids;  /* copied; at most 16 */
     int n_stop_ids;
     bool ignore_eos;
+    int spec_k;               /* drafts per step at most: 0 the engine's k, -1 no speculation */
 } engine_request;
 
 typedef struct engine_callbacks {
@@ -75,6 +84,9 @@ typedef struct engine_opts {
      * nothing. */
     int (*on_plan)(void *ctx, const struct step_plan *p);
     void *plan_ctx;
+    spec_opts spec;        /* speculative decoding; kind SPEC_NONE (zeroed): off */
+    model_t *drafter;      /* SPEC_SELF / SPEC_DRAFT: the draft model (borrowed, see
+                              spec_drafter_load); its max_seqs >= max_seqs */
 } engine_opts;
 
 typedef struct engine_stats {
@@ -90,6 +102,7 @@ typedef struct engine_stats {
     uint64_t computed_tokens;  /* tokens run through the model (prefill + recompute + decode) */
     uint64_t generated_tokens;
     uint64_t prefix_query_tokens, prefix_hit_tokens;
+    spec_stats spec;           /* drafts verified, drafts accepted, verifications */
 } engine_stats;
 
 typedef struct engine engine_t;
@@ -116,8 +129,8 @@ bool engine_has_work(const engine_t *e);
 /* O(max_live_seqs). */
 void engine_get_stats(const engine_t *e, engine_stats *out);
 
-/* For tests: check the KV manager's invariants and that every live sequence's table
- * matches its state. */
+/* For tests: check the KV manager's invariants (and the draft model's), and that every
+ * live sequence's table matches its state. */
 int engine_check(const engine_t *e);
 
 #endif

@@ -92,6 +92,11 @@ static void usage(FILE *f)
             "                           in a step before giving up on the group (default 60)\n"
             "  --handshake-timeout S    wait this long for the router's WELCOME (default 10)\n"
             "  --heartbeat-ms MS        heartbeat period until the router sets it (default 1000)\n"
+            "  --spec-proposer P        speculative decoding: none, ngram, self:L (the model's\n"
+            "                           first L layers) or draft:PATH (default none)\n"
+            "  --spec-k K               most drafts per sequence per step, 1 to 16 (default 4)\n"
+            "  --spec-max-batch N       speculate for greedy requests only while at most N\n"
+            "                           sequences run, 0 = always (default 16)\n"
             "  --drain-timeout S        at SIGTERM/SIGINT, finish in-flight requests for at most\n"
             "                           S seconds, then abort them (default 30); a second signal\n"
             "                           aborts at once\n"
@@ -106,7 +111,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
 {
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
-           O_HEARTBEAT, O_DRAIN, O_HELP };
+           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
@@ -125,6 +130,9 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"handshake-timeout", required_argument, 0, O_HANDSHAKE},
         {"heartbeat-ms", required_argument, 0, O_HEARTBEAT},
         {"drain-timeout", required_argument, 0, O_DRAIN},
+        {"spec-proposer", required_argument, 0, O_SPEC},
+        {"spec-k", required_argument, 0, O_SPECK},
+        {"spec-max-batch", required_argument, 0, O_SPECBATCH},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -140,6 +148,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         case O_DEVICE: o->device = optarg; break;
         case O_KV: o->kv_cache_memory = optarg; break;
         case O_NOPREFIX: o->prefix_caching = false; break;
+        case O_SPEC: o->spec_proposer = optarg; break;
 #define INT_OPT(code, name, lo, hi, field)           \
         case code:                                   \
             if (cli_int(name, optarg, lo, hi, &l))   \
@@ -154,6 +163,8 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         INT_OPT(O_TPRANK, "--tp-rank", 0, 63, tp_rank)
         INT_OPT(O_TPSIZE, "--tp-size", 1, 64, tp_size)
         INT_OPT(O_HEARTBEAT, "--heartbeat-ms", 10, 600000, heartbeat_ms)
+        INT_OPT(O_SPECK, "--spec-k", 1, 16, spec_k)
+        INT_OPT(O_SPECBATCH, "--spec-max-batch", 0, 1 << 20, spec_max_batch)
 #undef INT_OPT
         case O_HANDSHAKE:
             if (cli_float("--handshake-timeout", optarg, 1e-3, 3600, &d))

@@ -30,6 +30,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,7 @@ struct model {
     float *inv_freq;   /* (head_dim / 2), backend f32 */
     layer_weights *layers;
     uint64_t weight_bytes, kv_bytes;
+    bool borrowed;     /* a partial view: weights and inv_freq belong to another model */
 
     /* per-step scratch on the backend, sized for max_batch_tokens rows */
     void *x;           /* (T, d_model) residual stream */
@@ -343,6 +345,55 @@ fail:
     return deras_fail_ctx(rc, "loading model from %s: ", checkpoint_path(ck));
 }
 
+int model_new_partial(const model_t *base, int n_layers, const model_opts *opts, model_t **out)
+{
+    if (!base || !opts || !out)
+        return deras_fail(DERAS_EINVAL, "model_new_partial: NULL argument");
+    *out = NULL;
+    if (n_layers < 1 || n_layers >= base->cfg.n_layers)
+        return deras_fail(DERAS_EINVAL, "self-draft layers must be in [1, %d] (the model has %d "
+                          "layers), got %d", base->cfg.n_layers - 1, base->cfg.n_layers, n_layers);
+    if (base->tp)
+        return deras_fail(DERAS_EUNSUPPORTED, "a self-draft of a tensor-parallel shard is not "
+                          "supported (its passes would need the other ranks)");
+    int rc = check_opts(opts);
+    if (rc)
+        return rc;
+    model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return deras_fail(DERAS_ENOMEM, "model_new_partial: out of memory");
+    *m = (model_t){.cfg = base->cfg, .opts = *opts, .be = base->be, .sh = base->sh,
+                   .n_heads = base->n_heads, .n_kv_heads = base->n_kv_heads,
+                   .d_ff = base->d_ff, .vocab = base->vocab, .q_dim = base->q_dim,
+                   .kv_dim = base->kv_dim, .qkv_dim = base->qkv_dim, .tok_embd = base->tok_embd,
+                   .out_norm = base->out_norm, .lm_head = base->lm_head,
+                   .inv_freq = base->inv_freq, .borrowed = true};
+    m->cfg.n_layers = n_layers;
+    m->layers = calloc((size_t)n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        rc = deras_fail(DERAS_ENOMEM, "model_new_partial: out of memory");
+        goto fail;
+    }
+    size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
+    size_t es = backend_elem_size(m->be);
+    for (int l = 0; l < n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        *L = base->layers[l];
+        L->k_cache = L->v_cache = NULL;
+        if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
+            (rc = balloc(m, &L->v_cache, cache_elems, es)))
+            goto fail;
+        m->kv_bytes += 2 * cache_elems * es;
+    }
+    if ((rc = alloc_scratch(m)))
+        goto fail;
+    *out = m;
+    return DERAS_OK;
+fail:
+    model_destroy(&m);
+    return rc;
+}
+
 void model_destroy(model_t **mp)
 {
     if (!mp || !*mp)
@@ -354,17 +405,21 @@ void model_destroy(model_t **mp)
             layer_weights *L = &m->layers[l];
             void *bufs[] = {L->attn_norm, L->wqkv, L->bqkv, L->wo, L->ffn_norm,
                             L->wgu, L->wdown, L->k_cache, L->v_cache};
-            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-                backend_free(b, bufs[i]);
+            for (size_t i = m->borrowed ? 7 : 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                backend_free(b, bufs[i]); /* a partial view frees only its own caches */
         }
         free(m->layers);
     }
-    if (m->lm_head != m->tok_embd)
-        backend_free(b, m->lm_head);
-    void *bufs[] = {m->tok_embd, m->out_norm, m->inv_freq, m->x, m->h, m->qkv, m->att,
-                    m->o, m->gu, m->ff, m->lg_x, m->lg, m->cos_sin, m->d_tokens,
-                    m->d_positions, m->d_slots, m->d_q_start, m->d_ctx_len, m->d_tables,
-                    m->d_lrows, m->d_copies, m->lg_all};
+    if (!m->borrowed) {
+        if (m->lm_head != m->tok_embd)
+            backend_free(b, m->lm_head);
+        void *weights[] = {m->tok_embd, m->out_norm, m->inv_freq};
+        for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
+            backend_free(b, weights[i]);
+    }
+    void *bufs[] = {m->x, m->h, m->qkv, m->att, m->o, m->gu, m->ff, m->lg_x, m->lg, m->cos_sin,
+                    m->d_tokens, m->d_positions, m->d_slots, m->d_q_start, m->d_ctx_len,
+                    m->d_tables, m->d_lrows, m->d_copies, m->lg_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         backend_free(b, bufs[i]);
     free(m->h_positions);

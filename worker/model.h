@@ -69,6 +69,13 @@ typedef struct model_batch {
 int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, model_t **out);
 void model_destroy(model_t **m);
 
+/* A self-draft: a model that runs only the first n_layers layers of `base`, then base's
+ * final norm and LM head. It shares base's weights (base must outlive it; destroying it
+ * frees only what it owns) and has its own KV cache and scratch, sized by opts.
+ * DERAS_EINVAL unless 1 <= n_layers < base's layers; DERAS_ENOMEM. O(n_layers) plus the
+ * cache allocation. */
+int model_new_partial(const model_t *base, int n_layers, const model_opts *opts, model_t **out);
+
 const model_config *model_get_config(const model_t *m);
 const model_opts *model_get_opts(const model_t *m);
 

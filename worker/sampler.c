@@ -249,11 +249,12 @@ static int32_t draw(const float *w, const int32_t *idx, int n, float mx, double 
     return idx[n - 1]; /* u landed on the rounding slack at the very top */
 }
 
-int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, sampler_rng *rng,
-                   const sample_history *hist, sample_result *out)
+/* Penalties into the working copy, then at temperature > 0 the candidate set: temperature,
+ * min-p, top-k, top-p. Leaves s->idx[0..*n) holding the candidates, *mx the largest
+ * scaled logit and *z the candidates' mass sum(exp(w - mx)). */
+static void process(sampler_t *s, const float *logits, const sampling_params *p,
+                    const sample_history *hist, int *n_out, float *mx_out, double *z_out)
 {
-    if (!s || !logits || !p || !out || (p->temperature > 0 && !rng))
-        return deras_fail(DERAS_EINVAL, "sampler_sample: NULL argument");
     const int V = s->vocab;
     float *w = s->work;
     memcpy(w, logits, (size_t)V * sizeof(float));
@@ -261,62 +262,115 @@ int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, 
                      p->frequency_penalty != 0.0f;
     if (penalties && hist)
         apply_penalties(s, p, hist);
-
-    if (p->temperature == 0.0f) {
-        int32_t best = 0;
-        for (int i = 1; i < V; i++)
-            if (w[i] > w[best])
-                best = i;
-        out->token = best;
-    } else {
-        const float inv_t = 1.0f / p->temperature;
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++) {
-            w[i] *= inv_t;
-            mx = w[i] > mx ? w[i] : mx;
-        }
-        /* min-p: keep p_i >= min_p * p_max, i.e. w_i >= mx + log(min_p) */
-        const float floor_w = p->min_p > 0.0f ? mx + logf(p->min_p) : -INFINITY;
-        int n = 0;
-        for (int i = 0; i < V; i++)
-            if (w[i] >= floor_w)
-                s->idx[n++] = i;
-        if (p->top_k > 0 && p->top_k < n) {
-            select_top(w, s->idx, n, p->top_k);
-            n = p->top_k;
-        }
-        double z = 0.0;
-        for (int i = 0; i < n; i++)
-            z += exp((double)(w[s->idx[i]] - mx));
-        if (p->top_p < 1.0f) {
-            /* The nucleus is a prefix of the ranked candidates: rank a first slice and
-             * widen to all candidates only if that slice holds less than top_p. */
-            int m = n < TOP_P_FIRST_TRY ? n : TOP_P_FIRST_TRY;
-            for (int pass = 0; pass < 2; pass++) {
-                if (m < n)
-                    select_top(w, s->idx, n, m);
-                qsort_r(s->idx, (size_t)m, sizeof(int32_t), cmp_rank, w);
-                double need = (double)p->top_p * z, acc = 0.0;
-                int keep = -1;
-                for (int i = 0; i < m; i++) {
-                    acc += exp((double)(w[s->idx[i]] - mx));
-                    if (acc >= need) {
-                        keep = i + 1;
-                        break;
-                    }
-                }
-                if (keep > 0 || m == n) {
-                    n = keep > 0 ? keep : m;
-                    z = 0.0;
-                    for (int i = 0; i < n; i++)
-                        z += exp((double)(w[s->idx[i]] - mx));
+    if (p->temperature == 0.0f)
+        return;
+    const float inv_t = 1.0f / p->temperature;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        w[i] *= inv_t;
+        mx = w[i] > mx ? w[i] : mx;
+    }
+    /* min-p: keep p_i >= min_p * p_max, i.e. w_i >= mx + log(min_p) */
+    const float floor_w = p->min_p > 0.0f ? mx + logf(p->min_p) : -INFINITY;
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (w[i] >= floor_w)
+            s->idx[n++] = i;
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top(w, s->idx, n, p->top_k);
+        n = p->top_k;
+    }
+    double z = 0.0;
+    for (int i = 0; i < n; i++)
+        z += exp((double)(w[s->idx[i]] - mx));
+    if (p->top_p < 1.0f) {
+        /* The nucleus is a prefix of the ranked candidates: rank a first slice and
+         * widen to all candidates only if that slice holds less than top_p. */
+        int m = n < TOP_P_FIRST_TRY ? n : TOP_P_FIRST_TRY;
+        for (int pass = 0; pass < 2; pass++) {
+            if (m < n)
+                select_top(w, s->idx, n, m);
+            qsort_r(s->idx, (size_t)m, sizeof(int32_t), cmp_rank, w);
+            double need = (double)p->top_p * z, acc = 0.0;
+            int keep = -1;
+            for (int i = 0; i < m; i++) {
+                acc += exp((double)(w[s->idx[i]] - mx));
+                if (acc >= need) {
+                    keep = i + 1;
                     break;
                 }
-                m = n;
             }
+            if (keep > 0 || m == n) {
+                n = keep > 0 ? keep : m;
+                z = 0.0;
+                for (int i = 0; i < n; i++)
+                    z += exp((double)(w[s->idx[i]] - mx));
+                break;
+            }
+            m = n;
         }
-        out->token = draw(w, s->idx, n, mx, z, rng);
     }
-    raw_logprobs(logits, V, p->n_logprobs, out);
+    *n_out = n;
+    *mx_out = mx;
+    *z_out = z;
+}
+
+static int32_t argmax(const float *w, int V)
+{
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (w[i] > w[best])
+            best = i;
+    return best;
+}
+
+int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, sampler_rng *rng,
+                   const sample_history *hist, sample_result *out)
+{
+    if (!s || !logits || !p || !out || (p->temperature > 0 && !rng))
+        return deras_fail(DERAS_EINVAL, "sampler_sample: NULL argument");
+    int n = 0;
+    float mx = 0.0f;
+    double z = 0.0;
+    process(s, logits, p, hist, &n, &mx, &z);
+    if (p->temperature == 0.0f)
+        out->token = argmax(s->work, s->vocab);
+    else
+        out->token = draw(s->work, s->idx, n, mx, z, rng);
+    raw_logprobs(logits, s->vocab, p->n_logprobs, out);
     return DERAS_OK;
+}
+
+int sampler_probs(sampler_t *s, const float *logits, const sampling_params *p,
+                  const sample_history *hist, float *probs)
+{
+    if (!s || !logits || !p || !probs || !(p->temperature > 0.0f))
+        return deras_fail(DERAS_EINVAL, "sampler_probs: NULL argument or temperature 0");
+    int n = 0;
+    float mx = 0.0f;
+    double z = 0.0;
+    process(s, logits, p, hist, &n, &mx, &z);
+    memset(probs, 0, (size_t)s->vocab * sizeof(float));
+    for (int i = 0; i < n; i++)
+        probs[s->idx[i]] = (float)(exp((double)(s->work[s->idx[i]] - mx)) / z);
+    return DERAS_OK;
+}
+
+int32_t sampler_greedy(sampler_t *s, const float *logits, const sampling_params *p,
+                       const sample_history *hist)
+{
+    sampling_params g = *p;
+    g.temperature = 0.0f;
+    int n = 0;
+    float mx = 0.0f;
+    double z = 0.0;
+    process(s, logits, &g, hist, &n, &mx, &z);
+    return argmax(s->work, s->vocab);
+}
+
+void sampler_logprobs(const sampler_t *s, const float *logits, int n_top, int32_t token,
+                      sample_result *out)
+{
+    out->token = token;
+    raw_logprobs(logits, s->vocab, n_top, out);
 }

@@ -74,4 +74,21 @@ void sampler_destroy(sampler_t **s);
 int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, sampler_rng *rng,
                    const sample_history *hist, sample_result *out);
 
+/* The distribution sampler_sample draws from at temperature > 0 (penalties, temperature,
+ * min-p, top-k, top-p applied), as vocab dense probabilities, zero outside the kept
+ * candidates. Speculative sampling compares it with a draft's. DERAS_EINVAL at
+ * temperature 0. Cost as one sampler_sample row. */
+int sampler_probs(sampler_t *s, const float *logits, const sampling_params *p,
+                  const sample_history *hist, float *probs);
+
+/* The token sampler_sample picks at temperature 0 (penalties applied; ties to the lowest
+ * id), whatever p->temperature says: a greedy draft. O(vocab + history). */
+int32_t sampler_greedy(sampler_t *s, const float *logits, const sampling_params *p,
+                       const sample_history *hist);
+
+/* out->token = token, with its raw logprob and the top n_top (as sampler_sample reports
+ * them): the logprobs of a token chosen elsewhere, e.g. an accepted draft. O(vocab). */
+void sampler_logprobs(const sampler_t *s, const float *logits, int n_top, int32_t token,
+                      sample_result *out);
+
 #endif

@@ -130,13 +130,28 @@ void sched_remove(sched_t *s, sched_seq *q)
         if (s->sched[i] == q)
             s->sched[i] = NULL; /* removed mid-step: step_done skips it */
     kv_free(s->kv, q->slot);
+    sched_spec_drop(q);
     q->state = SEQ_IDLE;
     q->n_computed = 0;
     q->n_scheduled = 0;
 }
 
+void sched_spec_drop(sched_seq *q)
+{
+    q->n_tokens -= q->n_spec;
+    q->n_spec = 0;
+}
+
+/* Keep the first `keep` of q's drafts. */
+static void spec_trim(sched_seq *q, int keep)
+{
+    q->n_tokens -= q->n_spec - keep;
+    q->n_spec = keep;
+}
+
 static void preempt(sched_t *s, sched_seq *q)
 {
+    sched_spec_drop(q);
     list_unlink(&s->running, q);
     kv_free(s->kv, q->slot);
     q->n_computed = 0;
@@ -160,8 +175,8 @@ static void plan_add(sched_t *s, step_plan *p, sched_seq *q)
     memcpy(plan_block_tables(p) + (size_t)si * p->max_blocks, kv_block_table(s->kv, q->slot),
            (size_t)p->max_blocks * sizeof(int32_t));
     q->wants_logits = q->n_computed + q->n_scheduled == q->n_tokens;
-    if (q->wants_logits)
-        plan_logits_rows(p)[p->n_logits++] = p->n_tokens - 1;
+    for (int r = q->wants_logits ? q->n_spec : -1; r >= 0; r--) /* drafts: every row */
+        plan_logits_rows(p)[p->n_logits++] = p->n_tokens - 1 - r;
     s->sched[s->n_sched++] = q;
 }
 
@@ -176,11 +191,11 @@ int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
     /* decodes still to schedule: the budget reserves a token for each */
     int decodes_left = 0;
     for (sched_seq *q = s->running.head; q; q = q->next)
-        decodes_left += q->n_tokens - q->n_computed == 1;
+        decodes_left += q->n_tokens - q->n_spec - q->n_computed == 1;
 
     for (sched_seq *q = s->running.head; q && budget > 0;) {
         sched_seq *next = q->next;
-        int remaining = q->n_tokens - q->n_computed;
+        int remaining = q->n_tokens - q->n_spec - q->n_computed;
         bool is_decode = remaining == 1;
         if (is_decode)
             decodes_left--;
@@ -189,11 +204,21 @@ int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
             q = next;
             continue;
         }
+        if (q->n_spec > 0) {
+            /* drafts take what the budget spares after the decodes to come, and only
+             * free blocks: they never preempt */
+            int spare = budget - decodes_left - 1, keep = q->n_spec < spare ? q->n_spec : spare;
+            keep = keep > 0 ? keep : 0;
+            while (keep > 0 && !kv_can_grow(s->kv, q->slot, q->n_computed + 1 + keep))
+                keep--;
+            spec_trim(q, keep);
+            n_new = 1 + keep;
+        }
         /* make room, preempting from the newest end */
         bool self_preempted = false;
         while (!kv_can_grow(s->kv, q->slot, q->n_computed + n_new)) {
             sched_seq *victim = s->running.tail;
-            if (victim->n_tokens - victim->n_computed == 1 && victim != q)
+            if (victim->n_tokens - victim->n_spec - victim->n_computed == 1 && victim != q)
                 decodes_left--;
             if (victim == next)
                 next = NULL; /* q is now the tail's predecessor: nothing after it remains */
@@ -242,6 +267,23 @@ int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
     p->n_copies = kv_take_copies(s->kv, (kv_copy *)plan_copies(p), p->cap_copies);
     if (n_preempted)
         *n_preempted = preempted;
+    return DERAS_OK;
+}
+
+int sched_spec_resolve(sched_t *s, sched_seq *q, int n_accepted)
+{
+    if (!s || !q || q->n_spec <= 0 || q->n_scheduled != q->n_spec + 1 || n_accepted < 0 ||
+        n_accepted > q->n_spec)
+        return deras_fail(DERAS_EINVAL, "sched_spec_resolve: sequence in slot %d has %d drafts "
+                          "scheduled, cannot accept %d", q ? q->slot : -1, q ? q->n_spec : 0,
+                          n_accepted);
+    int keep = q->n_computed + 1 + n_accepted;
+    int rc = kv_truncate(s->kv, q->slot, keep);
+    if (rc)
+        return rc;
+    q->n_tokens = keep;
+    q->n_scheduled = 1 + n_accepted;
+    q->n_spec = 0;
     return DERAS_OK;
 }
 

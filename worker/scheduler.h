@@ -19,6 +19,16 @@
  * preempted. Since the engine refuses requests that could not fit in the whole pool, the
  * oldest running sequence always fits eventually: no deadlock.
  *
+ * Speculation: the engine appends k drafts to a decoding sequence (n_tokens += k, n_spec
+ * = k) before scheduling. Such a sequence is scheduled all at once - its pending token
+ * and its drafts, k + 1 tokens with logits on every row - or with fewer drafts when the
+ * budget or the free blocks are short (drafts never preempt anyone; the dropped ones
+ * leave tokens). After the pass, sched_spec_resolve() keeps the accepted drafts and rolls
+ * back the rest: n_tokens shrinks and the blocks past the new end are released, before
+ * sched_step_done() registers full blocks in the prefix cache, so a block filled only by
+ * rejected drafts is never registered. A preempted or unscheduled sequence loses its
+ * drafts.
+ *
  * Static mode (kept for the benchmark): new sequences join only when nothing is running,
  * so a batch runs to completion before the next one starts.
  *
@@ -45,7 +55,8 @@ typedef struct sched_seq {
     /* set by the engine */
     int slot;              /* KV manager slot; also the sequence's handle in plans */
     const int32_t *tokens; /* prompt then generated tokens */
-    int n_tokens;          /* tokens known */
+    int n_tokens;          /* tokens known, including n_spec drafts at the end */
+    int n_spec;            /* speculative drafts at the end of tokens, to verify this step */
     /* owned by the scheduler */
     int n_computed;        /* tokens whose KV is in the cache */
     int n_scheduled;       /* tokens this step computes, 0 when not scheduled */
@@ -88,6 +99,16 @@ void sched_remove(sched_t *s, sched_seq *q);
  * recorded are placed in the plan. *n_preempted counts preemptions made. An empty plan
  * (n_seqs 0) means nothing can run. */
 int sched_schedule(sched_t *s, step_plan *plan, int *n_preempted);
+
+/* After the pass, before sched_step_done: of q's n_spec drafts the first n_accepted stand.
+ * The rest leave q's tokens and KV (tail blocks released); q computed its pending token
+ * and the accepted drafts. DERAS_EINVAL if q was not scheduled with drafts or n_accepted
+ * is out of [0, n_spec]. O(released blocks). */
+int sched_spec_resolve(sched_t *s, sched_seq *q, int n_accepted);
+
+/* A sequence that keeps drafts it was not scheduled for drops them (n_tokens -= n_spec).
+ * O(1). */
+void sched_spec_drop(sched_seq *q);
 
 /* After the step ran: the sequences the last sched_schedule() scheduled advance
  * n_computed and their full blocks are registered in the prefix cache. */

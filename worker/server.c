@@ -59,6 +59,7 @@
 #include "worker/group.h"
 #include "worker/model.h"
 #include "worker/pulse.h"
+#include "worker/spec_draft.h"
 #include "worker/step_plan.h"
 
 #define MAX_FRAME (16u << 20) /* bound on a frame from the router */
@@ -81,10 +82,12 @@ enum link_state { LINK_HELLO_FIRST, LINK_READY, LINK_REJOIN };
 
 struct worker_server {
     char model[4096], router[ENDPOINT_MAX], name[WPROTO_MAX_NAME + 1], device[32], kv_spec[64];
+    char spec_proposer[4096];
     worker_opts o;              /* strings point at the copies above */
     backend_t *be;
     group_t *group;             /* tensor-parallel leader: the followers' segment; else NULL */
     model_t *m;
+    model_t *drafter;           /* speculative decoding's draft model, or NULL */
     engine_t *e;
     int32_t *eog;
     kv_sizing kvs;
@@ -224,6 +227,9 @@ static void get_load(worker_server *s, double t, wp_load *l)
     l->prefix_query_tokens = st.prefix_query_tokens;
     l->prompt_tokens = st.prompt_tokens;
     l->generated_tokens = st.generated_tokens;
+    l->spec_proposed = st.spec.proposed;
+    l->spec_accepted = st.spec.accepted;
+    l->spec_verifications = st.spec.verifications;
 }
 
 /* ---- sending ---- */
@@ -354,7 +360,7 @@ static int handle_submit(worker_server *s, const wp_submit *q)
     engine_request r = {.id = q->rid, .prompt = q->prompt_ids, .n_prompt = q->n_prompt,
                         .seed = q->seed, .max_tokens = q->max_tokens, .n = q->n,
                         .stop_ids = q->stop_ids, .n_stop_ids = q->n_stop_ids,
-                        .ignore_eos = q->ignore_eos};
+                        .ignore_eos = q->ignore_eos, .spec_k = q->spec_tokens};
     r.sp.temperature = q->temperature;
     r.sp.top_k = q->top_k;
     r.sp.top_p = q->top_p;
@@ -735,6 +741,8 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     snprintf(s->model, sizeof s->model, "%s", o->model);
     snprintf(s->device, sizeof s->device, "%s", o->device);
     snprintf(s->kv_spec, sizeof s->kv_spec, "%s", o->kv_cache_memory);
+    snprintf(s->spec_proposer, sizeof s->spec_proposer, "%s",
+             o->spec_proposer ? o->spec_proposer : "none");
     if (o->name)
         snprintf(s->name, sizeof s->name, "%s", o->name);
     else
@@ -747,6 +755,11 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     s->o.device = s->device;
     s->o.kv_cache_memory = s->kv_spec;
     s->o.name = s->name;
+    s->o.spec_proposer = s->spec_proposer;
+    spec_opts so;
+    if ((rc = worker_opts_spec(&s->o, &so)))
+        goto fail;
+    const int rows = so.kind == SPEC_NONE ? 1 : 1 + so.k;
     s->o.router = s->router;
     if (!s->o.max_live_seqs)
         s->o.max_live_seqs = 4 * s->o.max_seqs;
@@ -767,7 +780,8 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     int per_seq = (int)((seq_len + bs - 1) / bs);
     int progress_last = -100;
     model_opts mo = {.max_batch_tokens = s->o.max_batch_tokens, .max_seqs = s->o.max_seqs,
-                     .max_logits = s->o.max_seqs, .block_size = bs, .n_kv_blocks = s->kvs.n_blocks,
+                     .max_logits = s->o.max_seqs * rows, .block_size = bs,
+                     .n_kv_blocks = s->kvs.n_blocks,
                      .max_blocks_per_seq = per_seq, .max_copies = s->o.max_seqs,
                      .progress = progress_log, .progress_ctx = &progress_last};
     if (s->o.tp_size > 1) { /* lead a group: followers load their shards meanwhile */
@@ -791,10 +805,17 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     cfg = model_get_config(s->m);
     s->vocab = cfg->vocab_size;
     int max_model_len = (int)seq_len;
+    if ((so.kind == SPEC_SELF || so.kind == SPEC_DRAFT) &&
+        (rc = spec_drafter_load(&so, s->m, s->be, &s->drafter)))
+        goto fail;
+    if (so.kind != SPEC_NONE)
+        log_info("speculative decoding: proposer %s, k %d, greedy cut-off at %d running "
+                 "sequences%s", s->spec_proposer, so.k, so.max_batch,
+                 s->drafter ? "; the draft model has its own KV cache of the target's size" : "");
     engine_opts eo = {.max_seqs = s->o.max_seqs, .max_batch_tokens = s->o.max_batch_tokens,
                       .max_live_seqs = s->o.max_live_seqs, .max_model_len = max_model_len,
                       .prefix_caching = s->o.prefix_caching, .eog_ids = s->eog, .n_eog = n_eog,
-                      .cb = {on_token, on_finish, s},
+                      .cb = {on_token, on_finish, s}, .spec = so, .drafter = s->drafter,
                       .on_plan = s->group ? group_publish : NULL, .plan_ctx = s->group};
     if ((rc = engine_new(s->m, &eo, &s->e)))
         goto fail;
@@ -850,6 +871,7 @@ void worker_server_destroy(worker_server **sp)
     wp_decoder_destroy(&s->dec);
     free(s->live);
     engine_destroy(&s->e);
+    model_destroy(&s->drafter); /* a self-draft borrows the model's weights: it goes first */
     model_destroy(&s->m);
     group_destroy(&s->group); /* STOP to the followers, unless the group failed */
     backend_destroy(&s->be);

@@ -7,6 +7,7 @@
 #include "common/status.h"
 #include "common/worker_proto.h"
 #include "worker/kv_sizing.h"
+#include "worker/speculative.h"
 
 void worker_opts_default(worker_opts *o)
 {
@@ -23,6 +24,25 @@ void worker_opts_default(worker_opts *o)
     o->drain_timeout_s = 30;
     o->heartbeat_ms = 1000;
     o->stop_fd = -1;
+    o->spec_k = 4;
+    o->spec_max_batch = SPEC_DEFAULT_MAX_BATCH;
+}
+
+int worker_opts_spec(const worker_opts *o, spec_opts *so)
+{
+    spec_opts_default(so);
+    so->k = o->spec_k;
+    so->max_batch = o->spec_max_batch;
+    int rc = o->spec_proposer ? spec_opts_parse_proposer(o->spec_proposer, so) : DERAS_OK;
+    if (!rc && so->kind != SPEC_NONE)
+        rc = spec_opts_check(so);
+    if (!rc && (so->kind == SPEC_SELF || so->kind == SPEC_DRAFT) && o->tp_size > 1)
+        rc = deras_fail(DERAS_EUNSUPPORTED, "--spec-proposer %s is not supported with --tp-size "
+                        "%d (a draft pass would need every rank); use ngram", o->spec_proposer,
+                        o->tp_size);
+    if (!rc && so->kind == SPEC_NONE && (o->spec_k < 1 || o->spec_k > SPEC_MAX_K))
+        rc = deras_fail(DERAS_EINVAL, "--spec-k must be in [1, %d], got %d", SPEC_MAX_K, o->spec_k);
+    return rc;
 }
 
 static bool valid_name(const char *n)
@@ -109,6 +129,9 @@ int worker_opts_check(const worker_opts *o)
                           o->drain_timeout_s);
     if (o->heartbeat_ms < 10 || o->heartbeat_ms > 600000)
         return deras_fail(DERAS_EINVAL, "--heartbeat-ms %d: expected 10 to 600000", o->heartbeat_ms);
+    spec_opts so;
+    if ((rc = worker_opts_spec(o, &so)))
+        return rc;
     if (o->stop_fd < -1)
         return deras_fail(DERAS_EINVAL, "stop_fd %d: expected -1 or a file descriptor", o->stop_fd);
     return DERAS_OK;

@@ -27,16 +27,26 @@ typedef struct worker_opts {
     double drain_timeout_s;      /* finishing in-flight work at a stop, then abort */
     int heartbeat_ms;            /* until WELCOME says otherwise */
     int stop_fd;                 /* readable fd: each byte is one stop request; -1: none */
+    const char *spec_proposer;   /* speculative decoding: none, ngram, self:L, draft:PATH
+                                    (worker/speculative.h); NULL: none */
+    int spec_k;                  /* most drafts per sequence per step */
+    int spec_max_batch;          /* greedy speculation only while running <= this; 0: always */
 } worker_opts;
 
 /* The defaults deras-worker documents: device cpu, budget "0.4", 64 sequences, 512 batch
  * tokens, block size 16, prefix caching, tp 0/1 with a 60 s group timeout, handshake
- * 10 s, drain 30 s, heartbeat 1000 ms, stop_fd -1. model, router and name NULL. */
+ * 10 s, drain 30 s, heartbeat 1000 ms, stop_fd -1, no speculation (k 4, cut-off
+ * SPEC_DEFAULT_MAX_BATCH when on). model, router and name NULL. */
 void worker_opts_default(worker_opts *o);
 
 /* Check every option without loading anything. DERAS_EINVAL with a message naming the
  * option (as deras-worker spells it) and the accepted values; --tp-size above 1 needs
  * --name (the ranks find their group by it). */
 int worker_opts_check(const worker_opts *o);
+
+/* The speculation options o asks for (--spec-proposer, --spec-k, --spec-max-batch), checked;
+ * DERAS_EINVAL naming the option. draft paths point into o->spec_proposer. */
+struct spec_opts;
+int worker_opts_spec(const worker_opts *o, struct spec_opts *so);
 
 #endif

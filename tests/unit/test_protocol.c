@@ -50,7 +50,7 @@ static void request_round_trips_with_every_field(void **state)
         .temperature = 0.7f, .top_p = 0.9f, .min_p = 0.05f, .repetition_penalty = 1.1f,
         .presence_penalty = -0.5f, .frequency_penalty = 1.5f, .seed = UINT64_MAX,
         .n_stops = 2, .stops = {"\n\n", "User:"}, .stop_lens = {2, 5},
-        .n_stop_ids = 2, .deadline_ms = 30000,
+        .n_stop_ids = 2, .deadline_ms = 30000, .num_speculative_tokens = 5,
     };
     memcpy(r.stop_ids, stop_ids, sizeof stop_ids);
     strcpy(r.id, "req-1");
@@ -84,6 +84,19 @@ static void request_round_trips_with_every_field(void **state)
     assert_int_equal(g->n_stop_ids, 2);
     assert_int_equal(g->stop_ids[1], 7);
     assert_int_equal(g->deadline_ms, 30000);
+    assert_int_equal(g->num_speculative_tokens, 5);
+
+    /* num_speculative_tokens 0 on the wire turns speculation off (-1 in the struct) */
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", "
+                                    "num_speculative_tokens: 0}", &m, &err), DERAS_OK);
+    assert_int_equal(m.req.num_speculative_tokens, -1);
+    r.num_speculative_tokens = -1;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_client(d, buf, len, &m, &err), DERAS_OK);
+    assert_int_equal(m.req.num_speculative_tokens, -1);
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", "
+                                    "num_speculative_tokens: 17}", &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_VALUE_OUT_OF_RANGE);
 
     /* prompt_ids instead of text; the decoded pointers belong to the decoder. */
     static const int32_t ids[] = {1, 15043, 0, 2147483647};
@@ -122,6 +135,7 @@ static void request_defaults_apply_to_omitted_fields(void **state)
     assert_false(r->has_seed);
     assert_int_equal(r->logprobs, 0);
     assert_int_equal(r->deadline_ms, 0);
+    assert_int_equal(r->num_speculative_tokens, 0); /* the worker's default */
     assert_true(r->add_special_tokens);
     assert_false(r->ignore_eos);
     assert_int_equal(r->n_stops, 0);

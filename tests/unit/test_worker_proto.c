@@ -24,7 +24,8 @@ static wp_load sample_load(void)
                      .kv_blocks_free = 17, .kv_blocks_total = 64, .tokens_per_s = 123.5,
                      .steps = 1ull << 40, .preemptions = 4, .prefix_hit_tokens = 300,
                      .prefix_query_tokens = 900, .prompt_tokens = 12345,
-                     .generated_tokens = UINT64_MAX};
+                     .generated_tokens = UINT64_MAX, .spec_proposed = 400,
+                     .spec_accepted = 310, .spec_verifications = 120};
 }
 
 static void assert_load_equal(const wp_load *a, const wp_load *b)
@@ -40,6 +41,8 @@ static void assert_load_equal(const wp_load *a, const wp_load *b)
                 a->prefix_query_tokens == b->prefix_query_tokens);
     assert_true(a->prompt_tokens == b->prompt_tokens &&
                 a->generated_tokens == b->generated_tokens);
+    assert_true(a->spec_proposed == b->spec_proposed && a->spec_accepted == b->spec_accepted &&
+                a->spec_verifications == b->spec_verifications);
 }
 
 static void decode_ok(wp_decoder *d, const void *buf, size_t len, wp_msg *m)
@@ -117,6 +120,23 @@ static void every_message_round_trips(void **state)
     assert_int_equal(g->n_stop_ids, 2);
     assert_int_equal(g->stop_ids[1], 128009);
     assert_true(g->ignore_eos);
+    assert_int_equal(g->spec_tokens, 0); /* not sent: the worker's default */
+
+    /* spec_tokens: -1 (off) and 1..16 travel; beyond 16 is refused */
+    for (int v = -1; v <= 17; v += 9) {
+        s.spec_tokens = v == 8 ? 16 : v;
+        assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
+        proto_error err;
+        int rc = wp_decode(d, buf, len, &m, &err);
+        if (s.spec_tokens > 16) {
+            if (rc != DERAS_EFORMAT || err.code != PE_VALUE_OUT_OF_RANGE)
+                fail_msg("spec_tokens %d: expected value_out_of_range, got %s", s.spec_tokens,
+                         proto_error_name(err.code));
+        } else if (rc != DERAS_OK || m.submit.spec_tokens != s.spec_tokens) {
+            fail_msg("spec_tokens %d: decoded %d (%s)", s.spec_tokens, m.submit.spec_tokens,
+                     err.message);
+        }
+    }
 
     assert_int_equal(wp_encode_abort(e, 77, &buf, &len), DERAS_OK);
     decode_ok(d, buf, len, &m);

@@ -292,6 +292,42 @@ static void test_greedy_tokens_equal_the_engine_in_process(void **state)
     fr_destroy(&r);
 }
 
+static void test_speculating_worker_sends_the_same_tokens_and_counts_drafts(void **state)
+{
+    fake_router *r = fr_new();
+    worker_thread w = {0};
+    worker_opts_for_test(&w.o, r->endpoint);
+    w.o.spec_proposer = "ngram";
+    start_registered(&w, r);
+    int32_t prompt[60];
+    for (int i = 0; i < 60; i++) /* a repeating prompt: n-gram lookup has matches */
+        prompt[i] = 3 + i % 10;
+    wp_submit q = fr_submit_defaults(9, prompt, 60, 40);
+    q.ignore_eos = true;
+    q.logprobs = 2;
+    fr_submit(r, &q);
+    uint64_t rid = 9;
+    fr_until(r, WAIT_S, fr_cond_finished, &rid, "request 9 to finish");
+    ref_out *ref = malloc(sizeof *ref);
+    reference_run(&w, &q, ref); /* no speculation */
+    expect_same_as_reference(fr_req_of(r, 9), ref, 1);
+    r->load_from_heartbeat = false;
+    fr_until(r, WAIT_S, fr_cond_idle_heartbeat, NULL, "an idle heartbeat after request 9");
+    if (r->load.spec_proposed == 0 || r->load.spec_accepted > r->load.spec_proposed ||
+        r->load.spec_verifications == 0)
+        fail_msg("load report: %llu drafts proposed, %llu accepted, %llu verifications; "
+                 "expected drafts on a repeating prompt", (unsigned long long)r->load.spec_proposed,
+                 (unsigned long long)r->load.spec_accepted,
+                 (unsigned long long)r->load.spec_verifications);
+    printf("  n-gram worker: 40 tokens identical to the engine without speculation; %llu drafts, "
+           "%llu accepted, %llu verifications\n", (unsigned long long)r->load.spec_proposed,
+           (unsigned long long)r->load.spec_accepted,
+           (unsigned long long)r->load.spec_verifications);
+    free(ref);
+    stop_clean(&w);
+    fr_destroy(&r);
+}
+
 static void test_n_samples_and_logprobs_pass_through(void **state)
 {
     fake_router *r = fr_new();
@@ -671,6 +707,16 @@ static void test_options_are_checked_before_loading(void **state)
     o.name = "w0";
     o.router = "workers.sock";
     assert_int_equal(worker_opts_check(&o), DERAS_EINVAL);
+    o.router = NULL;
+    o.spec_proposer = "tree";
+    assert_int_equal(worker_opts_check(&o), DERAS_EINVAL);
+    assert_non_null(strstr(deras_errmsg(), "--spec-proposer"));
+    o.spec_proposer = "ngram";
+    o.spec_k = 17;
+    assert_int_equal(worker_opts_check(&o), DERAS_EINVAL);
+    assert_non_null(strstr(deras_errmsg(), "--spec-k"));
+    o.spec_k = 4;
+    assert_int_equal(worker_opts_check(&o), DERAS_OK);
 }
 
 int main(int argc, char **argv)
@@ -683,6 +729,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_options_are_checked_before_loading),
         cmocka_unit_test(test_handshake_hello_describes_the_worker_then_heartbeats),
         cmocka_unit_test(test_greedy_tokens_equal_the_engine_in_process),
+        cmocka_unit_test(test_speculating_worker_sends_the_same_tokens_and_counts_drafts),
         cmocka_unit_test(test_n_samples_and_logprobs_pass_through),
         cmocka_unit_test(test_abort_ends_the_request_and_frees_its_blocks),
         cmocka_unit_test(test_bad_requests_are_rejected_with_their_code),
