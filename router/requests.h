@@ -68,6 +68,7 @@ typedef struct rq {
     /* progress */
     rq_sample samples[PROTO_MAX_N];
     int n_done;                  /* samples with done */
+    int n_finals;                /* samples whose final went out (or would have: gone) */
     bool client_seen;            /* a chunk or final went out: no silent re-dispatch */
     bool gone;                   /* the client cannot be reached: end without a word */
     int worker;                  /* registry slot while RUNNING, else -1 */

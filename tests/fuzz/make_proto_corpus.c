@@ -112,7 +112,8 @@ static void worker_corpus(void)
     put(t, "welcome", buf, len);
     OK(wp_encode_refuse(e, "model mismatch", &buf, &len));
     put(t, "refuse", buf, len);
-    wp_load l = {.running = 2, .waiting = 1, .queued_tokens = 100, .running_tokens = 900,
+    wp_load l = {.phase = WP_PHASE_READY, .running = 2, .waiting = 1, .queued_tokens = 100,
+                 .running_tokens = 900,
                  .kv_blocks_free = 800, .kv_blocks_total = 1024, .tokens_per_s = 55.5,
                  .steps = 1000, .preemptions = 1, .prefix_hit_tokens = 64,
                  .prefix_query_tokens = 128, .prompt_tokens = 5000, .generated_tokens = 7000};

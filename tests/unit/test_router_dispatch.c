@@ -59,7 +59,7 @@ static void fake_fail(void *ctx, rq *r, enum proto_error_code code, const char *
 
 static void make(int max_queued_requests, int64_t max_queued_tokens, int wait_ms)
 {
-    reg = workers_new(VOCAB, "/models/tiny-chat", 3000);
+    reg = workers_new(VOCAB, "/models/tiny-chat", 3000, 10000);
     tab = rq_table_new(NULL);
     dispatch_opts o = {max_queued_requests, max_queued_tokens, wait_ms};
     disp = dispatch_new(reg, tab, &o, fake_submit, fake_fail, NULL);
@@ -104,17 +104,20 @@ static worker *add_worker(const char *name, int max_seqs, int ctx, int kv)
     enum hello_verdict v = workers_hello(reg, name, (int)strlen(name), &h, -1, now, &k, why, sizeof why);
     if (v != HELLO_NEW)
         fail_msg("HELLO from %s: expected HELLO_NEW, got %d (%s)", name, v, why);
+    wp_load l = {.phase = WP_PHASE_READY, .kv_blocks_free = kv, .kv_blocks_total = kv};
+    workers_load(k, &l, true, now); /* its warm-up ran */
     return k;
 }
 
 static void set_load(worker *k, int64_t queued, int64_t running, int kv_free)
 {
     wp_load l = {0};
+    l.phase = WP_PHASE_READY;
     l.queued_tokens = queued;
     l.running_tokens = running;
     l.kv_blocks_free = kv_free;
     l.kv_blocks_total = k->hello.kv_blocks_total;
-    workers_load(k, &l, true);
+    workers_load(k, &l, true, now);
 }
 
 static rq *submit(int n, int n_prompt, int max_tokens)
@@ -269,11 +272,12 @@ static void a_busy_worker_is_held_until_a_heartbeat_says_it_has_room(void **stat
     dispatch_requeue(disp, r, now);
     dispatch_run(disp, now);
     assert_int_equal(n_sent, 1);
-    wp_load l = {.waiting = 0, .kv_blocks_free = 10, .kv_blocks_total = 10};
-    workers_load(w, &l, false); /* a STEP's load does not lift the hold */
+    wp_load l = {.phase = WP_PHASE_READY, .waiting = 0, .kv_blocks_free = 10,
+                 .kv_blocks_total = 10};
+    workers_load(w, &l, false, now); /* a STEP's load does not lift the hold */
     dispatch_run(disp, now);
     assert_int_equal(n_sent, 1);
-    workers_load(w, &l, true);
+    workers_load(w, &l, true, now);
     dispatch_run(disp, now);
     assert_int_equal(n_sent, 2);
     assert_true(sent[1].rid != sent[0].rid); /* every dispatch a new rid */
