@@ -7,7 +7,11 @@
  * n) and prompt tokens; without workers a request fails no_workers after the wait, not
  * before; a request longer than every worker's context fails; a busy worker is held
  * until a heartbeat says it has room; an unreachable one is skipped; every dispatch
- * gets a new rid. The request table is checked against a model under random
+ * gets a new rid. Worker states: a worker is starting (gets nothing) until its load says
+ * ready; a drained one gets nothing new and shows "drained" once nothing of ours is on it;
+ * drain --all also covers workers that register later; an overdue drain is found once; a
+ * busy worker without a completed step for the stuck timeout is stuck, and a stuck one
+ * that goes silent is dead. The request table is checked against a model under random
  * operations: lookups by key and rid, the deadline order, slot reuse.
  */
 #include <setjmp.h>
@@ -374,6 +378,120 @@ static void silent_workers_expire(void **state)
     teardown(NULL);
 }
 
+static void a_starting_worker_gets_nothing_until_its_load_says_ready(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 1000);
+    wp_hello h = hello_of("w0", 100, 4, 4096, 10);
+    worker *k;
+    char why[256];
+    assert_int_equal(workers_hello(reg, "w0", 2, &h, -1, now, &k, why, sizeof why), HELLO_NEW);
+    assert_string_equal(workers_state_name(k), "starting");
+    assert_true(workers_live(k));
+    rq *r = submit(1, 10, 16);
+    assert_int_equal(n_sent, 0);
+    assert_int_equal(r->state, RQ_QUEUED);
+    wp_load l = {.phase = WP_PHASE_STARTING, .kv_blocks_free = 10, .kv_blocks_total = 10};
+    workers_load(k, &l, true, now); /* still warming up */
+    dispatch_run(disp, now);
+    assert_int_equal(n_sent, 0);
+    l.phase = WP_PHASE_READY;
+    workers_load(k, &l, true, now);
+    assert_string_equal(workers_state_name(k), "ready");
+    dispatch_run(disp, now);
+    assert_int_equal(n_sent, 1);
+    /* a worker draining on its own (a signal) takes nothing new either */
+    l.phase = WP_PHASE_DRAINING;
+    workers_load(k, &l, true, now);
+    assert_int_equal(k->state, W_DRAINING);
+    submit(1, 10, 16);
+    assert_int_equal(n_sent, 1);
+    teardown(NULL);
+}
+
+static void a_drained_worker_gets_nothing_new_and_is_drained_when_empty(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 60000);
+    worker *w0 = add_worker("w0", 4, 4096, 10);
+    worker *w1 = add_worker("w1", 4, 4096, 10);
+    set_load(w1, 100, 0, 10); /* w0 looks idler: the first request goes there */
+    rq *r = submit(1, 10, 16);
+    assert_int_equal(sent[0].slot, w0->slot);
+    workers_drain(w0, true, now + 5000000);
+    assert_string_equal(workers_state_name(w0), "draining");
+    assert_false(workers_drained(w0));
+    for (int i = 0; i < 5; i++)
+        submit(1, 10, 16);
+    for (int i = 1; i < n_sent; i++)
+        if (sent[i].slot != w1->slot)
+            fail_msg("dispatch %d after the drain: expected w1, got slot %d", i, sent[i].slot);
+    assert_null(workers_drain_overdue(reg, now + 4999999));
+    assert_ptr_equal(workers_drain_overdue(reg, now + 5000000), w0);
+    workers_ended(w0, r->n); /* its request ended */
+    assert_true(workers_drained(w0));
+    assert_string_equal(workers_state_name(w0), "drained");
+    assert_null(workers_drain_overdue(reg, now + 5000000)); /* nothing left to abort */
+    workers_drain(w0, false, 0);
+    assert_string_equal(workers_state_name(w0), "ready");
+    set_load(w1, 1000, 0, 10);
+    submit(1, 10, 16);
+    assert_int_equal(sent[n_sent - 1].slot, w0->slot);
+    teardown(NULL);
+}
+
+static void drain_all_covers_workers_that_register_later(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 1000);
+    worker *w0 = add_worker("w0", 4, 4096, 10);
+    workers_drain_all(reg, 0);
+    worker *w1 = add_worker("w1", 4, 4096, 10);
+    assert_string_equal(workers_state_name(w0), "drained");
+    assert_string_equal(workers_state_name(w1), "drained");
+    assert_int_equal(workers_ready(reg), 0);
+    workers_undrain_all(reg);
+    worker *w2 = add_worker("w2", 4, 4096, 10);
+    assert_int_equal(workers_ready(reg), 3);
+    assert_string_equal(workers_state_name(w2), "ready");
+    teardown(NULL);
+}
+
+static void a_busy_worker_without_a_step_is_stuck_and_then_dead_when_silent(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 60000); /* workers: timeout 3 s, stuck after 10 s */
+    worker *w = add_worker("w0", 4, 4096, 10);
+    /* idle: never stuck, however long */
+    now += 60 * 1000000LL;
+    workers_seen(w, -1, now);
+    assert_null(workers_find_stuck(reg, now));
+    submit(1, 10, 16); /* work arrives: the stuck clock starts now */
+    int64_t t0 = now;
+    assert_int_equal(workers_next_expiry(reg), t0 + 3000000); /* silence comes first */
+    wp_load l = {.phase = WP_PHASE_READY, .running = 1, .kv_blocks_free = 9, .kv_blocks_total = 10,
+                 .steps = 1};
+    now = t0 + 6000000;
+    workers_load(w, &l, false, now); /* a step completed at 6 s */
+    for (int i = 1; i <= 13; i++) {  /* then only heartbeats (pulses), no step, to 19 s */
+        workers_pulse(w, t0 + 6000000 + i * 1000000LL);
+        assert_null(workers_expired(reg, t0 + 6000000 + i * 1000000LL));
+    }
+    assert_null(workers_find_stuck(reg, t0 + 16000000));
+    assert_ptr_equal(workers_find_stuck(reg, t0 + 16000001), w);
+    workers_stuck(w, t0 + 16000001);
+    assert_string_equal(workers_state_name(w), "stuck");
+    assert_false(workers_live(w));
+    assert_null(workers_find(reg, "w0", 2));     /* its own socket gets REFUSE register */
+    assert_ptr_equal(workers_lookup(reg, "w0", 2), w);
+    assert_int_equal(w->inflight_reqs, 0);
+    assert_null(workers_find_stuck(reg, t0 + 20000000));
+    /* pulses keep it stuck; silence makes it dead */
+    assert_null(workers_expired(reg, t0 + 19000000 + 3000000));
+    assert_ptr_equal(workers_expired(reg, t0 + 19000000 + 3000001), w);
+    teardown(NULL);
+}
+
 /* The table against a model: random inserts and releases with random deadlines. */
 static void the_request_table_matches_a_model(void **state)
 {
@@ -444,6 +562,10 @@ int main(void)
         cmocka_unit_test(an_unreachable_worker_is_skipped),
         cmocka_unit_test(hello_verdicts),
         cmocka_unit_test(silent_workers_expire),
+        cmocka_unit_test(a_starting_worker_gets_nothing_until_its_load_says_ready),
+        cmocka_unit_test(a_drained_worker_gets_nothing_new_and_is_drained_when_empty),
+        cmocka_unit_test(drain_all_covers_workers_that_register_later),
+        cmocka_unit_test(a_busy_worker_without_a_step_is_stuck_and_then_dead_when_silent),
         cmocka_unit_test(the_request_table_matches_a_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
