@@ -48,11 +48,13 @@ BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
 ROUTER = os.path.join(BUILD, "router", "deras-router")
 WORKER = os.path.join(BUILD, "worker", "deras-worker")
 DERAS = os.path.join(BUILD, "tools", "deras")
+DERASCTL = os.path.join(BUILD, "tools", "derasctl")
+FAKE_WORKER = os.path.join(HERE, "fake_worker.py")
 DATA = os.environ.get("DERAS_TEST_DATA", os.path.join(ROOT, "tests", "data"))
 TINY = os.path.join(DATA, "tiny-chat")
 VOCAB = 1005
 
-for exe in (ROUTER, WORKER, DERAS):
+for exe in (ROUTER, WORKER, DERAS, DERASCTL):
     if not os.access(exe, os.X_OK):
         print("SKIPPED: %s not built" % exe)
         sys.exit(77)
@@ -67,24 +69,54 @@ def proc_status(pid, key):
     return 0
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Cluster:
-    """A router and n workers on ipc sockets in a private directory."""
+    """A router and n workers on ipc sockets in a private directory (the admin socket too:
+    its default follows DERAS_RUNTIME_DIR), HTTP metrics on a free loopback port."""
 
     def __init__(self, model=TINY, n_workers=2, router_args=(), worker_args=(),
-                 kv="64MiB"):
+                 kv="64MiB", client_args=None):
         self.dir = tempfile.mkdtemp(prefix="deras-serving-")
         self.address = "ipc://%s/clients.sock" % self.dir
         self.wep = "ipc://%s/workers.sock" % self.dir
-        env = dict(os.environ, DERAS_RUNTIME_DIR=self.dir)
+        self.admin = "ipc://%s/admin.sock" % self.dir
+        self.metrics_url = "http://127.0.0.1:%d" % free_port()
+        self.model, self.kv = model, kv
+        self.env = dict(os.environ, DERAS_RUNTIME_DIR=self.dir)
         self.logs = []
         self.router = self._spawn([ROUTER, "--model", model, "--listen", self.address,
-                                   "--workers", self.wep, *router_args], "router.log", env)
-        self.workers = [self._spawn([WORKER, "--model", model, "--router", self.wep, "--name",
-                                     "w%d" % i, "--threads", "1", "--kv-cache-memory", kv,
-                                     *worker_args], "w%d.log" % i, env)
-                        for i in range(n_workers)]
-        self.client = Client(self.address, timeout=60)
+                                   "--workers", self.wep, "--metrics-listen",
+                                   self.metrics_url[len("http://"):], *router_args], "router.log",
+                                  self.env)
+        self.workers = []
+        for i in range(n_workers):
+            self.add_worker("w%d" % i, args=worker_args)
+        self.client = Client(self.address, timeout=60, **(client_args or {}))
         self.wait_ready(n_workers)
+
+    def add_worker(self, name, args=(), fake=False):
+        """Start one more worker: deras-worker, or fake_worker.py (no model)."""
+        if fake:
+            argv = [sys.executable, FAKE_WORKER, "--router", self.wep, "--name", name,
+                    "--model", os.path.basename(self.model.rstrip("/")), *args]
+        else:
+            argv = [WORKER, "--model", self.model, "--router", self.wep, "--name", name,
+                    "--threads", "1", "--kv-cache-memory", self.kv, *args]
+        p = self._spawn(argv, name + ".log", self.env)
+        self.workers.append(p)
+        return p
+
+    def ctl(self, *args, timeout=120):
+        """Run derasctl against this router: (exit status, stdout, stderr)."""
+        r = subprocess.run([DERASCTL, *args], env=self.env, capture_output=True, text=True,
+                           timeout=timeout)
+        return r.returncode, r.stdout, r.stderr
 
     def _spawn(self, argv, log, env):
         f = open(os.path.join(self.dir, log), "w+")
@@ -470,7 +502,9 @@ class Serve(unittest.TestCase):
         log = open(os.path.join(d, "serve.log"), "w+")
         serve = subprocess.Popen([DERAS, "serve", "--model", TINY, "--listen", address,
                                   "--workers", "2", "--threads", "1", "--kv-cache-memory",
-                                  "64MiB"], stdout=log, stderr=subprocess.STDOUT)
+                                  "64MiB", "--router-arg", "--metrics-listen=none"],
+                                 stdout=log, stderr=subprocess.STDOUT,
+                                 env=dict(os.environ, DERAS_RUNTIME_DIR=d))  # its admin socket
         try:
             cl = Client(address, timeout=60)
             deadline = time.monotonic() + 60
