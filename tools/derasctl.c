@@ -263,13 +263,13 @@ static const char *duration(double s, char *buf, size_t cap)
 static void print_workers(const msgpack_object *root)
 {
     const msgpack_object *ws = get(root, "workers");
-    printf("%-16s %-9s %-8s %-24s %5s %5s %5s %13s %8s %8s\n", "WORKER", "STATE", "DEVICE",
+    printf("%-16s %-9s %-8s %-32s %5s %5s %5s %13s %8s %8s\n", "WORKER", "STATE", "DEVICE",
            "MODEL", "RUN", "WAIT", "REQS", "KV USED/TOTAL", "TOK/S", "UPTIME");
     for (uint32_t i = 0; ws && ws->type == MSGPACK_OBJECT_ARRAY && i < ws->via.array.size; i++) {
         const msgpack_object *w = &ws->via.array.ptr[i];
         char name[80], state[16], device[40], model[260], kv[32], up[32];
         snprintf(kv, sizeof kv, "%.0f/%.0f", num(w, "kv_blocks_used"), num(w, "kv_blocks_total"));
-        printf("%-16s %-9s %-8s %-24s %5.0f %5.0f %5.0f %13s %8.1f %8s\n",
+        printf("%-16s %-9s %-8s %-32.32s %5.0f %5.0f %5.0f %13s %8.1f %8s\n",
                str(w, "name", name, sizeof name), str(w, "state", state, sizeof state),
                str(w, "device", device, sizeof device), str(w, "model", model, sizeof model),
                num(w, "running"), num(w, "waiting"), num(w, "requests"), kv,
