@@ -478,7 +478,8 @@ class AdminSocket(unittest.TestCase):
             self.assertEqual(msgpack.unpackb(s.recv(), raw=False)["ready"], True)
             s.close()
         finally:
-            c.stop()
+            codes = c.stop()
+        self.assertEqual(codes, [0, 0])
         # tcp: refused without CURVE keys for the admin socket
         d = tempfile.mkdtemp(prefix="deras-admin-")
         port = free_port()
@@ -521,7 +522,8 @@ class AdminSocket(unittest.TestCase):
                   "refused without CURVE; over CURVE an operator key is served, a client key "
                   "is not")
         finally:
-            c.stop()
+            codes = c.stop()
+        self.assertEqual(codes, [0, 0])
 
 
 if __name__ == "__main__":
