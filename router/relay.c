@@ -308,7 +308,7 @@ static void worker_lost(router_t *rt, worker *k, const char *why, bool stuck)
     log_warn("worker %s (pid %d) is %s: %s", k->name, (int)k->hello.pid, stuck ? "stuck" : "dead",
              why);
     if (stuck) { /* first: its requests no longer count against it, nothing more goes there */
-        workers_stuck(k, now);
+        workers_stuck(k);
         rt->st.worker_stuck++;
     } else {
         workers_dead(k, now);

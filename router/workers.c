@@ -282,9 +282,8 @@ void workers_dead(worker *k, int64_t now_us)
     k->drain_deadline_us = 0;
 }
 
-void workers_stuck(worker *k, int64_t now_us)
+void workers_stuck(worker *k)
 {
-    (void)now_us;
     k->state = W_STUCK;
     k->inflight_seqs = k->inflight_reqs = 0;
     k->drain_deadline_us = 0;

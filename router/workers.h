@@ -122,7 +122,7 @@ void workers_fd_closed(workers_t *w, int fd);
 /* Mark k dead (its requests are the caller's business). */
 void workers_dead(worker *k, int64_t now_us);
 /* Mark k stuck (its requests are the caller's business, as for a dead worker). */
-void workers_stuck(worker *k, int64_t now_us);
+void workers_stuck(worker *k);
 /* Drain k (no new requests; deadline_us > 0: when the rest is aborted) or undrain it
  * (on = false: back to ready unless its own phase says otherwise). */
 void workers_drain(worker *k, bool on, int64_t deadline_us);

@@ -1,18 +1,19 @@
 /* test_router_dispatch.c - the router's dispatch policy with fake workers, the worker
- * registry's verdicts on HELLO, and the live request table.
+ * registry's verdicts on HELLO and its states, and the live request table.
  *
  * Dispatch: the least loaded ready worker gets the request (queued + running tokens
  * from its last report plus what was sent since), ties go to the most free KV blocks; a
  * worker at capacity holds the FIFO queue; admission caps count samples (n counts as
  * n) and prompt tokens; without workers a request fails no_workers after the wait, not
- * before; a request longer than every worker's context fails; a busy worker is held
- * until a heartbeat says it has room; an unreachable one is skipped; every dispatch
- * gets a new rid. Worker states: a worker is starting (gets nothing) until its load says
- * ready; a drained one gets nothing new and shows "drained" once nothing of ours is on it;
- * drain --all also covers workers that register later; an overdue drain is found once; a
- * busy worker without a completed step for the stuck timeout is stuck, and a stuck one
- * that goes silent is dead. The request table is checked against a model under random
- * operations: lookups by key and rid, the deadline order, slot reuse.
+ * before, and so does one that comes back from the last worker; a request longer than
+ * every worker's context fails; a busy worker is held until a heartbeat says it has room;
+ * an unreachable one is skipped; every dispatch gets a new rid. Worker states: a worker is
+ * starting (gets nothing) until its load says ready; a drained one gets nothing new and
+ * shows "drained" once nothing of ours is on it; drain --all also covers workers that
+ * register later; an overdue drain is found once; a busy worker without a completed step
+ * for the stuck timeout is stuck, and a stuck one that goes silent is dead. The request
+ * table is checked against a model under random operations: lookups by key and rid, the
+ * deadline order, slot reuse.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -248,6 +249,30 @@ static void without_workers_a_request_fails_after_the_wait(void **state)
     teardown(NULL);
 }
 
+static void a_request_back_from_the_last_worker_fails_after_the_wait(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 1000);
+    worker *w = add_worker("w0", 4, 4096, 10);
+    rq *r = submit(1, 10, 16);
+    assert_int_equal(n_sent, 1);
+    now += 5 * 1000000LL; /* the request ran a while; then its worker died (or got stuck) */
+    workers_dead(w, now);
+    r->worker = -1;
+    dispatch_requeue(disp, r, now);
+    dispatch_run(disp, now);
+    assert_int_equal(n_failed, 0);
+    int64_t t = dispatch_next_timer(disp);
+    if (t != now + 1000 * 1000)
+        fail_msg("next timer: expected the end of the wait (+1000 ms), got %+lld us",
+                 (long long)(t - now));
+    dispatch_run(disp, t);
+    assert_int_equal(n_failed, 1);
+    assert_int_equal(failed[0].code, PE_NO_WORKERS);
+    assert_int_equal(dispatch_queued_count(disp), 0);
+    teardown(NULL);
+}
+
 static void a_request_longer_than_every_context_fails(void **state)
 {
     (void)state;
@@ -479,7 +504,7 @@ static void a_busy_worker_without_a_step_is_stuck_and_then_dead_when_silent(void
     }
     assert_null(workers_find_stuck(reg, t0 + 16000000));
     assert_ptr_equal(workers_find_stuck(reg, t0 + 16000001), w);
-    workers_stuck(w, t0 + 16000001);
+    workers_stuck(w);
     assert_string_equal(workers_state_name(w), "stuck");
     assert_false(workers_live(w));
     assert_null(workers_find(reg, "w0", 2));     /* its own socket gets REFUSE register */
@@ -557,6 +582,7 @@ int main(void)
         cmocka_unit_test(a_full_worker_holds_the_queue_in_order),
         cmocka_unit_test(admission_caps_count_samples_and_prompt_tokens),
         cmocka_unit_test(without_workers_a_request_fails_after_the_wait),
+        cmocka_unit_test(a_request_back_from_the_last_worker_fails_after_the_wait),
         cmocka_unit_test(a_request_longer_than_every_context_fails),
         cmocka_unit_test(a_busy_worker_is_held_until_a_heartbeat_says_it_has_room),
         cmocka_unit_test(an_unreachable_worker_is_skipped),
