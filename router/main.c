@@ -98,7 +98,7 @@ static void usage(FILE *f)
         "  --heartbeat-ms N           worker heartbeat interval asked in WELCOME, default 500\n"
         "  --worker-timeout-ms N      a worker silent this long is dead, default 3000\n"
         "  --stuck-timeout-ms N       a worker holding requests that completes no step this\n"
-        "                             long is stuck (its requests go elsewhere), default 30000;\n"
+        "                             long is stuck (its requests go elsewhere), default 60000;\n"
         "                             0: never\n"
         "  --no-workers-wait-ms N     how long a request waits when no worker is ready, default 1000\n"
         "  --drain-timeout S          seconds to let requests finish at SIGTERM, default 30\n"
@@ -208,7 +208,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
     o->worker_timeout_ms = 3000;
     o->no_workers_wait_ms = 1000;
     o->drain_timeout_ms = 30000;
-    o->stuck_timeout_ms = 30000;
+    o->stuck_timeout_ms = 60000;
     int c;
     int64_t v;
     opterr = 0;

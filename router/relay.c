@@ -72,12 +72,11 @@ static void send_chunk(router_t *rt, rq *r, int k)
 }
 
 /* The metrics of sample k's end (and of the request's, with its last sample). */
-static void account_final(router_t *rt, const rq *r, const rq_sample *s, const proto_usage *u,
-                          int64_t now_us)
+static void account_final(router_t *rt, const rq *r, const rq_sample *s, const proto_usage *u)
 {
     int n = u->completion_tokens;
     double ttft = s->t_first_us ? u->ttft_ms / 1e3 : -1.0;
-    double tpot = s->t_first_us && n > 1 ? (now_us - s->t_first_us) / 1e6 / (n - 1) : -1.0;
+    double tpot = s->t_first_us && n > 1 ? (s->t_last_us - s->t_first_us) / 1e6 / (n - 1) : -1.0;
     metrics_sample_end(rt->metrics, s->finish_reason, n, ttft, tpot, u->total_ms / 1e3);
     if (r->n_finals == r->n)
         metrics_request_end(rt->metrics, r->n_prompt, u->queue_ms / 1e3);
@@ -89,7 +88,7 @@ static void send_final(router_t *rt, rq *r, int k, int64_t now_us)
     proto_usage u;
     usage_of(r, s, now_us, &u);
     r->n_finals++;
-    account_final(rt, r, s, &u, now_us);
+    account_final(rt, r, s, &u);
     const char *text = NULL;
     size_t n_text = 0;
     const int32_t *ids = NULL;
@@ -254,6 +253,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         }
         if (!s->t_first_us)
             s->t_first_us = now;
+        s->t_last_us = now;
         int rc = stream_push(s->st, t->lp.token_id, r->logprobs > 0 ? &t->lp : NULL);
         if (rc == DERAS_ENOMEM) {
             log_error("request %s: %s", r->id, deras_errmsg());

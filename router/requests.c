@@ -183,7 +183,7 @@ int rq_start_samples(rq_table *t, rq *r)
             return rc;
         s->done = s->worker_done = s->touched = false;
         s->finish_reason = s->abort_reason = NULL;
-        s->t_first_us = 0;
+        s->t_first_us = s->t_last_us = 0;
     }
     return DERAS_OK;
 }

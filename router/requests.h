@@ -38,6 +38,7 @@ typedef struct rq_sample {
     const char *finish_reason;  /* "stop", "length", "abort" (static strings) */
     const char *abort_reason;   /* with "abort": "cancelled", "deadline_exceeded", ... */
     int64_t t_first_us;         /* first token, 0 before */
+    int64_t t_last_us;          /* latest token */
     bool touched;               /* in the current STEP's list of samples to flush */
 } rq_sample;
 

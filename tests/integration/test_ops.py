@@ -181,14 +181,15 @@ class Drain(unittest.TestCase):
             drain_s = time.monotonic() - t0
             self.assertEqual(rc, 0, rep)
             self.assertEqual((rep["drained"], rep["timed_out"], rep["aborted"]), (True, False, 0))
+            # the load goes on: w1 takes several new requests, w0 none
             w1_before = worker_row(ctl_json(c, "status")[1], "w1")["served"]
-            time.sleep(1.0)  # the load goes on
+            wait_for("w1 to take 4 new requests", lambda: worker_row(
+                ctl_json(c, "status")[1], "w1")["served"] >= w1_before + 4, timeout=60, every=0.2)
             rc, st = ctl_json(c, "status")
-            w0, w1 = worker_row(st, "w0"), worker_row(st, "w1")
+            w0 = worker_row(st, "w0")
             self.assertEqual(w0["state"], "drained")
             self.assertEqual((w0["requests"], w0["running"], w0["waiting"]), (0, 0, 0))
             self.assertEqual(w0["served"], at_drain["served"], "w0 got requests after the drain")
-            self.assertGreater(w1["served"], w1_before, "w1 served nothing meanwhile: no load?")
             rc, table, _ = c.ctl("status")
             self.assertTrue(any(line.split()[:2] == ["w0", "drained"] for line in table.splitlines()),
                             table)
@@ -208,8 +209,8 @@ class Drain(unittest.TestCase):
         self.assertGreater(done[0], 20)
         self.assertEqual(codes, [0, 0, 0])
         print("drain under load (8 clients, %d requests completed, 0 failed): w0 had %d requests "
-              "in flight, drained in %.2f s, then got nothing new for 1 s (served stayed %d) "
-              "while w1 kept serving; undrain put it back to work"
+              "in flight, drained in %.2f s, then got nothing new (served stayed %d) while w1 "
+              "took new ones; undrain put it back to work"
               % (done[0], at_drain["requests"], drain_s, at_drain["served"]))
 
     def test_a_drain_timeout_ends_what_is_left_with_abort(self):

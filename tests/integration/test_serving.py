@@ -570,8 +570,11 @@ class LongSteps(unittest.TestCase):
             if os.environ.get("DERAS_REQUIRE_MODEL") == "1":
                 self.fail("test model not found at %r" % model)
             raise unittest.SkipTest("test model not found")
+        # the stuck timeout (no step completed while busy) is set far beyond this one long
+        # step, which takes over 30 s under the sanitizers: this test is about liveness only
         c = Cluster(model=model, n_workers=1, kv="256MiB",
-                    router_args=("--worker-timeout-ms", "1000", "--heartbeat-ms", "200"),
+                    router_args=("--worker-timeout-ms", "1000", "--heartbeat-ms", "200",
+                                 "--stuck-timeout-ms", "600000"),
                     worker_args=("--max-batch-tokens", "1024"))
         try:
             ids = [(i * 37) % 40000 + 100 for i in range(1000)]
