@@ -571,7 +571,8 @@ class LongSteps(unittest.TestCase):
                 self.fail("test model not found at %r" % model)
             raise unittest.SkipTest("test model not found")
         # the stuck timeout (no step completed while busy) is set far beyond this one long
-        # step, which takes over 30 s under the sanitizers: this test is about liveness only
+        # step (tens of seconds under the sanitizers on a busy machine): this test is about
+        # liveness only
         c = Cluster(model=model, n_workers=1, kv="256MiB",
                     router_args=("--worker-timeout-ms", "1000", "--heartbeat-ms", "200",
                                  "--stuck-timeout-ms", "600000"),
