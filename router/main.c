@@ -93,7 +93,7 @@ static void usage(FILE *f)
         "  --max-tokens-cap N         largest max_tokens a request may ask, default 32768\n"
         "  --curve-secret-key FILE    CURVE server secret key (Z85) for the client socket\n"
         "  --curve-allow FILE         client public keys (Z85, one per line) allowed to connect\n"
-        "  --allow-insecure-bind      allow tcp on a non-loopback address without CURVE\n"
+        "  --allow-insecure-bind      allow tcp (and HTTP) on a non-loopback address without CURVE\n"
         "  --log-prompts              log prompt text (never logged otherwise)\n"
         "  --heartbeat-ms N           worker heartbeat interval asked in WELCOME, default 500\n"
         "  --worker-timeout-ms N      a worker silent this long is dead, default 3000\n"
@@ -101,7 +101,8 @@ static void usage(FILE *f)
         "                             long is stuck (its requests go elsewhere), default 60000;\n"
         "                             0: never\n"
         "  --no-workers-wait-ms N     how long a request waits when no worker is ready, default 1000\n"
-        "  --drain-timeout S          seconds to let requests finish at SIGTERM, default 30\n"
+        "  --drain-timeout S          seconds to let requests finish at SIGTERM (and derasctl\n"
+        "                             drain without --timeout), default 30\n"
         "\n"
         "Log level: DERAS_LOG=debug|info|warn|error.\n");
 }
