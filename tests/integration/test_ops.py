@@ -24,6 +24,7 @@ Exit 77 (skipped) without pyzmq/msgpack/prometheus_client or the built binaries.
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -524,6 +525,7 @@ class AdminSocket(unittest.TestCase):
                   "is not")
         finally:
             codes = c.stop()
+            shutil.rmtree(d, ignore_errors=True)
         self.assertEqual(codes, [0, 0])
 
 
