@@ -47,6 +47,11 @@ int endpoints_default_clients(char *buf, size_t cap)
     return default_socket("clients.sock", buf, cap);
 }
 
+int endpoints_default_admin(char *buf, size_t cap)
+{
+    return default_socket("admin.sock", buf, cap);
+}
+
 int endpoints_prepare_bind(const char *endpoint)
 {
     if (!endpoint)

@@ -1,11 +1,11 @@
 /* endpoints.h - where deras processes find each other when nobody says otherwise.
  *
- * The router binds two ZeroMQ sockets: one for clients and one for workers. By default
- * both are ipc:// sockets in a per-user runtime directory, /tmp/deras-<uid>/, so one
- * user's router, workers and `deras serve` meet without configuration and two users on
- * one machine never collide. $DERAS_RUNTIME_DIR replaces the directory (tests, systemd's
- * RuntimeDirectory). The router, deras-worker and `deras serve` all take their defaults
- * from here, so they cannot disagree.
+ * The router binds three ZeroMQ sockets: one for clients, one for workers and one for
+ * administration (derasctl). By default all are ipc:// sockets in a per-user runtime
+ * directory, /tmp/deras-<uid>/, so one user's router, workers and `deras serve` meet
+ * without configuration and two users on one machine never collide. $DERAS_RUNTIME_DIR
+ * replaces the directory (tests, systemd's RuntimeDirectory). The router, deras-worker,
+ * `deras serve` and derasctl all take their defaults from here, so they cannot disagree.
  *
  * No ZeroMQ here: these are strings and a mkdir.
  */
@@ -26,6 +26,9 @@ int endpoints_default_workers(char *buf, size_t cap);
 
 /* "ipc://<runtime dir>/clients.sock": the router's client socket. */
 int endpoints_default_clients(char *buf, size_t cap);
+
+/* "ipc://<runtime dir>/admin.sock": the router's admin socket (derasctl). */
+int endpoints_default_admin(char *buf, size_t cap);
 
 /* For a process about to bind an ipc:// endpoint: create its directory (mode 0700, one
  * level) if missing. Other transports: nothing to do. DERAS_EIO naming the directory when

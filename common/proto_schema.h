@@ -1,5 +1,5 @@
 /* proto_schema.h - matching unpacked msgpack objects against a message schema (internal to
- * protocol.c and worker_proto.c; not a public header).
+ * protocol.c, worker_proto.c and admin_proto.c; not a public header).
  *
  * Each check takes the object, the bounds, an out-parameter, and last the field's name as
  * a printf format ("temperature", "stop[%u]", "tokens[%u][2]"), formatted only when the

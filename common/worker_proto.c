@@ -87,13 +87,13 @@ static const uint64_t wp_required[N_TYPES] = {
 };
 
 static const char *const load_names[] = {
-    "running", "waiting", "queued_tokens", "running_tokens", "kv_blocks_free",
+    "phase", "running", "waiting", "queued_tokens", "running_tokens", "kv_blocks_free",
     "kv_blocks_total", "tokens_per_s", "steps", "preemptions", "prefix_hit_tokens",
     "prefix_query_tokens", "prompt_tokens", "generated_tokens", "spec_proposed",
     "spec_accepted", "spec_verifications",
 };
-#define N_LOAD 16
-#define N_LOAD_REQUIRED 13 /* the speculation counters are optional (added later) */
+#define N_LOAD 17
+#define N_LOAD_REQUIRED 14 /* the speculation counters are optional (added later) */
 
 /* ---- decoder ---- */
 
@@ -150,6 +150,26 @@ static int bad_key(const msgpack_object *key, const char *where, proto_error *er
     return ps_fail(err, PE_INVALID_FIELD, "unknown key '%s' in %s", name, where);
 }
 
+static const char *const phase_names[] = {"starting", "ready", "draining"};
+
+const char *wp_phase_name(enum wp_phase p)
+{
+    return p >= WP_PHASE_STARTING && p <= WP_PHASE_DRAINING ? phase_names[p] : "?";
+}
+
+static int decode_phase(const msgpack_object *v, enum wp_phase *out, proto_error *err)
+{
+    if (v->type != MSGPACK_OBJECT_STR)
+        return ps_fail(err, PE_INVALID_FIELD, "load.phase must be a string, got %s",
+                       ps_type_name(v));
+    int p = ps_lookup(v, phase_names, 3);
+    if (p < 0)
+        return ps_fail(err, PE_INVALID_FIELD,
+                       "load.phase must be \"starting\", \"ready\" or \"draining\"");
+    *out = (enum wp_phase)p;
+    return DERAS_OK;
+}
+
 static int decode_load(const msgpack_object *o, const char *where, wp_load *l, proto_error *err)
 {
     const msgpack_object_kv *kv;
@@ -166,18 +186,21 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
         const char *name = load_names[f];
         int64_t i64 = 0;
         switch (f) {
-        case 0: case 1: case 4: case 5: {
+        case 0:
+            rc = decode_phase(v, &l->phase, err);
+            break;
+        case 1: case 2: case 5: case 6: {
             rc = ps_int(v, 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &i64, err, "load.%s", name);
-            int *dst[] = {&l->running, &l->waiting, NULL, NULL, &l->kv_blocks_free,
+            int *dst[] = {NULL, &l->running, &l->waiting, NULL, NULL, &l->kv_blocks_free,
                           &l->kv_blocks_total};
             *dst[f] = (int)i64;
             break;
         }
-        case 2: case 3:
+        case 3: case 4:
             rc = ps_int(v, 0, INT64_MAX, PE_VALUE_OUT_OF_RANGE, &i64, err, "load.%s", name);
-            *(f == 2 ? &l->queued_tokens : &l->running_tokens) = i64;
+            *(f == 3 ? &l->queued_tokens : &l->running_tokens) = i64;
             break;
-        case 6:
+        case 7:
             rc = ps_double(v, 0, 1e300, &l->tokens_per_s, err, "load.%s", name);
             break;
         default: {
@@ -185,7 +208,7 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
                                &l->prefix_query_tokens, &l->prompt_tokens,
                                &l->generated_tokens, &l->spec_proposed, &l->spec_accepted,
                                &l->spec_verifications};
-            rc = ps_u64(v, dst[f - 7], err, "load.%s", name);
+            rc = ps_u64(v, dst[f - 8], err, "load.%s", name);
             break;
         }
         }
@@ -581,6 +604,7 @@ int wp_encode_refuse(wp_encoder *e, const char *reason, const void **buf, size_t
 static int pack_load(msgpack_packer *pk, const wp_load *l)
 {
     int rc = msgpack_pack_map(pk, N_LOAD);
+    rc |= KEY(pk, "phase") | pack_text(pk, wp_phase_name(l->phase), 16);
     rc |= KEY(pk, "running") | msgpack_pack_int(pk, l->running);
     rc |= KEY(pk, "waiting") | msgpack_pack_int(pk, l->waiting);
     rc |= KEY(pk, "queued_tokens") | msgpack_pack_int64(pk, l->queued_tokens);
@@ -600,9 +624,14 @@ static int pack_load(msgpack_packer *pk, const wp_load *l)
     return rc;
 }
 
+static bool load_ok(const wp_load *l)
+{
+    return l && l->phase >= WP_PHASE_STARTING && l->phase <= WP_PHASE_DRAINING;
+}
+
 int wp_encode_heartbeat(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
 {
-    BEGIN(e, l);
+    BEGIN(e, load_ok(l));
     msgpack_packer *pk = &e->pk;
     int rc = pack_head(pk, "heartbeat", 1);
     rc |= KEY(pk, "load") | pack_load(pk, l);
@@ -772,7 +801,7 @@ bool wp_step_empty(const wp_encoder *e)
 
 int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
 {
-    BEGIN(e, l);
+    BEGIN(e, load_ok(l));
     msgpack_packer *pk = &e->pk;
     int rc = pack_head(pk, "step", 3);
     rc |= KEY(pk, "tokens") | msgpack_pack_array(pk, e->n_tokens);

@@ -10,6 +10,8 @@
  *   worker -> HELLO (its identity, model and capacity)
  *   router -> WELCOME (or REFUSE with a reason: version, model mismatch, duplicate name)
  *   worker -> HEARTBEAT every heartbeat_ms with its load
+ *   (the load's phase says "starting" until the worker's warm-up step ran, then "ready";
+ *   "draining" once it takes no new requests: the router dispatches only to "ready")
  *   router -> SUBMIT / ABORT; worker -> STEP (every token and finish of one engine step,
  *   in one frame) and REJECT (a submit the engine refused: busy, bad request).
  * A router that restarted does not know its workers: it answers any frame other than
@@ -63,7 +65,13 @@ typedef struct wp_hello {
     int32_t pid;
 } wp_hello;
 
+/* What a worker is doing, in every load report. A worker is ready only after its model is
+ * loaded and one warm-up step ran; it reports draining once it takes no new requests (DRAIN
+ * from the router, or a signal). */
+enum wp_phase { WP_PHASE_STARTING = 0, WP_PHASE_READY, WP_PHASE_DRAINING };
+
 typedef struct wp_load {
+    enum wp_phase phase;              /* "starting", "ready", "draining" on the wire */
     int running, waiting;             /* sequences */
     int64_t queued_tokens;            /* prompt tokens not yet computed */
     int64_t running_tokens;           /* tokens of running sequences */
@@ -151,5 +159,8 @@ int wp_step_add_token(wp_encoder *e, const wp_token *t);
 int wp_step_add_finish(wp_encoder *e, const wp_finish *f);
 int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len);
 bool wp_step_empty(const wp_encoder *e);
+
+/* "starting", "ready", "draining" ("?" for anything else). */
+const char *wp_phase_name(enum wp_phase p);
 
 #endif

@@ -1,11 +1,13 @@
-/* curve.c - CURVE encryption and client authentication for the client socket.
+/* curve.c - CURVE encryption and client authentication for the client and admin sockets.
  *
  * With --curve-secret-key the client socket is a CURVE server: traffic is encrypted and
  * every client proves it holds the secret key of a public key. Which public keys may
  * connect is the ZAP handler's call (ZeroMQ RFC 27): ZeroMQ asks inproc
  * "zeromq.zap.01" about every handshake, and this handler answers 200 for a key listed
  * in --curve-allow and 400 otherwise. It runs in the router's event loop; a handshake
- * waits for the loop, never the other way round.
+ * waits for the loop, never the other way round. A tcp admin socket is a CURVE server
+ * with the same secret key and its own allow list (--admin-curve-allow); each socket
+ * names its ZAP domain, so a client key never opens the admin socket.
  *
  * Key files are text. The secret key file holds the 40-character Z85 secret key, alone
  * on a line or as `secret-key = "..."` (the zcert format); the allow file holds one Z85
@@ -27,6 +29,7 @@
 #define ZAP_ADDR "inproc://zeromq.zap.01"
 
 struct curve {
+    const char *domain;     /* ZAP domain of the sockets this key and list serve */
     char secret_z85[41];
     char public_z85[41];
     uint8_t (*allowed)[32];
@@ -127,7 +130,8 @@ static int read_allowed(const char *path, curve_t *c)
     return rc;
 }
 
-int curve_load(const char *secret_file, const char *allow_file, curve_t **out)
+int curve_load(const char *secret_file, const char *allow_file, const char *domain,
+               curve_t **out)
 {
     *out = NULL;
     if (!zmq_has("curve"))
@@ -135,6 +139,7 @@ int curve_load(const char *secret_file, const char *allow_file, curve_t **out)
     curve_t *c = calloc(1, sizeof *c);
     if (!c)
         return deras_fail(DERAS_ENOMEM, "curve_load: out of memory");
+    c->domain = domain;
     int rc = read_secret(secret_file, c->secret_z85);
     if (!rc && zmq_curve_public(c->public_z85, c->secret_z85) == -1)
         rc = deras_fail(DERAS_EFORMAT, "%s: not a CURVE secret key", secret_file);
@@ -144,7 +149,8 @@ int curve_load(const char *secret_file, const char *allow_file, curve_t **out)
         curve_destroy(&c);
         return rc;
     }
-    log_info("CURVE: server public key %s, %d client keys allowed", c->public_z85, c->n_allowed);
+    log_info("CURVE (%s): server public key %s, %d client keys allowed", domain, c->public_z85,
+             c->n_allowed);
     *out = c;
     return DERAS_OK;
 }
@@ -165,7 +171,7 @@ int curve_apply(const curve_t *c, void *sock)
     int one = 1, rc;
     if ((rc = ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one))) ||
         (rc = ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, c->secret_z85, 40))) ||
-        (rc = ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "deras", 5))))
+        (rc = ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, c->domain, strlen(c->domain)))))
         return rc;
     return DERAS_OK;
 }
@@ -190,8 +196,19 @@ static bool allowed(const curve_t *c, const void *key, size_t len)
     return false;
 }
 
-void curve_zap_handle(const curve_t *c, void *zap, router_stats *st)
+/* The key list for a ZAP request's domain frame, or NULL. */
+static const curve_t *for_domain(const curve_t *const *cs, int n, zmq_msg_t *domain)
 {
+    for (int i = 0; i < n; i++)
+        if (cs[i] && zmq_msg_size(domain) == strlen(cs[i]->domain) &&
+            !memcmp(zmq_msg_data(domain), cs[i]->domain, zmq_msg_size(domain)))
+            return cs[i];
+    return NULL;
+}
+
+void curve_zap_handle(const curve_t *client, const curve_t *admin, void *zap, router_stats *st)
+{
+    const curve_t *cs[2] = {client, admin};
     for (;;) {
         /* version, request id, domain, address, identity, mechanism, credentials... */
         zmq_msg_t f[7];
@@ -212,7 +229,8 @@ void curve_zap_handle(const curve_t *c, void *zap, router_stats *st)
             else
                 zmq_msg_close(m);
         }
-        bool ok = n >= 7 && zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) &&
+        const curve_t *c = n >= 7 ? for_domain(cs, 2, &f[2]) : NULL;
+        bool ok = c && zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) &&
                   allowed(c, zmq_msg_data(&f[6]), zmq_msg_size(&f[6]));
         if (ok)
             st->auth_allowed++;

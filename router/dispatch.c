@@ -23,6 +23,7 @@ struct dispatch {
 
     rq *head, *tail;
     int queued_requests;    /* samples */
+    int queued_count;       /* requests */
     int64_t queued_tokens;
     uint64_t next_rid;
     int64_t no_workers_since_us; /* 0 while some worker is ready */
@@ -82,6 +83,7 @@ static void q_push(dispatch_t *d, rq *r, bool front)
         d->tail = r;
     }
     d->queued_requests += r->n;
+    d->queued_count++;
     d->queued_tokens += r->n_prompt;
 }
 
@@ -100,6 +102,7 @@ static void q_unlink(dispatch_t *d, rq *r)
     r->q_prev = r->q_next = NULL;
     r->in_queue = false;
     d->queued_requests -= r->n;
+    d->queued_count--;
     d->queued_tokens -= r->n_prompt;
 }
 
@@ -190,7 +193,7 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
         r->worker = k->slot;
         r->attempts++;
         r->t_dispatch_us = now_us;
-        workers_sent(k, r->n, r->n_prompt);
+        workers_sent(k, r->n, r->n_prompt, now_us);
         int rc = d->submit(d->ctx, k, r);
         if (rc) {
             /* unreachable worker: skip it until heard from; the request goes back */
@@ -231,6 +234,11 @@ void dispatch_drain(dispatch_t *d)
 int dispatch_queued_requests(const dispatch_t *d)
 {
     return d->queued_requests;
+}
+
+int dispatch_queued_count(const dispatch_t *d)
+{
+    return d->queued_count;
 }
 
 int64_t dispatch_queued_tokens(const dispatch_t *d)

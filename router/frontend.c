@@ -217,47 +217,56 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
     return PE_NONE;
 }
 
+/* A decoded request ends with an error reply before admission (counted as a request that
+ * ended with finish_reason "error" in the metrics). */
+static void refuse(router_t *rt, const uint8_t *ident, int ident_len, bool delim, const char *id,
+                   enum proto_error_code code, const char *msg)
+{
+    metrics_request_error(rt->metrics);
+    frontend_error(rt, ident, ident_len, delim, id, code, msg);
+}
+
 static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bool delim, int fd,
                            const proto_request *q)
 {
     char msg[256];
     rt->st.requests++;
     if (rt->draining) {
-        frontend_error(rt, ident, ident_len, delim, q->id, PE_SHUTTING_DOWN,
+        refuse(rt, ident, ident_len, delim, q->id, PE_SHUTTING_DOWN,
                        "the router is shutting down");
         return;
     }
     if (rq_find_key(rt->rqs, ident, ident_len, q->id)) {
         snprintf(msg, sizeof msg, "request id '%s' is already live on this connection", q->id);
-        frontend_error(rt, ident, ident_len, delim, q->id, PE_DUPLICATE_ID, msg);
+        refuse(rt, ident, ident_len, delim, q->id, PE_DUPLICATE_ID, msg);
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */
     if (q->n <= rt->o.max_queued_requests && dispatch_check(rt->disp, q->n, 0)) {
-        frontend_error(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
+        refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
     const int32_t *ids;
     int n_ids;
     enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, sizeof msg);
     if (code != PE_NONE) {
-        frontend_error(rt, ident, ident_len, delim, q->id, code, msg);
+        refuse(rt, ident, ident_len, delim, q->id, code, msg);
         return;
     }
     if (q->n > rt->o.max_queued_requests) {
         snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", q->n,
                  rt->o.max_queued_requests);
-        frontend_error(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
+        refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
     }
     if (n_ids > rt->o.max_queued_tokens) {
         snprintf(msg, sizeof msg, "prompt of %d tokens exceeds --max-queued-tokens (%lld)", n_ids,
                  (long long)rt->o.max_queued_tokens);
-        frontend_error(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
+        refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
     }
     if (dispatch_check(rt->disp, q->n, n_ids)) {
-        frontend_error(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
+        refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
 
@@ -298,7 +307,7 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     r->deadline_us = q->deadline_ms > 0 ? now + q->deadline_ms * 1000 : 0;
     int rc = rq_start_samples(rt->rqs, r);
     if (rc == DERAS_EINVAL) {
-        frontend_error(rt, ident, ident_len, delim, q->id, PE_INVALID_FIELD, deras_errmsg());
+        refuse(rt, ident, ident_len, delim, q->id, PE_INVALID_FIELD, deras_errmsg());
         rq_discard(rt->rqs, r);
         return;
     }
@@ -319,7 +328,7 @@ nomem:
     if (r)
         rq_discard(rt->rqs, r);
     log_error("request '%s': %s", q->id, deras_errmsg());
-    frontend_error(rt, ident, ident_len, delim, q->id, PE_INTERNAL, "out of memory");
+    refuse(rt, ident, ident_len, delim, q->id, PE_INTERNAL, "out of memory");
 }
 
 static void handle_cancel(router_t *rt, const uint8_t *ident, int ident_len, bool delim,

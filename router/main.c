@@ -1,11 +1,12 @@
 /* main.c - deras-router: options, signals, start-up, the event loop, shutdown.
  *
  * One thread, one zmq_poll loop over the client socket, the worker socket, their
- * monitors, the ZAP handler (with CURVE) and a self-pipe the signal handler writes to.
- * The poll timeout is the time to the nearest timer (a request deadline, a worker's
- * silence limit, the end of a wait for a worker, the end of the drain), so an idle
- * router sleeps and a busy one never spins. Each turn reads a bounded batch from each
- * socket, then runs the timers and the dispatcher.
+ * monitors, the admin socket, the ZAP handler (with CURVE), the HTTP server's epoll fd
+ * and a self-pipe the signal handler writes to. The poll timeout is the time to the
+ * nearest timer (a request deadline, a worker's silence or stuck limit, a drain's
+ * deadline, the end of a wait for a worker, HTTP's own timeouts, the end of the drain),
+ * so an idle router sleeps and a busy one never spins. Each turn reads a bounded batch
+ * from each socket, then runs the timers and the dispatcher.
  *
  * Stopping: the first SIGTERM/SIGINT starts a drain (new requests get shutting_down,
  * queued ones too, workers get DRAIN, running requests finish) that ends when nothing
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/endpoints.h"
@@ -39,19 +41,21 @@
 
 #define CLIENT_BUDGET 256   /* client frames per loop turn */
 #define WORKER_BUDGET 1024  /* worker frames per loop turn */
+#define ADMIN_BUDGET 64     /* admin requests per loop turn */
+#define N_IPC 3             /* ipc socket files: clients, workers, admin */
 
 /* ---- signals ---- */
 
 static int sig_pipe[2] = {-1, -1};
 static volatile sig_atomic_t sig_count;
 /* ipc socket files to remove on a hard exit (async-signal-safe unlink) */
-static char ipc_files[2][ROUTER_ADDR_MAX];
+static char ipc_files[N_IPC][ROUTER_ADDR_MAX];
 
 static void on_signal(int signo)
 {
     int saved = errno;
     if (++sig_count >= 3) { /* the loop did not act on the second one */
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < N_IPC; i++)
             if (ipc_files[i][0])
                 unlink(ipc_files[i]);
         _exit(1);
@@ -85,17 +89,27 @@ static void usage(FILE *f)
         "  --model PATH               model (.gguf or Hugging Face dir): tokenizer and limits only\n"
         "  --listen ADDR              client socket (tcp:// or ipc://), default tcp://127.0.0.1:5555\n"
         "  --workers ADDR             worker socket, default ipc:///tmp/deras-$UID/workers.sock\n"
+        "  --admin ADDR               admin socket (derasctl), default ipc:///tmp/deras-$UID/admin.sock\n"
+        "                             (mode 0600); tcp:// only with --admin-curve-allow\n"
+        "  --admin-curve-allow FILE   public keys (Z85) allowed on a tcp admin socket (CURVE,\n"
+        "                             with --curve-secret-key)\n"
+        "  --metrics-listen HOST:PORT HTTP for GET /metrics, /health, /live, default\n"
+        "                             127.0.0.1:9400; none: off\n"
         "  --max-queued-requests N    samples waiting for a worker (n counts as n), default 256\n"
         "  --max-queued-tokens N      prompt tokens waiting for a worker, default 262144\n"
         "  --max-tokens-cap N         largest max_tokens a request may ask, default 32768\n"
         "  --curve-secret-key FILE    CURVE server secret key (Z85) for the client socket\n"
         "  --curve-allow FILE         client public keys (Z85, one per line) allowed to connect\n"
-        "  --allow-insecure-bind      allow tcp on a non-loopback address without CURVE\n"
+        "  --allow-insecure-bind      allow tcp (and HTTP) on a non-loopback address without CURVE\n"
         "  --log-prompts              log prompt text (never logged otherwise)\n"
         "  --heartbeat-ms N           worker heartbeat interval asked in WELCOME, default 500\n"
         "  --worker-timeout-ms N      a worker silent this long is dead, default 3000\n"
+        "  --stuck-timeout-ms N       a worker holding requests that completes no step this\n"
+        "                             long is stuck (its requests go elsewhere), default 60000;\n"
+        "                             0: never\n"
         "  --no-workers-wait-ms N     how long a request waits when no worker is ready, default 1000\n"
-        "  --drain-timeout S          seconds to let requests finish at SIGTERM, default 30\n"
+        "  --drain-timeout S          seconds to let requests finish at SIGTERM (and derasctl\n"
+        "                             drain without --timeout), default 30\n"
         "\n"
         "Log level: DERAS_LOG=debug|info|warn|error.\n");
 }
@@ -143,10 +157,30 @@ static int check_addr(const router_opts *o, const char *what, const char *addr, 
     return DERAS_OK;
 }
 
+/* The admin socket: ipc, or tcp as a CURVE server with its own allowed keys. */
+static int check_admin(const router_opts *o)
+{
+    if (!strncmp(o->admin, "ipc://", 6)) {
+        if (o->admin_curve_allow_file)
+            return deras_fail(DERAS_EINVAL, "--admin-curve-allow is for a tcp:// admin socket "
+                              "(an ipc one is guarded by its file mode, 0600)");
+        return DERAS_OK;
+    }
+    if (strncmp(o->admin, "tcp://", 6))
+        return deras_fail(DERAS_EINVAL, "--admin %s: only tcp:// and ipc:// addresses are served",
+                          o->admin);
+    if (!o->curve_secret_file || !o->admin_curve_allow_file)
+        return deras_fail(DERAS_EINVAL,
+                          "--admin %s: a tcp admin socket needs CURVE: --curve-secret-key "
+                          "(with --curve-allow) and --admin-curve-allow listing the operators' "
+                          "public keys", o->admin);
+    return DERAS_OK;
+}
+
 static int parse_options(int argc, char **argv, router_opts *o)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
-           O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_HELP };
+           O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_STUCK, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"listen", required_argument, 0, O_LISTEN},
@@ -162,14 +196,19 @@ static int parse_options(int argc, char **argv, router_opts *o)
         {"worker-timeout-ms", required_argument, 0, O_WTO},
         {"no-workers-wait-ms", required_argument, 0, O_NWW},
         {"drain-timeout", required_argument, 0, O_DRAIN},
+        {"admin", required_argument, 0, O_ADMIN},
+        {"admin-curve-allow", required_argument, 0, O_ACA},
+        {"metrics-listen", required_argument, 0, O_METRICS},
+        {"stuck-timeout-ms", required_argument, 0, O_STUCK},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     snprintf(o->listen, sizeof o->listen, "tcp://127.0.0.1:5555");
     int rc = endpoints_default_workers(o->workers, sizeof o->workers);
-    if (rc)
+    if (rc || (rc = endpoints_default_admin(o->admin, sizeof o->admin)))
         return rc;
+    snprintf(o->metrics_listen, sizeof o->metrics_listen, "127.0.0.1:9400");
     o->max_queued_requests = 256;
     o->max_queued_tokens = 262144;
     o->max_tokens_cap = 32768;
@@ -177,6 +216,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
     o->worker_timeout_ms = 3000;
     o->no_workers_wait_ms = 1000;
     o->drain_timeout_ms = 30000;
+    o->stuck_timeout_ms = 60000;
     int c;
     int64_t v;
     opterr = 0;
@@ -190,6 +230,17 @@ static int parse_options(int argc, char **argv, router_opts *o)
         case O_CA: o->curve_allow_file = optarg; break;
         case O_INSECURE: o->allow_insecure_bind = true; break;
         case O_LOGP: o->log_prompts = true; break;
+        case O_ADMIN: snprintf(o->admin, sizeof o->admin, "%s", optarg); break;
+        case O_ACA: o->admin_curve_allow_file = optarg; break;
+        case O_METRICS:
+            snprintf(o->metrics_listen, sizeof o->metrics_listen, "%s", optarg);
+            o->metrics_listen_given = true;
+            break;
+        case O_STUCK:
+            if ((rc = parse_int("--stuck-timeout-ms", optarg, 0, 86400000, &v)))
+                return rc;
+            o->stuck_timeout_ms = (int)v;
+            break;
         case O_HELP: usage(stdout); exit(0);
         case O_MQR:
             if ((rc = parse_int("--max-queued-requests", optarg, 1, 1 << 24, &v)))
@@ -238,10 +289,13 @@ static int parse_options(int argc, char **argv, router_opts *o)
     if (o->heartbeat_ms >= o->worker_timeout_ms)
         return deras_fail(DERAS_EINVAL, "--heartbeat-ms (%d) must be below --worker-timeout-ms (%d)",
                           o->heartbeat_ms, o->worker_timeout_ms);
-    if (!strcmp(o->listen, o->workers))
-        return deras_fail(DERAS_EINVAL, "--listen and --workers must differ");
+    if (!strcmp(o->listen, o->workers) || !strcmp(o->listen, o->admin) ||
+        !strcmp(o->workers, o->admin))
+        return deras_fail(DERAS_EINVAL, "--listen, --workers and --admin must differ");
     if ((rc = check_addr(o, "--listen", o->listen, o->curve_secret_file != NULL)) ||
-        (rc = check_addr(o, "--workers", o->workers, false)))
+        (rc = check_addr(o, "--workers", o->workers, false)) ||
+        (rc = check_admin(o)) ||
+        (rc = http_check_listen(o->metrics_listen, o->allow_insecure_bind)))
         return rc;
     return DERAS_OK;
 }
@@ -305,12 +359,17 @@ static int start(router_t *rt)
     proto_limits_default(&rt->lim);
     rt->lim.max_tokens = rt->o.max_tokens_cap;
     if (rt->o.curve_secret_file &&
-        (rc = curve_load(rt->o.curve_secret_file, rt->o.curve_allow_file, &rt->curve)))
+        (rc = curve_load(rt->o.curve_secret_file, rt->o.curve_allow_file, "deras", &rt->curve)))
+        return rc;
+    if (rt->o.admin_curve_allow_file &&
+        (rc = curve_load(rt->o.curve_secret_file, rt->o.admin_curve_allow_file, "deras-admin",
+                         &rt->admin_curve)))
         return rc;
     if (!(rt->pdec = proto_decoder_new(&rt->lim)) || !(rt->penc = proto_encoder_new()) ||
         !(rt->wdec = wp_decoder_new(16u << 20)) || !(rt->wenc = wp_encoder_new()) ||
-        !(rt->rqs = rq_table_new(rt->tok)) ||
-        !(rt->workers = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms)))
+        !(rt->rqs = rq_table_new(rt->tok)) || !(rt->metrics = metrics_new()) ||
+        !(rt->workers = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms,
+                                    rt->o.stuck_timeout_ms)))
         return deras_fail(DERAS_ENOMEM, "out of memory at start-up");
     dispatch_opts d = {.max_queued_requests = rt->o.max_queued_requests,
                        .max_queued_tokens = rt->o.max_queued_tokens,
@@ -318,14 +377,17 @@ static int start(router_t *rt)
     if (!(rt->disp = dispatch_new(rt->workers, rt->rqs, &d, wlink_submit, relay_fail_cb, rt)))
         return DERAS_ENOMEM;
     if ((rc = prepare_ipc(rt->o.listen, ipc_files[0])) ||
-        (rc = prepare_ipc(rt->o.workers, ipc_files[1])))
+        (rc = prepare_ipc(rt->o.workers, ipc_files[1])) ||
+        (rc = prepare_ipc(rt->o.admin, ipc_files[2])))
         return rc;
     if ((rc = ZMQ_CHECK_PTR(rt->zctx, zmq_ctx_new())))
         return rc;
-    if ((rc = wlink_open(rt)) || (rc = frontend_open(rt)))
+    if ((rc = wlink_open(rt)) || (rc = frontend_open(rt)) || (rc = admin_open(rt)) ||
+        (rc = http_open(rt)))
         return rc;
-    log_info("listening for clients on %s%s, for workers on %s", rt->o.listen,
-             rt->curve ? " (CURVE)" : "", rt->o.workers);
+    log_info("listening for clients on %s%s, for workers on %s, for derasctl on %s%s",
+             rt->o.listen, rt->curve ? " (CURVE)" : "", rt->o.workers, rt->o.admin,
+             rt->admin_curve ? " (CURVE)" : "");
     return DERAS_OK;
 }
 
@@ -338,7 +400,8 @@ static void log_stats(const router_t *rt)
     log_info("stats: %llu frames, %llu requests, %llu ended, %llu cancels, %llu pings, %llu "
              "errors (%llu busy, %llu malformed), %llu bad envelopes, %llu stale frames, %llu send failures, %llu "
              "disconnects (frames over the cap among them), %llu protocol drops, CURVE %llu allowed / %llu denied; workers: "
-             "%llu frames, %llu bad, %llu stray tokens, %llu re-dispatched, %llu deaths",
+             "%llu frames, %llu bad, %llu stray tokens, %llu re-dispatched, %llu deaths, %llu stuck; "
+             "%llu admin requests (%llu errors), %llu HTTP requests",
              (unsigned long long)s->frames, (unsigned long long)s->requests,
              (unsigned long long)s->completed, (unsigned long long)s->cancels,
              (unsigned long long)s->pings, (unsigned long long)errors,
@@ -349,16 +412,20 @@ static void log_stats(const router_t *rt)
              (unsigned long long)s->auth_allowed, (unsigned long long)s->auth_denied,
              (unsigned long long)s->worker_frames, (unsigned long long)s->worker_bad_frames,
              (unsigned long long)s->stray_tokens, (unsigned long long)s->redispatched,
-             (unsigned long long)s->worker_deaths);
+             (unsigned long long)s->worker_deaths, (unsigned long long)s->worker_stuck,
+             (unsigned long long)s->admin_requests, (unsigned long long)s->admin_errors,
+             (unsigned long long)s->http_requests);
 }
 
 static void stop(router_t *rt)
 {
+    http_close(rt);
+    admin_close(rt);
     wlink_close(rt);
     frontend_close(rt);
     if (rt->zctx)
         zmq_ctx_term(rt->zctx);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < N_IPC; i++)
         if (ipc_files[i][0])
             unlink(ipc_files[i]);
     dispatch_destroy(&rt->disp);
@@ -369,6 +436,8 @@ static void stop(router_t *rt)
     wp_decoder_destroy(&rt->wdec);
     wp_encoder_destroy(&rt->wenc);
     curve_destroy(&rt->curve);
+    curve_destroy(&rt->admin_curve);
+    metrics_destroy(&rt->metrics);
     free(rt->tok_buf);
     free(rt->touched);
     tokenizer_destroy(&rt->tok);
@@ -393,11 +462,11 @@ static void begin_drain(router_t *rt, int64_t now)
 static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
 {
     int64_t t = workers_next_expiry(rt->workers);
-    if (watchdog_us < t)
-        t = watchdog_us;
-    int64_t d = dispatch_next_timer(rt->disp);
-    if (d < t)
-        t = d;
+    int64_t timers[] = {watchdog_us, dispatch_next_timer(rt->disp), admin_next_timer(rt),
+                        http_next_timer(rt, now)};
+    for (int i = 0; i < 4; i++)
+        if (timers[i] < t)
+            t = timers[i];
     rq *r = rq_next_deadline(rt->rqs);
     if (r && r->deadline_us < t)
         t = r->deadline_us;
@@ -422,18 +491,24 @@ static void end_all(router_t *rt, const char *msg)
 /* The event loop; returns the exit status: 0 drained (or drain timeout), 1 otherwise. */
 static int run(router_t *rt)
 {
-    zmq_pollitem_t items[6];
+    enum { I_SIG, I_WMON, I_CMON, I_WORKERS, I_CLIENTS, I_ADMIN, N_FIXED };
+    zmq_pollitem_t items[N_FIXED + 2];
     sdnotify_watchdog wd;
     sdnotify_watchdog_init(&wd, router_now_us());
     for (;;) {
-        int n = 0;
-        items[n++] = (zmq_pollitem_t){.fd = sig_pipe[0], .events = ZMQ_POLLIN};
-        items[n++] = (zmq_pollitem_t){.socket = rt->worker_mon, .events = ZMQ_POLLIN};
-        items[n++] = (zmq_pollitem_t){.socket = rt->client_mon, .events = ZMQ_POLLIN};
-        items[n++] = (zmq_pollitem_t){.socket = rt->workers_sock, .events = ZMQ_POLLIN};
-        items[n++] = (zmq_pollitem_t){.socket = rt->clients, .events = ZMQ_POLLIN};
-        if (rt->zap)
+        items[I_SIG] = (zmq_pollitem_t){.fd = sig_pipe[0], .events = ZMQ_POLLIN};
+        items[I_WMON] = (zmq_pollitem_t){.socket = rt->worker_mon, .events = ZMQ_POLLIN};
+        items[I_CMON] = (zmq_pollitem_t){.socket = rt->client_mon, .events = ZMQ_POLLIN};
+        items[I_WORKERS] = (zmq_pollitem_t){.socket = rt->workers_sock, .events = ZMQ_POLLIN};
+        items[I_CLIENTS] = (zmq_pollitem_t){.socket = rt->clients, .events = ZMQ_POLLIN};
+        items[I_ADMIN] = (zmq_pollitem_t){.socket = rt->admin_sock, .events = ZMQ_POLLIN};
+        int n = N_FIXED, i_zap = -1; /* ZAP and HTTP only when in use */
+        if (rt->zap) {
+            i_zap = n;
             items[n++] = (zmq_pollitem_t){.socket = rt->zap, .events = ZMQ_POLLIN};
+        }
+        if (http_fd(rt) >= 0) /* it only wakes the poll: http_run runs every turn */
+            items[n++] = (zmq_pollitem_t){.fd = http_fd(rt), .events = ZMQ_POLLIN};
         int64_t now = router_now_us();
         int rc = zmq_poll(items, n, poll_timeout_ms(rt, now, sdnotify_watchdog_tick(&wd, now)));
         if (rc == -1 && zmq_errno() != EINTR) {
@@ -441,7 +516,7 @@ static int run(router_t *rt)
             return 1;
         }
         if (rc > 0) {
-            if (items[0].revents & ZMQ_POLLIN) {
+            if (items[I_SIG].revents & ZMQ_POLLIN) {
                 unsigned char b[16];
                 ssize_t got;
                 while ((got = read(sig_pipe[0], b, sizeof b)) > 0)
@@ -456,20 +531,24 @@ static int run(router_t *rt)
                         return 1;
                     }
             }
-            if (items[1].revents & ZMQ_POLLIN)
+            if (items[I_WMON].revents & ZMQ_POLLIN)
                 wlink_monitor(rt);
-            if (items[2].revents & ZMQ_POLLIN)
+            if (items[I_CMON].revents & ZMQ_POLLIN)
                 frontend_monitor(rt);
-            if (n > 5 && (items[5].revents & ZMQ_POLLIN))
-                curve_zap_handle(rt->curve, rt->zap, &rt->st);
-            if (items[3].revents & ZMQ_POLLIN)
+            if (i_zap >= 0 && (items[i_zap].revents & ZMQ_POLLIN))
+                curve_zap_handle(rt->curve, rt->admin_curve, rt->zap, &rt->st);
+            if (items[I_WORKERS].revents & ZMQ_POLLIN)
                 wlink_recv(rt, WORKER_BUDGET);
-            if (items[4].revents & ZMQ_POLLIN)
+            if (items[I_CLIENTS].revents & ZMQ_POLLIN)
                 frontend_recv(rt, CLIENT_BUDGET);
+            if (items[I_ADMIN].revents & ZMQ_POLLIN)
+                admin_recv(rt, ADMIN_BUDGET);
         }
+        http_run(rt); /* after every poll: libmicrohttpd's rule when it has a timeout */
         now = router_now_us();
         relay_deadlines(rt, now);
         wlink_check_timeouts(rt, now);
+        admin_tick(rt, now);
         dispatch_run(rt->disp, now);
         relay_reap(rt);
         if (rt->draining) {
@@ -490,6 +569,10 @@ int main(int argc, char **argv)
 {
     log_set_name("deras-router");
     router_t rt = {0};
+    rt.start_us = router_now_us();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    rt.start_time_s = (double)wall.tv_sec + wall.tv_nsec / 1e9;
     int rc = parse_options(argc, argv, &rt.o);
     if (rc) {
         fprintf(stderr, "deras-router: %s\n", deras_errmsg());

@@ -15,6 +15,10 @@
  *
  * Sends never fail loudly: a client that is gone or not reading has its requests marked
  * (relay_mark_gone) and ended silently by relay_reap once the current handler is done.
+ *
+ * Metrics are recorded where requests end, so each is counted exactly once: a sample at
+ * its final (finish reason, tokens, TTFT, TPOT, end to end), a request when all its
+ * finals went out (prompt tokens, queue time) or when it ends with an error.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,11 +71,24 @@ static void send_chunk(router_t *rt, rq *r, int k)
     stream_take(st);
 }
 
+/* The metrics of sample k's end (and of the request's, with its last sample). */
+static void account_final(router_t *rt, const rq *r, const rq_sample *s, const proto_usage *u)
+{
+    int n = u->completion_tokens;
+    double ttft = s->t_first_us ? u->ttft_ms / 1e3 : -1.0;
+    double tpot = s->t_first_us && n > 1 ? (s->t_last_us - s->t_first_us) / 1e6 / (n - 1) : -1.0;
+    metrics_sample_end(rt->metrics, s->finish_reason, n, ttft, tpot, u->total_ms / 1e3);
+    if (r->n_finals == r->n)
+        metrics_request_end(rt->metrics, r->n_prompt, u->queue_ms / 1e3);
+}
+
 static void send_final(router_t *rt, rq *r, int k, int64_t now_us)
 {
     rq_sample *s = &r->samples[k];
     proto_usage u;
     usage_of(r, s, now_us, &u);
+    r->n_finals++;
+    account_final(rt, r, s, &u);
     const char *text = NULL;
     size_t n_text = 0;
     const int32_t *ids = NULL;
@@ -97,7 +114,7 @@ static void leave_worker(router_t *rt, rq *r)
     if (r->state != RQ_RUNNING)
         return;
     worker *k = workers_at(rt->workers, r->worker);
-    if (k && (k->state == W_READY || k->state == W_DRAINING)) {
+    if (k && workers_live(k)) {
         bool running = false;
         for (int i = 0; i < r->n; i++)
             running |= !r->samples[i].worker_done;
@@ -151,6 +168,7 @@ void relay_abort(router_t *rt, rq *r, const char *abort_reason)
 
 void relay_fail(router_t *rt, rq *r, enum proto_error_code code, const char *msg)
 {
+    metrics_request_error(rt->metrics);
     if (!r->gone)
         frontend_error(rt, r->ident, r->ident_len, r->delim, r->id, code, msg);
     release(rt, r);
@@ -235,6 +253,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         }
         if (!s->t_first_us)
             s->t_first_us = now;
+        s->t_last_us = now;
         int rc = stream_push(s->st, t->lp.token_id, r->logprobs > 0 ? &t->lp : NULL);
         if (rc == DERAS_ENOMEM) {
             log_error("request %s: %s", r->id, deras_errmsg());
@@ -280,13 +299,21 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         wlink_abort(rt, k, rt->stray_rids[i]);
 }
 
-void relay_worker_dead(router_t *rt, worker *k, const char *why)
+/* Worker k is dead or stuck: its requests go to another worker or fail. A stuck worker
+ * may still be running them, so each is aborted there first (a dead one cannot hear). */
+static void worker_lost(router_t *rt, worker *k, const char *why, bool stuck)
 {
     int64_t now = router_now_us();
     int slot = k->slot, requeued = 0, failed = 0;
-    log_warn("worker %s (pid %d) is dead: %s", k->name, (int)k->hello.pid, why);
-    workers_dead(k, now); /* first: nothing is aborted at a dead worker */
-    rt->st.worker_deaths++;
+    log_warn("worker %s (pid %d) is %s: %s", k->name, (int)k->hello.pid, stuck ? "stuck" : "dead",
+             why);
+    if (stuck) { /* first: its requests no longer count against it, nothing more goes there */
+        workers_stuck(k);
+        rt->st.worker_stuck++;
+    } else {
+        workers_dead(k, now);
+        rt->st.worker_deaths++;
+    }
     char msg[256];
     snprintf(msg, sizeof msg, "worker %s failed: %s", k->name, why);
     rq *next;
@@ -294,6 +321,8 @@ void relay_worker_dead(router_t *rt, worker *k, const char *why)
         next = r->live_next;
         if (r->state != RQ_RUNNING || r->worker != slot)
             continue;
+        if (stuck)
+            wlink_abort(rt, k, r->rid);
         if (!r->client_seen && !r->gone && !rt->draining && r->attempts < ROUTER_MAX_ATTEMPTS &&
             rq_start_samples(rt->rqs, r) == DERAS_OK) {
             r->worker = -1;
@@ -308,6 +337,30 @@ void relay_worker_dead(router_t *rt, worker *k, const char *why)
     if (requeued || failed)
         log_warn("worker %s: %d requests go to another worker, %d end with worker_failed",
                  k->name, requeued, failed);
+}
+
+void relay_worker_dead(router_t *rt, worker *k, const char *why)
+{
+    worker_lost(rt, k, why, false);
+}
+
+void relay_worker_stuck(router_t *rt, worker *k, const char *why)
+{
+    worker_lost(rt, k, why, true);
+}
+
+int relay_abort_worker(router_t *rt, worker *k, const char *abort_reason)
+{
+    int n = 0;
+    rq *next;
+    for (rq *r = rq_first(rt->rqs); r; r = next) {
+        next = r->live_next;
+        if (r->state == RQ_RUNNING && r->worker == k->slot) {
+            relay_abort(rt, r, abort_reason);
+            n++;
+        }
+    }
+    return n;
 }
 
 void relay_fd_closed(router_t *rt, int fd)
@@ -339,8 +392,8 @@ void relay_reap(router_t *rt)
     rq *next;
     for (rq *r = rq_first(rt->rqs); r; r = next) {
         next = r->live_next;
-        if (r->gone)
-            release(rt, r);
+        if (r->gone) /* nothing is sent to a gone client: this only ends and counts it */
+            relay_abort(rt, r, "disconnected");
     }
 }
 

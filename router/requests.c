@@ -173,7 +173,7 @@ int rq_start_samples(rq_table *t, rq *r)
     const char *stops[PROTO_MAX_STOPS];
     for (int i = 0; i < r->n_stops; i++)
         stops[i] = r->stops[i];
-    r->n_done = 0;
+    r->n_done = r->n_finals = 0;
     for (int k = 0; k < r->n; k++) {
         rq_sample *s = &r->samples[k];
         if (!s->st && !(s->st = stream_new(t->tok)))
@@ -183,7 +183,7 @@ int rq_start_samples(rq_table *t, rq *r)
             return rc;
         s->done = s->worker_done = s->touched = false;
         s->finish_reason = s->abort_reason = NULL;
-        s->t_first_us = 0;
+        s->t_first_us = s->t_last_us = 0;
     }
     return DERAS_OK;
 }

@@ -38,6 +38,7 @@ typedef struct rq_sample {
     const char *finish_reason;  /* "stop", "length", "abort" (static strings) */
     const char *abort_reason;   /* with "abort": "cancelled", "deadline_exceeded", ... */
     int64_t t_first_us;         /* first token, 0 before */
+    int64_t t_last_us;          /* latest token */
     bool touched;               /* in the current STEP's list of samples to flush */
 } rq_sample;
 
@@ -69,6 +70,7 @@ typedef struct rq {
     /* progress */
     rq_sample samples[PROTO_MAX_N];
     int n_done;                  /* samples with done */
+    int n_finals;                /* samples whose final went out (or would have: gone) */
     bool client_seen;            /* a chunk or final went out: no silent re-dispatch */
     bool gone;                   /* the client cannot be reached: end without a word */
     int worker;                  /* registry slot while RUNNING, else -1 */

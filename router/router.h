@@ -1,11 +1,13 @@
 /* router.h - the state of one deras-router process, shared by its modules.
  *
- * The router is one thread running one event loop (main.c) over four kinds of events:
- * client frames (frontend.c), worker frames (wlink.c), connection events from socket
- * monitors, and timers (deadlines, worker silence, the wait for a worker, the drain).
- * Every module works on this struct; modules with state of their own keep it opaque
- * (requests, workers, dispatch, curve). Nothing here is touched by more than one
- * thread, so there are no locks.
+ * The router is one thread running one event loop (main.c) over five kinds of events:
+ * client frames (frontend.c), worker frames (wlink.c), operator requests (admin.c on the
+ * admin socket, http.c for GET /metrics and /health), connection events from socket
+ * monitors, and timers (deadlines, worker silence and stuck workers, the wait for a
+ * worker, drains). Every module works on this struct; modules with state of their own
+ * keep it opaque (requests, workers, dispatch, metrics, admin, http, curve). Nothing here
+ * is touched by more than one thread (libmicrohttpd runs inside the loop, without
+ * threads of its own), so there are no locks.
  *
  * Who ends a request: relay.c, always. It tells the client (chunk + final per
  * sample, or one error), aborts the request at its worker when the worker may still
@@ -23,6 +25,7 @@
 #include "common/tokenizer.h"
 #include "common/worker_proto.h"
 #include "router/dispatch.h"
+#include "router/metrics.h"
 #include "router/requests.h"
 #include "router/workers.h"
 
@@ -34,12 +37,15 @@ typedef struct router_opts {
     const char *model;
     char listen[ROUTER_ADDR_MAX];
     char workers[ROUTER_ADDR_MAX];
-    const char *curve_secret_file, *curve_allow_file;
+    char admin[ROUTER_ADDR_MAX];
+    char metrics_listen[ROUTER_ADDR_MAX]; /* host:port of GET /metrics and /health, or "none" */
+    bool metrics_listen_given;            /* explicit: failing to bind it stops the router */
+    const char *curve_secret_file, *curve_allow_file, *admin_curve_allow_file;
     int max_queued_requests;
     int64_t max_queued_tokens;
     int max_tokens_cap;
     bool allow_insecure_bind, log_prompts;
-    int heartbeat_ms, worker_timeout_ms, no_workers_wait_ms;
+    int heartbeat_ms, worker_timeout_ms, no_workers_wait_ms, stuck_timeout_ms;
     int drain_timeout_ms;
 } router_opts;
 
@@ -58,9 +64,13 @@ typedef struct router_stats {
     uint64_t protocol_drops;              /* dropped by ZeroMQ: not a ZMTP peer, bad handshake */
     uint64_t auth_denied, auth_allowed;   /* CURVE handshakes judged by the ZAP handler */
     uint64_t worker_frames, worker_bad_frames, stray_tokens, redispatched, worker_deaths;
+    uint64_t worker_stuck;
+    uint64_t admin_requests, admin_errors, http_requests;
 } router_stats;
 
 typedef struct curve curve_t;
+typedef struct admin admin_t;
+typedef struct http http_t;
 
 typedef struct router {
     router_opts o;
@@ -75,8 +85,9 @@ typedef struct router {
     void *zctx;
     void *clients, *client_mon;
     void *workers_sock, *worker_mon;
+    void *admin_sock;
     void *zap;
-    curve_t *curve;
+    curve_t *curve, *admin_curve;
 
     /* codecs, reused for every message */
     proto_decoder *pdec;
@@ -87,6 +98,9 @@ typedef struct router {
     rq_table *rqs;
     workers_t *workers;
     dispatch_t *disp;
+    metrics_t *metrics;
+    admin_t *admin;
+    http_t *http;
 
     /* scratch */
     int32_t *tok_buf;          /* ctx_len + 1 ids: a text prompt's tokens */
@@ -103,6 +117,8 @@ typedef struct router {
     router_stats st;
     bool draining;
     int64_t drain_deadline_us;
+    int64_t start_us;          /* monotonic */
+    double start_time_s;       /* wall clock, seconds since the Unix epoch */
 } router_t;
 
 static inline int64_t router_now_us(void)
@@ -137,7 +153,7 @@ int wlink_submit(void *ctx, worker *k, rq *r);
 void wlink_abort(router_t *rt, worker *k, uint64_t rid);
 /* DRAIN to every live worker. */
 void wlink_drain_all(router_t *rt);
-/* Declare workers silent past the timeout dead. */
+/* Declare workers silent past the timeout dead, and busy ones without progress stuck. */
 void wlink_check_timeouts(router_t *rt, int64_t now_us);
 
 /* ---- relay.c: what clients hear about their requests ---- */
@@ -151,6 +167,11 @@ void relay_fail(router_t *rt, rq *r, enum proto_error_code code, const char *msg
 void relay_fail_cb(void *ctx, rq *r, enum proto_error_code code, const char *msg);
 /* Worker k is gone: re-dispatch what the client has not heard about, fail the rest. */
 void relay_worker_dead(router_t *rt, worker *k, const char *why);
+/* Worker k is stuck: the same, and each of its requests is aborted there. */
+void relay_worker_stuck(router_t *rt, worker *k, const char *why);
+/* End every request running on k with finish_reason "abort" and this abort_reason (they
+ * are aborted at k). Returns how many. */
+int relay_abort_worker(router_t *rt, worker *k, const char *abort_reason);
 /* The connection fd closed: end the requests that came on it. */
 void relay_fd_closed(router_t *rt, int fd);
 /* Mark every request of this client gone (no more sends; relay_reap ends them). */
@@ -160,14 +181,44 @@ void relay_reap(router_t *rt);
 /* End requests whose deadline passed. */
 void relay_deadlines(router_t *rt, int64_t now_us);
 
+/* ---- admin.c: the admin socket (derasctl): status, drain, undrain, health, metrics ---- */
+int admin_open(router_t *rt);
+void admin_close(router_t *rt);
+/* Read and answer up to `budget` admin requests. */
+void admin_recv(router_t *rt, int budget);
+/* Timers: drains past their deadline (what is left is aborted), drains to answer. */
+void admin_tick(router_t *rt, int64_t now_us);
+/* When admin_tick next has something to do (INT64_MAX if nothing). */
+int64_t admin_next_timer(const router_t *rt);
+/* The Prometheus text of every metric (shared with http.c). DERAS_ENOMEM. */
+int admin_metrics_text(router_t *rt, const char **text, size_t *len);
+/* Ready: at least one worker ready and the router not stopping. */
+bool admin_ready(const router_t *rt);
+
+/* ---- http.c: GET /metrics, /health (readiness), /live on --metrics-listen ---- */
+/* Check a --metrics-listen value (HOST:PORT or "none"; loopback unless allow_insecure). */
+int http_check_listen(const char *addr, bool allow_insecure);
+int http_open(router_t *rt);
+void http_close(router_t *rt);
+/* The fd to poll for input (-1 when HTTP is off). */
+int http_fd(const router_t *rt);
+/* Serve what is ready on the HTTP sockets; never blocks. */
+void http_run(router_t *rt);
+/* When http_run must run even without input (connection timeouts; INT64_MAX if never). */
+int64_t http_next_timer(const router_t *rt, int64_t now_us);
+
 /* ---- curve.c: CURVE keys and the ZAP handler ---- */
-int curve_load(const char *secret_file, const char *allow_file, curve_t **out);
+/* Keys for the sockets of ZAP domain `domain` (a static string: "deras" for clients,
+ * "deras-admin" for the admin socket). */
+int curve_load(const char *secret_file, const char *allow_file, const char *domain,
+               curve_t **out);
 void curve_destroy(curve_t **c);
-/* Make sock a CURVE server with our secret key. */
+/* Make sock a CURVE server with our secret key, in c's ZAP domain. */
 int curve_apply(const curve_t *c, void *sock);
 /* Bind the ZAP handler socket (before the server socket binds). */
 int curve_zap_open(void *zctx, void **zap);
-/* Answer pending ZAP requests: admit listed client keys. */
-void curve_zap_handle(const curve_t *c, void *zap, router_stats *st);
+/* Answer pending ZAP requests: admit keys listed for the request's domain (client or
+ * admin; either may be NULL). */
+void curve_zap_handle(const curve_t *client, const curve_t *admin, void *zap, router_stats *st);
 
 #endif

@@ -16,6 +16,10 @@
  * stops dispatch to it at once, while its death still waits for the timeout: a tcp
  * worker may reconnect. A worker that exits says BYE first: it is gone at once, and
  * what it still held is treated as on a dead worker (relay_worker_dead).
+ * One that is heard from (its pulse thread says it is inside a
+ * step) but completes no step for --stuck-timeout-ms while holding our requests is stuck
+ * (relay_worker_stuck): its requests are aborted there and go elsewhere; if it ever
+ * speaks again from its own socket it gets REFUSE "register" and starts over.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -149,12 +153,12 @@ void wlink_drain_all(router_t *rt)
     size_t len;
     for (int i = 0; i < WORKERS_MAX; i++) {
         worker *k = workers_at(rt->workers, i);
-        if (k->state != W_READY && k->state != W_DRAINING)
+        if (!workers_live(k))
             continue;
         if (wp_encode_drain(rt->wenc, &buf, &len) == DERAS_OK)
             send_to(rt, k->name, k->name_len, buf, len);
     }
-    workers_drain_all(rt->workers);
+    workers_drain_all(rt->workers, 0);
 }
 
 void wlink_check_timeouts(router_t *rt, int64_t now_us)
@@ -164,7 +168,18 @@ void wlink_check_timeouts(router_t *rt, int64_t now_us)
     while ((k = workers_expired(rt->workers, now_us))) {
         snprintf(why, sizeof why, "no message for %lld ms",
                  (long long)((now_us - k->last_seen_us) / 1000));
-        relay_worker_dead(rt, k, why);
+        if (k->state == W_STUCK) { /* its requests went elsewhere when it got stuck */
+            log_warn("stuck worker %s is dead: %s", k->name, why);
+            workers_dead(k, now_us);
+            rt->st.worker_deaths++;
+        } else {
+            relay_worker_dead(rt, k, why);
+        }
+    }
+    while ((k = workers_find_stuck(rt->workers, now_us))) {
+        snprintf(why, sizeof why, "no engine step completed for %lld ms with %d requests on it",
+                 (long long)((now_us - k->progress_us) / 1000), k->inflight_reqs);
+        relay_worker_stuck(rt, k, why);
     }
 }
 
@@ -174,11 +189,8 @@ static void welcome(router_t *rt, worker *k)
     size_t len;
     if (wp_encode_welcome(rt->wenc, rt->o.heartbeat_ms, &buf, &len) == DERAS_OK)
         send_to(rt, k->name, k->name_len, buf, len);
-    if (rt->draining) {
-        if (wp_encode_drain(rt->wenc, &buf, &len) == DERAS_OK)
-            send_to(rt, k->name, k->name_len, buf, len);
-        k->state = W_DRAINING;
-    }
+    if (rt->draining && wp_encode_drain(rt->wenc, &buf, &len) == DERAS_OK)
+        send_to(rt, k->name, k->name_len, buf, len); /* the registry has it draining already */
 }
 
 static void handle_hello(router_t *rt, const uint8_t *name, int name_len, int fd,
@@ -243,6 +255,16 @@ static void handle_bye(router_t *rt, worker *k, const char *reason)
     workers_dead(k, router_now_us());
 }
 
+/* A load report, with the worker's changes of state logged. */
+static void load(worker *k, const wp_load *l, bool heartbeat, int64_t now_us)
+{
+    enum worker_state was = k->state;
+    workers_load(k, l, heartbeat, now_us);
+    if (k->state != was)
+        log_info("worker %s is %s (it reports %s)", k->name, workers_state_name(k),
+                 wp_phase_name(l->phase));
+}
+
 static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd,
                          const void *data, size_t size)
 {
@@ -250,9 +272,9 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
     proto_error err;
     /* "<name>/hb": a worker's pulse thread, heard only while one of its steps runs long */
     if (name_len > 3 && !memcmp(name + name_len - 3, "/hb", 3)) {
-        worker *owner = workers_find(rt->workers, name, name_len - 3);
-        if (owner && wp_decode(rt->wdec, data, size, &m, &err) == DERAS_OK &&
-            m.type == WP_HEARTBEAT)
+        worker *owner = workers_lookup(rt->workers, name, name_len - 3);
+        if (owner && (workers_live(owner) || owner->state == W_STUCK) &&
+            wp_decode(rt->wdec, data, size, &m, &err) == DERAS_OK && m.type == WP_HEARTBEAT)
             workers_pulse(owner, router_now_us());
         else
             rt->st.worker_bad_frames++;
@@ -280,11 +302,12 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
         refuse(rt, name, name_len, "register");
         return;
     }
-    workers_seen(k, fd, router_now_us());
+    int64_t now = router_now_us();
+    workers_seen(k, fd, now);
     switch (m.type) {
-    case WP_HEARTBEAT: workers_load(k, &m.load, true); break;
+    case WP_HEARTBEAT: load(k, &m.load, true, now); break;
     case WP_STEP:
-        workers_load(k, &m.load, false);
+        load(k, &m.load, false, now);
         relay_step(rt, k, &m);
         break;
     case WP_REJECT: handle_reject(rt, k, &m); break;

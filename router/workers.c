@@ -2,9 +2,14 @@
  *
  * A fixed array of WORKERS_MAX records, searched linearly: there are a handful of
  * workers and every operation is per message, never per token. A record is W_FREE
- * (never used), W_READY or W_DRAINING (live: heard from within the timeout), or W_DEAD
- * (kept for pong until its slot is needed, oldest death first). Registering the same
- * name again reuses its slot with a new epoch.
+ * (never used), W_STARTING, W_READY or W_DRAINING (live: heard from within the timeout),
+ * W_STUCK (heard from, but its requests were taken away), or W_DEAD (kept for pong and
+ * status until its slot is needed, oldest death first). Registering the same name again
+ * reuses its slot with a new epoch.
+ *
+ * Among the live states, which one holds follows from two inputs, so it is recomputed
+ * (settle) whenever either changes: the phase of the worker's last load report and
+ * whether the router asked it to drain.
  */
 #include "router/workers.h"
 
@@ -18,8 +23,9 @@ struct workers {
     worker w[WORKERS_MAX];
     int vocab_size;
     char model_base[256];
-    int64_t timeout_us;
+    int64_t timeout_us, stuck_us;
     uint64_t next_epoch;
+    bool drain_new;  /* workers registering from now on start drained */
 };
 
 static const char *base_name(const char *path, char *buf, size_t cap)
@@ -32,7 +38,8 @@ static const char *base_name(const char *path, char *buf, size_t cap)
     return slash ? slash + 1 : buf;
 }
 
-workers_t *workers_new(int vocab_size, const char *model_name, int timeout_ms)
+workers_t *workers_new(int vocab_size, const char *model_name, int timeout_ms,
+                       int stuck_timeout_ms)
 {
     workers_t *w = calloc(1, sizeof *w);
     if (!w) {
@@ -43,6 +50,7 @@ workers_t *workers_new(int vocab_size, const char *model_name, int timeout_ms)
     char buf[sizeof w->model_base];
     snprintf(w->model_base, sizeof w->model_base, "%s", base_name(model_name, buf, sizeof buf));
     w->timeout_us = (int64_t)timeout_ms * 1000;
+    w->stuck_us = (int64_t)stuck_timeout_ms * 1000;
     for (int i = 0; i < WORKERS_MAX; i++) {
         w->w[i].slot = i;
         w->w[i].fd = -1;
@@ -58,9 +66,22 @@ void workers_destroy(workers_t **w)
     *w = NULL;
 }
 
-static bool is_live(const worker *k)
+bool workers_live(const worker *k)
 {
-    return k->state == W_READY || k->state == W_DRAINING;
+    return k->state == W_STARTING || k->state == W_READY || k->state == W_DRAINING;
+}
+
+/* A live worker's state from its reported phase and the router's drain. */
+static void settle(worker *k)
+{
+    if (!workers_live(k))
+        return;
+    if (k->load.phase == WP_PHASE_STARTING)
+        k->state = W_STARTING;
+    else if (k->drain_asked || k->load.phase == WP_PHASE_DRAINING)
+        k->state = W_DRAINING;
+    else
+        k->state = W_READY;
 }
 
 static worker *find_any(workers_t *w, const void *name, int name_len)
@@ -76,7 +97,29 @@ static worker *find_any(workers_t *w, const void *name, int name_len)
 worker *workers_find(workers_t *w, const void *name, int name_len)
 {
     worker *k = find_any(w, name, name_len);
-    return k && is_live(k) ? k : NULL;
+    return k && workers_live(k) ? k : NULL;
+}
+
+worker *workers_lookup(workers_t *w, const void *name, int name_len)
+{
+    return find_any(w, name, name_len);
+}
+
+bool workers_drained(const worker *k)
+{
+    return k->state == W_DRAINING && k->inflight_reqs == 0;
+}
+
+const char *workers_state_name(const worker *k)
+{
+    switch (k->state) {
+    case W_STARTING: return "starting";
+    case W_READY: return "ready";
+    case W_DRAINING: return workers_drained(k) ? "drained" : "draining";
+    case W_STUCK: return "stuck";
+    case W_DEAD: return "dead";
+    default: return "";
+    }
 }
 
 worker *workers_at(workers_t *w, int slot)
@@ -131,7 +174,7 @@ enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
         return HELLO_REFUSE;
     }
     worker *k = find_any(w, name, name_len);
-    if (k && is_live(k)) {
+    if (k && workers_live(k)) {
         if (k->hello.pid == h->pid) {
             k->hello = *h;
             k->capacity = h->max_seqs * WORKERS_INFLIGHT_FACTOR;
@@ -154,7 +197,10 @@ enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
     memset(k, 0, sizeof *k);
     k->slot = slot;
     k->epoch = ++w->next_epoch;
-    k->state = W_READY;
+    k->state = W_STARTING; /* until a load report says ready */
+    k->load.phase = WP_PHASE_STARTING;
+    k->drain_asked = w->drain_new;
+    k->registered_us = k->progress_us = now_us;
     memcpy(k->name, name, (size_t)name_len);
     k->name[name_len] = '\0';
     k->name_len = name_len;
@@ -170,7 +216,7 @@ enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
 
 void workers_pulse(worker *k, int64_t now_us)
 {
-    if (k)
+    if (k && (workers_live(k) || k->state == W_STUCK))
         k->last_seen_us = now_us;
 }
 
@@ -182,16 +228,21 @@ void workers_seen(worker *k, int fd, int64_t now_us)
     k->disconnected = false;
 }
 
-void workers_load(worker *k, const wp_load *l, bool heartbeat)
+void workers_load(worker *k, const wp_load *l, bool heartbeat, int64_t now_us)
 {
+    if (l->steps != k->load.steps)
+        k->progress_us = now_us;
     k->load = *l;
+    settle(k);
     k->tokens_since = 0;
     if (heartbeat && l->waiting == 0)
         k->cap_limit = k->capacity;
 }
 
-void workers_sent(worker *k, int n, int n_prompt)
+void workers_sent(worker *k, int n, int n_prompt, int64_t now_us)
 {
+    if (k->inflight_reqs == 0) /* idle until now: the stuck clock starts here */
+        k->progress_us = now_us;
     k->inflight_seqs += n;
     k->inflight_reqs++;
     k->tokens_since += n_prompt;
@@ -218,7 +269,7 @@ void workers_fd_closed(workers_t *w, int fd)
     if (fd < 0)
         return;
     for (int i = 0; i < WORKERS_MAX; i++)
-        if (is_live(&w->w[i]) && w->w[i].fd == fd)
+        if (workers_live(&w->w[i]) && w->w[i].fd == fd)
             w->w[i].disconnected = true;
 }
 
@@ -228,29 +279,88 @@ void workers_dead(worker *k, int64_t now_us)
     k->dead_since_us = now_us;
     k->inflight_seqs = k->inflight_reqs = 0;
     k->fd = -1;
+    k->drain_deadline_us = 0;
 }
 
-void workers_drain_all(workers_t *w)
+void workers_stuck(worker *k)
 {
+    k->state = W_STUCK;
+    k->inflight_seqs = k->inflight_reqs = 0;
+    k->drain_deadline_us = 0;
+}
+
+void workers_drain(worker *k, bool on, int64_t deadline_us)
+{
+    k->drain_asked = on;
+    k->drain_deadline_us = on ? deadline_us : 0;
+    settle(k);
+}
+
+void workers_drain_all(workers_t *w, int64_t deadline_us)
+{
+    w->drain_new = true;
     for (int i = 0; i < WORKERS_MAX; i++)
-        if (w->w[i].state == W_READY)
-            w->w[i].state = W_DRAINING;
+        if (workers_live(&w->w[i]))
+            workers_drain(&w->w[i], true, deadline_us);
+}
+
+void workers_undrain_all(workers_t *w)
+{
+    w->drain_new = false;
+    for (int i = 0; i < WORKERS_MAX; i++)
+        if (workers_live(&w->w[i]))
+            workers_drain(&w->w[i], false, 0);
 }
 
 worker *workers_expired(workers_t *w, int64_t now_us)
 {
-    for (int i = 0; i < WORKERS_MAX; i++)
-        if (is_live(&w->w[i]) && now_us - w->w[i].last_seen_us > w->timeout_us)
-            return &w->w[i];
+    for (int i = 0; i < WORKERS_MAX; i++) {
+        worker *k = &w->w[i];
+        if ((workers_live(k) || k->state == W_STUCK) && now_us - k->last_seen_us > w->timeout_us)
+            return k;
+    }
+    return NULL;
+}
+
+static bool may_be_stuck(const workers_t *w, const worker *k)
+{
+    return w->stuck_us > 0 && workers_live(k) && k->inflight_reqs > 0;
+}
+
+worker *workers_find_stuck(workers_t *w, int64_t now_us)
+{
+    for (int i = 0; i < WORKERS_MAX; i++) {
+        worker *k = &w->w[i];
+        if (may_be_stuck(w, k) && now_us - k->progress_us > w->stuck_us)
+            return k;
+    }
+    return NULL;
+}
+
+worker *workers_drain_overdue(workers_t *w, int64_t now_us)
+{
+    for (int i = 0; i < WORKERS_MAX; i++) {
+        worker *k = &w->w[i];
+        if (k->state == W_DRAINING && k->drain_deadline_us && k->inflight_reqs > 0 &&
+            now_us >= k->drain_deadline_us)
+            return k;
+    }
     return NULL;
 }
 
 int64_t workers_next_expiry(const workers_t *w)
 {
     int64_t t = INT64_MAX;
-    for (int i = 0; i < WORKERS_MAX; i++)
-        if (is_live(&w->w[i]) && w->w[i].last_seen_us + w->timeout_us < t)
-            t = w->w[i].last_seen_us + w->timeout_us;
+    for (int i = 0; i < WORKERS_MAX; i++) {
+        const worker *k = &w->w[i];
+        if ((workers_live(k) || k->state == W_STUCK) && k->last_seen_us + w->timeout_us < t)
+            t = k->last_seen_us + w->timeout_us;
+        if (may_be_stuck(w, k) && k->progress_us + w->stuck_us < t)
+            t = k->progress_us + w->stuck_us;
+        if (k->state == W_DRAINING && k->drain_deadline_us && k->inflight_reqs > 0 &&
+            k->drain_deadline_us < t)
+            t = k->drain_deadline_us;
+    }
     return t;
 }
 
@@ -291,6 +401,14 @@ int workers_ready(const workers_t *w)
     return n;
 }
 
+void workers_count(const workers_t *w, int counts[W_DEAD + 1])
+{
+    for (int s = 0; s <= W_DEAD; s++)
+        counts[s] = 0;
+    for (int i = 0; i < WORKERS_MAX; i++)
+        counts[w->w[i].state]++;
+}
+
 int workers_max_len(const workers_t *w)
 {
     int m = 0;
@@ -302,7 +420,6 @@ int workers_max_len(const workers_t *w)
 
 int workers_status(const workers_t *w, proto_worker_status *out, int cap)
 {
-    static const char *names[] = {"", "ready", "draining", "dead"};
     int n = 0;
     for (int i = 0; i < WORKERS_MAX && n < cap; i++) {
         const worker *k = &w->w[i];
@@ -311,10 +428,7 @@ int workers_status(const workers_t *w, proto_worker_status *out, int cap)
         proto_worker_status *s = &out[n++];
         memset(s, 0, sizeof *s);
         snprintf(s->name, sizeof s->name, "%s", k->name);
-        const char *st = names[k->state];
-        if (k->state == W_DRAINING && k->load.running == 0 && k->load.waiting == 0)
-            st = "drained";
-        snprintf(s->state, sizeof s->state, "%s", st);
+        snprintf(s->state, sizeof s->state, "%s", workers_state_name(k));
         s->running = k->load.running;
         s->waiting = k->load.waiting;
         s->kv_blocks_free = k->load.kv_blocks_free;

@@ -3,9 +3,14 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+
+#include "common/status.h"
 
 int cli_int(const char *opt, const char *s, long lo, long hi, long *out)
 {
@@ -74,4 +79,46 @@ double cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The 40-character Z85 key of a line: bare, or in quotes after `secret-key =`. */
+static bool line_key(const char *line, char out[41])
+{
+    const char *p = line + strspn(line, " \t");
+    if (*p == '#' || strstr(p, "public-key"))
+        return false;
+    const char *q = strchr(p, '"');
+    size_t n;
+    if (q) {
+        p = q + 1;
+        const char *e = strchr(p, '"');
+        n = e ? (size_t)(e - p) : 0;
+    } else {
+        n = strcspn(p, " \t\r\n");
+    }
+    if (n != 40)
+        return false;
+    memcpy(out, p, 40);
+    out[40] = '\0';
+    return true;
+}
+
+int cli_read_secret_key(const char *path, char out[41])
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return deras_fail(DERAS_EIO, "%s: %s", path, strerror(errno));
+    if (sb.st_mode & 077)
+        return deras_fail(DERAS_EINVAL, "%s: the secret key file is readable by others "
+                          "(chmod 600)", path);
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return deras_fail(DERAS_EIO, "%s: %s", path, strerror(errno));
+    char line[512];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, fp))
+        found = line_key(line, out);
+    fclose(fp);
+    return found ? DERAS_OK
+                 : deras_fail(DERAS_EFORMAT, "%s: no 40-character Z85 secret key in it", path);
 }

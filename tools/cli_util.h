@@ -1,5 +1,5 @@
 /* cli_util.h - small helpers shared by the command-line tools: strict number parsing,
- * the default model location, and a load-progress printer. */
+ * the default model location, a load-progress printer, CURVE key files. */
 #ifndef DERAS_CLI_UTIL_H
 #define DERAS_CLI_UTIL_H
 
@@ -21,5 +21,10 @@ void cli_progress(void *ctx, int done, int total);
 
 /* Seconds on a monotonic clock. */
 double cli_now(void);
+
+/* A CURVE secret key (40 Z85 characters) from a file: alone on a line or as
+ * `secret-key = "..."` (the zcert format). The file must not be readable by group or
+ * others. DERAS_EIO, DERAS_EINVAL (mode), DERAS_EFORMAT (no key) with the reason. */
+int cli_read_secret_key(const char *path, char out[41]);
 
 #endif

@@ -2,11 +2,9 @@
 #include "tools/client_flags.h"
 
 #include <stdbool.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/status.h"
 #include "tools/cli_util.h"
@@ -195,48 +193,6 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
     }
 }
 
-/* The 40-character Z85 key of a line: bare, or in quotes after `secret-key =`. */
-static bool line_key(const char *line, char out[41])
-{
-    const char *p = line + strspn(line, " \t");
-    if (*p == '#' || strstr(p, "public-key"))
-        return false;
-    const char *q = strchr(p, '"');
-    size_t n;
-    if (q) {
-        p = q + 1;
-        const char *e = strchr(p, '"');
-        n = e ? (size_t)(e - p) : 0;
-    } else {
-        n = strcspn(p, " \t\r\n");
-    }
-    if (n != 40)
-        return false;
-    memcpy(out, p, 40);
-    out[40] = '\0';
-    return true;
-}
-
-static int read_secret_key(const char *path, char out[41])
-{
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return deras_fail(DERAS_EIO, "%s: %s", path, strerror(errno));
-    if (sb.st_mode & 077)
-        return deras_fail(DERAS_EINVAL, "%s: the secret key file is readable by others "
-                          "(chmod 600)", path);
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return deras_fail(DERAS_EIO, "%s: %s", path, strerror(errno));
-    char line[512];
-    bool found = false;
-    while (!found && fgets(line, sizeof line, fp))
-        found = line_key(line, out);
-    fclose(fp);
-    return found ? DERAS_OK
-                 : deras_fail(DERAS_EFORMAT, "%s: no 40-character Z85 secret key in it", path);
-}
-
 int client_flags_connect(const client_flags *f, int max_in_flight, deras_client **out)
 {
     char secret[41];
@@ -245,7 +201,7 @@ int client_flags_connect(const client_flags *f, int max_in_flight, deras_client 
     if (f->curve_key_file) {
         if (!f->curve_server_key)
             return deras_fail(DERAS_EINVAL, "--curve-client-key needs --curve-server-key");
-        if ((rc = read_secret_key(f->curve_key_file, secret)))
+        if ((rc = cli_read_secret_key(f->curve_key_file, secret)))
             return rc;
     }
     *out = deras_client_new(&(deras_client_opts){

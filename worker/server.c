@@ -115,6 +115,8 @@ struct worker_server {
     int heartbeat_ms;
     double next_heartbeat;
 
+    bool warm;                  /* the warm-up step ran: the load says "ready" */
+    engine_stats warm_base;     /* the engine's counters after warm-up, left out of the load */
     bool draining;              /* DRAIN: REJECT new SUBMITs */
     bool stopping;              /* SHUTDOWN or a signal: return once idle */
     double stop_deadline;
@@ -214,6 +216,15 @@ static void get_load(worker_server *s, double t, wp_load *l)
     engine_stats st;
     engine_get_stats(s->e, &st);
     memset(l, 0, sizeof *l);
+    l->phase = !s->warm ? WP_PHASE_STARTING
+               : s->draining || s->stopping ? WP_PHASE_DRAINING : WP_PHASE_READY;
+    /* the warm-up request is not served work: its counts stay out of the report */
+    st.steps -= s->warm_base.steps;
+    st.prompt_tokens -= s->warm_base.prompt_tokens;
+    st.generated_tokens -= s->warm_base.generated_tokens;
+    st.prefix_hit_tokens -= s->warm_base.prefix_hit_tokens;
+    st.prefix_query_tokens -= s->warm_base.prefix_query_tokens;
+    st.preemptions -= s->warm_base.preemptions;
     l->running = st.n_running;
     l->waiting = st.n_waiting;
     l->queued_tokens = st.queued_tokens;
@@ -655,6 +666,49 @@ static int serve(worker_server *s)
     }
 }
 
+/* The warm-up: one forward step of a short dummy prompt through the engine (first-touch
+ * costs - weight pages, scratch buffers, kernel set-up - are paid here, not by the first
+ * client), then its KV blocks are freed. Runs after HELLO, so the router shows the worker
+ * "starting" meanwhile; the pulse keeps it alive through a long first step. Its callbacks
+ * report nothing and its counts are left out of every load report. */
+#define WARMUP_RID UINT64_MAX /* never a router rid: those count up from 1 */
+static int warm_up(worker_server *s)
+{
+    int32_t prompt[4];
+    for (int i = 0; i < 4; i++)
+        prompt[i] = (int32_t)(i + 1 < s->vocab ? i + 1 : 0);
+    engine_request r = {.id = WARMUP_RID, .prompt = prompt, .n_prompt = 4, .max_tokens = 1,
+                        .n = 1, .ignore_eos = true};
+    sampling_params_default(&r.sp);
+    double t0 = now_s();
+    s->silent = true;
+    int rc = engine_add(s->e, &r);
+    wp_load l;
+    get_load(s, t0, &l);
+    const void *hb;
+    size_t hb_len;
+    bool pulse = rc == DERAS_OK && wp_encode_heartbeat(s->msg_enc, &l, &hb, &hb_len) == DERAS_OK;
+    while (rc == DERAS_OK && engine_has_work(s->e)) {
+        int n_tokens = 0;
+        if (pulse)
+            pulse_step_begin(s->pulse, hb, hb_len, s->o.heartbeat_ms);
+        rc = engine_step(s->e, &n_tokens);
+        pulse_step_end(s->pulse);
+        if (rc == DERAS_OK && n_tokens == 0)
+            rc = deras_fail(DERAS_EINTERNAL, "the warm-up request could not be scheduled");
+    }
+    if (engine_has_work(s->e))
+        engine_abort(s->e, WARMUP_RID);
+    s->silent = false;
+    wp_step_begin(s->step_enc);
+    if (rc)
+        return deras_fail_ctx(rc, "warm-up step: ");
+    engine_get_stats(s->e, &s->warm_base);
+    s->warm = true;
+    log_info("warm-up step done in %.3f s: ready", now_s() - t0);
+    return DERAS_OK;
+}
+
 int worker_server_run(worker_server *s)
 {
     if (!s)
@@ -677,7 +731,7 @@ int worker_server_run(worker_server *s)
     s->link = LINK_HELLO_FIRST;
     s->heartbeat_ms = s->o.heartbeat_ms;
     wp_step_begin(s->step_enc);
-    if ((rc = send_hello(s, now_s())))
+    if ((rc = send_hello(s, now_s())) || (rc = warm_up(s)))
         return rc;
     return serve(s);
 }

@@ -28,7 +28,7 @@ static wp_encoder *enc;
 
 static void check_same_load(const wp_load *a, const wp_load *b)
 {
-    CHECK(a->running == b->running && a->waiting == b->waiting &&
+    CHECK(a->phase == b->phase && a->running == b->running && a->waiting == b->waiting &&
           a->queued_tokens == b->queued_tokens && a->running_tokens == b->running_tokens &&
           a->kv_blocks_free == b->kv_blocks_free && a->kv_blocks_total == b->kv_blocks_total &&
           a->tokens_per_s == b->tokens_per_s && a->steps == b->steps &&

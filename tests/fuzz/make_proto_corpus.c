@@ -1,4 +1,5 @@
-/* make_proto_corpus.c - writes the seed corpora of fuzz_protocol and fuzz_worker_proto:
+/* make_proto_corpus.c - writes the seed corpora of fuzz_protocol, fuzz_worker_proto and
+ * fuzz_admin_proto:
  * one valid frame of every message type, made by the encoders themselves, so the corpus
  * follows the protocol when it changes. Usage (from the fuzz build):
  *   build-fuzz/tests/fuzz/make_proto_corpus tests/fuzz/corpus
@@ -9,6 +10,7 @@
 
 #include <msgpack.h>
 
+#include "common/admin_proto.h"
 #include "common/protocol.h"
 #include "common/status.h"
 #include "common/worker_proto.h"
@@ -112,7 +114,8 @@ static void worker_corpus(void)
     put(t, "welcome", buf, len);
     OK(wp_encode_refuse(e, "model mismatch", &buf, &len));
     put(t, "refuse", buf, len);
-    wp_load l = {.running = 2, .waiting = 1, .queued_tokens = 100, .running_tokens = 900,
+    wp_load l = {.phase = WP_PHASE_READY, .running = 2, .waiting = 1, .queued_tokens = 100,
+                 .running_tokens = 900,
                  .kv_blocks_free = 800, .kv_blocks_total = 1024, .tokens_per_s = 55.5,
                  .steps = 1000, .preemptions = 1, .prefix_hit_tokens = 64,
                  .prefix_query_tokens = 128, .prompt_tokens = 5000, .generated_tokens = 7000};
@@ -148,6 +151,27 @@ static void worker_corpus(void)
     wp_encoder_destroy(&e);
 }
 
+static void admin_corpus(void)
+{
+    const char *t = "fuzz_admin_proto";
+    admin_codec *c = admin_codec_new();
+    const void *buf;
+    size_t len;
+    static const struct { const char *name; admin_request q; } reqs[] = {
+        {"status", {.type = ADMIN_STATUS, .timeout_ms = -1, .wait = true}},
+        {"health", {.type = ADMIN_HEALTH, .timeout_ms = -1, .wait = true}},
+        {"metrics", {.type = ADMIN_METRICS, .timeout_ms = -1, .wait = true}},
+        {"drain", {.type = ADMIN_DRAIN, .worker = "w0", .timeout_ms = 30000, .wait = true}},
+        {"drain_all", {.type = ADMIN_DRAIN, .all = true, .timeout_ms = -1, .wait = false}},
+        {"undrain", {.type = ADMIN_UNDRAIN, .worker = "w1", .timeout_ms = -1, .wait = true}},
+    };
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        OK(admin_encode_request(c, &reqs[i].q, &buf, &len));
+        put(t, reqs[i].name, buf, len);
+    }
+    admin_codec_destroy(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -157,5 +181,6 @@ int main(int argc, char **argv)
     root = argv[1];
     client_corpus();
     worker_corpus();
+    admin_corpus();
     return 0;
 }

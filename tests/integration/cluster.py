@@ -37,11 +37,13 @@ BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
 ROUTER = os.path.join(BUILD, "router", "deras-router")
 WORKER = os.path.join(BUILD, "worker", "deras-worker")
 DERAS = os.path.join(BUILD, "tools", "deras")
+DERASCTL = os.path.join(BUILD, "tools", "derasctl")
+FAKE_WORKER = os.path.join(HERE, "fake_worker.py")
 DATA = os.environ.get("DERAS_TEST_DATA", os.path.join(ROOT, "tests", "data"))
 TINY = os.path.join(DATA, "tiny-chat")
 VOCAB = 1005
 
-for exe in (ROUTER, WORKER, DERAS):
+for exe in (ROUTER, WORKER, DERAS, DERASCTL):
     if not os.access(exe, os.X_OK):
         print("SKIPPED: %s not built" % exe)
         sys.exit(77)
@@ -54,6 +56,14 @@ def proc_status(pid, key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def free_port():
+    """A loopback TCP port free at the time of the call."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def collect_stream(client, prompt, **params):
@@ -70,13 +80,16 @@ def collect_stream(client, prompt, **params):
 
 
 class Cluster:
-    """A router and n workers on ipc sockets in a private directory."""
+    """A router and n workers on ipc sockets in a private directory (the admin socket too:
+    its default follows DERAS_RUNTIME_DIR), HTTP metrics on a free loopback port."""
 
     def __init__(self, model=TINY, n_workers=2, router_args=(), worker_args=(),
-                 kv="64MiB"):
+                 kv="64MiB", client_args=None):
         self.dir = tempfile.mkdtemp(prefix="deras-serving-")
         self.address = "ipc://%s/clients.sock" % self.dir
         self.wep = "ipc://%s/workers.sock" % self.dir
+        self.admin = "ipc://%s/admin.sock" % self.dir
+        self.metrics_url = "http://127.0.0.1:%d" % free_port()
         self.env = dict(os.environ, DERAS_RUNTIME_DIR=self.dir)
         self.model, self.kv = model, kv
         self.router_args, self.worker_args = tuple(router_args), tuple(worker_args)
@@ -84,7 +97,7 @@ class Cluster:
         self.n_starts = {}
         self.router = self.start_router()
         self.workers = [self.start_worker(i) for i in range(n_workers)]
-        self.client = Client(self.address, timeout=60)
+        self.client = Client(self.address, timeout=60, **(client_args or {}))
         self.wait_ready(n_workers)
 
     def _spawn(self, argv, name):
@@ -97,13 +110,32 @@ class Cluster:
     def start_router(self):
         """Start a router on the cluster's endpoints (also after the previous one ended)."""
         return self._spawn([ROUTER, "--model", self.model, "--listen", self.address,
-                            "--workers", self.wep, *self.router_args], "router")
+                            "--workers", self.wep, "--metrics-listen",
+                            self.metrics_url[len("http://"):], *self.router_args], "router")
 
     def start_worker(self, i):
         """Start worker w<i> (again, after it ended: the same name)."""
         return self._spawn([WORKER, "--model", self.model, "--router", self.wep, "--name",
                             "w%d" % i, "--threads", "1", "--kv-cache-memory", self.kv,
                             *self.worker_args], "w%d" % i)
+
+    def add_worker(self, name, args=(), fake=False):
+        """Start one more worker: deras-worker, or fake_worker.py (no model)."""
+        if fake:
+            argv = [sys.executable, FAKE_WORKER, "--router", self.wep, "--name", name,
+                    "--model", os.path.basename(self.model.rstrip("/")), *args]
+        else:
+            argv = [WORKER, "--model", self.model, "--router", self.wep, "--name", name,
+                    "--threads", "1", "--kv-cache-memory", self.kv, *args]
+        p = self._spawn(argv, name)
+        self.workers.append(p)
+        return p
+
+    def ctl(self, *args, timeout=120):
+        """Run derasctl against this router: (exit status, stdout, stderr)."""
+        r = subprocess.run([DERASCTL, *args], env=self.env, capture_output=True, text=True,
+                           timeout=timeout)
+        return r.returncode, r.stdout, r.stderr
 
     def log_text(self, tail=4000):
         out = []

@@ -11,6 +11,12 @@ KV accounting is simulated: each live request holds ceil((prompt + generated) / 
 blocks per sample out of --kv-blocks; aborts and finishes give them back, so a router
 test can watch kv_blocks_free return to the total through ping.
 
+--stuck-after N plays a worker whose engine hangs inside its (N+1)-th step: from then on
+it computes nothing and its own socket goes quiet, but its pulse (routing id
+"<name>/hb", as worker/pulse.c) keeps heartbeating, so the router hears it alive while
+it makes no progress. --starting-ms T reports phase "starting" for T ms after WELCOME
+(a slow warm-up).
+
     fake_worker.py --router ipc:///tmp/deras-$UID/workers.sock --name w0 --model tiny-chat
 
 Plain python3 with python3-zmq and python3-msgpack (Debian packages).
@@ -35,6 +41,8 @@ def main():
     ap.add_argument("--kv-blocks", type=int, default=256)
     ap.add_argument("--step-ms", type=float, default=5.0)
     ap.add_argument("--eos", type=int, default=-1, help="end a sample after this many tokens with reason stop")
+    ap.add_argument("--stuck-after", type=int, default=-1, help="hang after this many steps (pulses only)")
+    ap.add_argument("--starting-ms", type=float, default=0, help="report phase starting this long")
     args = ap.parse_args()
 
     ctx = zmq.Context()
@@ -54,6 +62,8 @@ def main():
     last_hb = 0.0
     last_hello = 0.0
     steps = 0
+    welcomed_at = None
+    pulse = None  # the "<name>/hb" socket, once stuck
 
     def blocks_used():
         used = 0
@@ -63,9 +73,14 @@ def main():
                     used += (len(r["prompt"]) + r["gen"][k] + 15) // 16
         return used
 
+    def phase():
+        if welcomed_at is None or time.monotonic() - welcomed_at < args.starting_ms / 1000:
+            return "starting"
+        return "draining" if draining else "ready"
+
     def load():
         running = sum(1 for r in live.values() for k in range(r["n"]) if not r["done"][k])
-        return {"running": running, "waiting": 0,
+        return {"phase": phase(), "running": running, "waiting": 0,
                 "queued_tokens": 0,
                 "running_tokens": sum(len(r["prompt"]) + sum(r["gen"]) for r in live.values()),
                 "kv_blocks_free": max(0, args.kv_blocks - blocks_used()),
@@ -78,6 +93,16 @@ def main():
 
     while True:
         now = time.monotonic()
+        if 0 <= args.stuck_after <= steps:
+            if pulse is None:
+                print(f"{args.name}: stuck after {steps} steps (pulses only)", file=sys.stderr, flush=True)
+                pulse = ctx.socket(zmq.DEALER)
+                pulse.setsockopt(zmq.ROUTING_ID, (args.name + "/hb").encode())
+                pulse.setsockopt(zmq.LINGER, 0)
+                pulse.connect(args.router)
+            pulse.send(msgpack.packb({"type": "heartbeat", "load": load()}))
+            time.sleep(heartbeat_ms / 1000)
+            continue
         if not registered and now - last_hello > 1.0:
             send(hello)
             last_hello = now
@@ -94,6 +119,7 @@ def main():
                 t = m.get("type")
                 if t == "welcome":
                     registered = True
+                    welcomed_at = time.monotonic()
                     heartbeat_ms = m.get("heartbeat_ms", 1000)
                     print(f"{args.name}: welcome (heartbeat {heartbeat_ms} ms)", file=sys.stderr, flush=True)
                 elif t == "refuse":

@@ -566,10 +566,12 @@ def s_bad_worker(e):
     d.send(msgpack.packb(hello))
     m = rx(d)
     check(m and m["type"] == "welcome", f"hello: {m}")
-    load = {"running": 0, "waiting": 0, "queued_tokens": 0, "running_tokens": 0,
+    load = {"phase": "ready", "running": 0, "waiting": 0, "queued_tokens": 0, "running_tokens": 0,
             "kv_blocks_free": 10, "kv_blocks_total": 10, "tokens_per_s": 0.0, "steps": 0,
             "preemptions": 0, "prefix_hit_tokens": 0, "prefix_query_tokens": 0,
             "prompt_tokens": 0, "generated_tokens": 0}
+    check(worker_of(c.ping(), "bad")["state"] == "starting", "registered before its load said ready")
+    d.send(msgpack.packb({"type": "heartbeat", "load": load}))  # its warm-up ran
     for junk in (b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"type": "submit"}),
                  msgpack.packb({"type": "step", "tokens": [[1, 0]], "finishes": [], "load": load})):
         d.send(junk)

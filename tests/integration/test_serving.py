@@ -351,7 +351,9 @@ class Serve(unittest.TestCase):
         log = open(os.path.join(d, "serve.log"), "w+")
         serve = subprocess.Popen([DERAS, "serve", "--model", TINY, "--listen", address,
                                   "--workers", "2", "--threads", "1", "--kv-cache-memory",
-                                  "64MiB"], stdout=log, stderr=subprocess.STDOUT)
+                                  "64MiB", "--router-arg", "--metrics-listen=none"],
+                                 stdout=log, stderr=subprocess.STDOUT,
+                                 env=dict(os.environ, DERAS_RUNTIME_DIR=d))  # its admin socket
         try:
             cl = Client(address, timeout=60)
             deadline = time.monotonic() + 60
@@ -442,8 +444,12 @@ class LongSteps(unittest.TestCase):
             if os.environ.get("DERAS_REQUIRE_MODEL") == "1":
                 self.fail("test model not found at %r" % model)
             raise unittest.SkipTest("test model not found")
+        # the stuck timeout (no step completed while busy) is set far beyond this one long
+        # step (tens of seconds under the sanitizers on a busy machine): this test is about
+        # liveness only
         c = Cluster(model=model, n_workers=1, kv="256MiB",
-                    router_args=("--worker-timeout-ms", "1000", "--heartbeat-ms", "200"),
+                    router_args=("--worker-timeout-ms", "1000", "--heartbeat-ms", "200",
+                                 "--stuck-timeout-ms", "600000"),
                     worker_args=("--max-batch-tokens", "1024"))
         try:
             # 400 tokens: about 3 s in one step on a release build, several times that

@@ -57,6 +57,7 @@ typedef struct fake_router {
     size_t peer_len;
     /* what the worker sent */
     int n_hello, n_heartbeat, n_step;
+    int n_pulse;                         /* heartbeats of its pulse thread ("<name>/hb") */
     wp_hello hello;                      /* the last HELLO */
     wp_load load;                        /* from the last HEARTBEAT or STEP */
     bool load_from_heartbeat;
@@ -205,7 +206,11 @@ static inline void fr_record(fake_router *r, const wp_msg *m)
     }
 }
 
-/* Receive and record one message within timeout_ms; its type, or 0 on timeout. */
+#define FR_PULSE 100 /* fr_recv's answer for a pulse: never a message type */
+
+/* Receive and record one message within timeout_ms; its type, FR_PULSE for a heartbeat of
+ * the worker's pulse thread (routing id "<name>/hb": counted, never answered, the load
+ * not recorded, as deras-router does), or 0 on timeout. */
 static inline int fr_recv(fake_router *r, int timeout_ms)
 {
     zmq_pollitem_t it = {r->sock, 0, ZMQ_POLLIN, 0};
@@ -218,17 +223,21 @@ static inline int fr_recv(fake_router *r, int timeout_ms)
     assert_true(zmq_msg_more(&id));
     assert_true(zmq_msg_recv(&body, r->sock, 0) >= 0);
     assert_false(zmq_msg_more(&body));
-    /* frames from the worker's pulse thread ("<name>/hb", a heartbeat while a step runs
-     * long) are recorded, but replies go to the worker's own socket, as a router's do */
-    size_t id_len = zmq_msg_size(&id);
-    const char *id_data = zmq_msg_data(&id);
-    if (id_len < 3 || memcmp(id_data + id_len - 3, "/hb", 3)) {
-        r->peer_len = id_len < sizeof r->peer - 1 ? id_len : sizeof r->peer - 1;
-        memcpy(r->peer, id_data, r->peer_len);
-        r->peer[r->peer_len] = '\0';
-    }
     wp_msg m;
     proto_error err;
+    size_t id_len = zmq_msg_size(&id);
+    if (id_len > 3 && !memcmp((char *)zmq_msg_data(&id) + id_len - 3, "/hb", 3)) {
+        if (wp_decode(r->dec, zmq_msg_data(&body), zmq_msg_size(&body), &m, &err) ||
+            m.type != WP_HEARTBEAT)
+            fail_msg("the worker's pulse sent something other than a heartbeat");
+        r->n_pulse++;
+        zmq_msg_close(&id);
+        zmq_msg_close(&body);
+        return FR_PULSE;
+    }
+    r->peer_len = zmq_msg_size(&id) < sizeof r->peer - 1 ? zmq_msg_size(&id) : sizeof r->peer - 1;
+    memcpy(r->peer, zmq_msg_data(&id), r->peer_len);
+    r->peer[r->peer_len] = '\0';
     if (wp_decode(r->dec, zmq_msg_data(&body), zmq_msg_size(&body), &m, &err))
         fail_msg("undecodable frame from the worker: %s: %s", proto_error_name(err.code),
                  err.message);

@@ -22,6 +22,9 @@ static void default_is_per_user_ipc_in_tmp(void **state)
     assert_int_equal(endpoints_default_clients(ep, sizeof ep), DERAS_OK);
     snprintf(want, sizeof want, "ipc:///tmp/deras-%u/clients.sock", (unsigned)getuid());
     assert_string_equal(ep, want);
+    assert_int_equal(endpoints_default_admin(ep, sizeof ep), DERAS_OK);
+    snprintf(want, sizeof want, "ipc:///tmp/deras-%u/admin.sock", (unsigned)getuid());
+    assert_string_equal(ep, want);
 }
 
 static void runtime_dir_comes_from_the_environment(void **state)

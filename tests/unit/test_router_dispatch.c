@@ -1,14 +1,19 @@
 /* test_router_dispatch.c - the router's dispatch policy with fake workers, the worker
- * registry's verdicts on HELLO, and the live request table.
+ * registry's verdicts on HELLO and its states, and the live request table.
  *
  * Dispatch: the least loaded ready worker gets the request (queued + running tokens
  * from its last report plus what was sent since), ties go to the most free KV blocks; a
  * worker at capacity holds the FIFO queue; admission caps count samples (n counts as
  * n) and prompt tokens; without workers a request fails no_workers after the wait, not
- * before; a request longer than every worker's context fails; a busy worker is held
- * until a heartbeat says it has room; an unreachable one is skipped; every dispatch
- * gets a new rid. The request table is checked against a model under random
- * operations: lookups by key and rid, the deadline order, slot reuse.
+ * before, and so does one that comes back from the last worker; a request longer than
+ * every worker's context fails; a busy worker is held until a heartbeat says it has room;
+ * an unreachable one is skipped; every dispatch gets a new rid. Worker states: a worker is
+ * starting (gets nothing) until its load says ready; a drained one gets nothing new and
+ * shows "drained" once nothing of ours is on it; drain --all also covers workers that
+ * register later; an overdue drain is found once; a busy worker without a completed step
+ * for the stuck timeout is stuck, and a stuck one that goes silent is dead. The request
+ * table is checked against a model under random operations: lookups by key and rid, the
+ * deadline order, slot reuse.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -59,7 +64,7 @@ static void fake_fail(void *ctx, rq *r, enum proto_error_code code, const char *
 
 static void make(int max_queued_requests, int64_t max_queued_tokens, int wait_ms)
 {
-    reg = workers_new(VOCAB, "/models/tiny-chat", 3000);
+    reg = workers_new(VOCAB, "/models/tiny-chat", 3000, 10000);
     tab = rq_table_new(NULL);
     dispatch_opts o = {max_queued_requests, max_queued_tokens, wait_ms};
     disp = dispatch_new(reg, tab, &o, fake_submit, fake_fail, NULL);
@@ -104,17 +109,20 @@ static worker *add_worker(const char *name, int max_seqs, int ctx, int kv)
     enum hello_verdict v = workers_hello(reg, name, (int)strlen(name), &h, -1, now, &k, why, sizeof why);
     if (v != HELLO_NEW)
         fail_msg("HELLO from %s: expected HELLO_NEW, got %d (%s)", name, v, why);
+    wp_load l = {.phase = WP_PHASE_READY, .kv_blocks_free = kv, .kv_blocks_total = kv};
+    workers_load(k, &l, true, now); /* its warm-up ran */
     return k;
 }
 
 static void set_load(worker *k, int64_t queued, int64_t running, int kv_free)
 {
     wp_load l = {0};
+    l.phase = WP_PHASE_READY;
     l.queued_tokens = queued;
     l.running_tokens = running;
     l.kv_blocks_free = kv_free;
     l.kv_blocks_total = k->hello.kv_blocks_total;
-    workers_load(k, &l, true);
+    workers_load(k, &l, true, now);
 }
 
 static rq *submit(int n, int n_prompt, int max_tokens)
@@ -241,6 +249,30 @@ static void without_workers_a_request_fails_after_the_wait(void **state)
     teardown(NULL);
 }
 
+static void a_request_back_from_the_last_worker_fails_after_the_wait(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 1000);
+    worker *w = add_worker("w0", 4, 4096, 10);
+    rq *r = submit(1, 10, 16);
+    assert_int_equal(n_sent, 1);
+    now += 5 * 1000000LL; /* the request ran a while; then its worker died (or got stuck) */
+    workers_dead(w, now);
+    r->worker = -1;
+    dispatch_requeue(disp, r, now);
+    dispatch_run(disp, now);
+    assert_int_equal(n_failed, 0);
+    int64_t t = dispatch_next_timer(disp);
+    if (t != now + 1000 * 1000)
+        fail_msg("next timer: expected the end of the wait (+1000 ms), got %+lld us",
+                 (long long)(t - now));
+    dispatch_run(disp, t);
+    assert_int_equal(n_failed, 1);
+    assert_int_equal(failed[0].code, PE_NO_WORKERS);
+    assert_int_equal(dispatch_queued_count(disp), 0);
+    teardown(NULL);
+}
+
 static void a_request_longer_than_every_context_fails(void **state)
 {
     (void)state;
@@ -269,11 +301,12 @@ static void a_busy_worker_is_held_until_a_heartbeat_says_it_has_room(void **stat
     dispatch_requeue(disp, r, now);
     dispatch_run(disp, now);
     assert_int_equal(n_sent, 1);
-    wp_load l = {.waiting = 0, .kv_blocks_free = 10, .kv_blocks_total = 10};
-    workers_load(w, &l, false); /* a STEP's load does not lift the hold */
+    wp_load l = {.phase = WP_PHASE_READY, .waiting = 0, .kv_blocks_free = 10,
+                 .kv_blocks_total = 10};
+    workers_load(w, &l, false, now); /* a STEP's load does not lift the hold */
     dispatch_run(disp, now);
     assert_int_equal(n_sent, 1);
-    workers_load(w, &l, true);
+    workers_load(w, &l, true, now);
     dispatch_run(disp, now);
     assert_int_equal(n_sent, 2);
     assert_true(sent[1].rid != sent[0].rid); /* every dispatch a new rid */
@@ -370,6 +403,120 @@ static void silent_workers_expire(void **state)
     teardown(NULL);
 }
 
+static void a_starting_worker_gets_nothing_until_its_load_says_ready(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 1000);
+    wp_hello h = hello_of("w0", 100, 4, 4096, 10);
+    worker *k;
+    char why[256];
+    assert_int_equal(workers_hello(reg, "w0", 2, &h, -1, now, &k, why, sizeof why), HELLO_NEW);
+    assert_string_equal(workers_state_name(k), "starting");
+    assert_true(workers_live(k));
+    rq *r = submit(1, 10, 16);
+    assert_int_equal(n_sent, 0);
+    assert_int_equal(r->state, RQ_QUEUED);
+    wp_load l = {.phase = WP_PHASE_STARTING, .kv_blocks_free = 10, .kv_blocks_total = 10};
+    workers_load(k, &l, true, now); /* still warming up */
+    dispatch_run(disp, now);
+    assert_int_equal(n_sent, 0);
+    l.phase = WP_PHASE_READY;
+    workers_load(k, &l, true, now);
+    assert_string_equal(workers_state_name(k), "ready");
+    dispatch_run(disp, now);
+    assert_int_equal(n_sent, 1);
+    /* a worker draining on its own (a signal) takes nothing new either */
+    l.phase = WP_PHASE_DRAINING;
+    workers_load(k, &l, true, now);
+    assert_int_equal(k->state, W_DRAINING);
+    submit(1, 10, 16);
+    assert_int_equal(n_sent, 1);
+    teardown(NULL);
+}
+
+static void a_drained_worker_gets_nothing_new_and_is_drained_when_empty(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 60000);
+    worker *w0 = add_worker("w0", 4, 4096, 10);
+    worker *w1 = add_worker("w1", 4, 4096, 10);
+    set_load(w1, 100, 0, 10); /* w0 looks idler: the first request goes there */
+    rq *r = submit(1, 10, 16);
+    assert_int_equal(sent[0].slot, w0->slot);
+    workers_drain(w0, true, now + 5000000);
+    assert_string_equal(workers_state_name(w0), "draining");
+    assert_false(workers_drained(w0));
+    for (int i = 0; i < 5; i++)
+        submit(1, 10, 16);
+    for (int i = 1; i < n_sent; i++)
+        if (sent[i].slot != w1->slot)
+            fail_msg("dispatch %d after the drain: expected w1, got slot %d", i, sent[i].slot);
+    assert_null(workers_drain_overdue(reg, now + 4999999));
+    assert_ptr_equal(workers_drain_overdue(reg, now + 5000000), w0);
+    workers_ended(w0, r->n); /* its request ended */
+    assert_true(workers_drained(w0));
+    assert_string_equal(workers_state_name(w0), "drained");
+    assert_null(workers_drain_overdue(reg, now + 5000000)); /* nothing left to abort */
+    workers_drain(w0, false, 0);
+    assert_string_equal(workers_state_name(w0), "ready");
+    set_load(w1, 1000, 0, 10);
+    submit(1, 10, 16);
+    assert_int_equal(sent[n_sent - 1].slot, w0->slot);
+    teardown(NULL);
+}
+
+static void drain_all_covers_workers_that_register_later(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 1000);
+    worker *w0 = add_worker("w0", 4, 4096, 10);
+    workers_drain_all(reg, 0);
+    worker *w1 = add_worker("w1", 4, 4096, 10);
+    assert_string_equal(workers_state_name(w0), "drained");
+    assert_string_equal(workers_state_name(w1), "drained");
+    assert_int_equal(workers_ready(reg), 0);
+    workers_undrain_all(reg);
+    worker *w2 = add_worker("w2", 4, 4096, 10);
+    assert_int_equal(workers_ready(reg), 3);
+    assert_string_equal(workers_state_name(w2), "ready");
+    teardown(NULL);
+}
+
+static void a_busy_worker_without_a_step_is_stuck_and_then_dead_when_silent(void **state)
+{
+    (void)state;
+    make(256, 1 << 20, 60000); /* workers: timeout 3 s, stuck after 10 s */
+    worker *w = add_worker("w0", 4, 4096, 10);
+    /* idle: never stuck, however long */
+    now += 60 * 1000000LL;
+    workers_seen(w, -1, now);
+    assert_null(workers_find_stuck(reg, now));
+    submit(1, 10, 16); /* work arrives: the stuck clock starts now */
+    int64_t t0 = now;
+    assert_int_equal(workers_next_expiry(reg), t0 + 3000000); /* silence comes first */
+    wp_load l = {.phase = WP_PHASE_READY, .running = 1, .kv_blocks_free = 9, .kv_blocks_total = 10,
+                 .steps = 1};
+    now = t0 + 6000000;
+    workers_load(w, &l, false, now); /* a step completed at 6 s */
+    for (int i = 1; i <= 13; i++) {  /* then only heartbeats (pulses), no step, to 19 s */
+        workers_pulse(w, t0 + 6000000 + i * 1000000LL);
+        assert_null(workers_expired(reg, t0 + 6000000 + i * 1000000LL));
+    }
+    assert_null(workers_find_stuck(reg, t0 + 16000000));
+    assert_ptr_equal(workers_find_stuck(reg, t0 + 16000001), w);
+    workers_stuck(w);
+    assert_string_equal(workers_state_name(w), "stuck");
+    assert_false(workers_live(w));
+    assert_null(workers_find(reg, "w0", 2));     /* its own socket gets REFUSE register */
+    assert_ptr_equal(workers_lookup(reg, "w0", 2), w);
+    assert_int_equal(w->inflight_reqs, 0);
+    assert_null(workers_find_stuck(reg, t0 + 20000000));
+    /* pulses keep it stuck; silence makes it dead */
+    assert_null(workers_expired(reg, t0 + 19000000 + 3000000));
+    assert_ptr_equal(workers_expired(reg, t0 + 19000000 + 3000001), w);
+    teardown(NULL);
+}
+
 /* The table against a model: random inserts and releases with random deadlines. */
 static void the_request_table_matches_a_model(void **state)
 {
@@ -435,11 +582,16 @@ int main(void)
         cmocka_unit_test(a_full_worker_holds_the_queue_in_order),
         cmocka_unit_test(admission_caps_count_samples_and_prompt_tokens),
         cmocka_unit_test(without_workers_a_request_fails_after_the_wait),
+        cmocka_unit_test(a_request_back_from_the_last_worker_fails_after_the_wait),
         cmocka_unit_test(a_request_longer_than_every_context_fails),
         cmocka_unit_test(a_busy_worker_is_held_until_a_heartbeat_says_it_has_room),
         cmocka_unit_test(an_unreachable_worker_is_skipped),
         cmocka_unit_test(hello_verdicts),
         cmocka_unit_test(silent_workers_expire),
+        cmocka_unit_test(a_starting_worker_gets_nothing_until_its_load_says_ready),
+        cmocka_unit_test(a_drained_worker_gets_nothing_new_and_is_drained_when_empty),
+        cmocka_unit_test(drain_all_covers_workers_that_register_later),
+        cmocka_unit_test(a_busy_worker_without_a_step_is_stuck_and_then_dead_when_silent),
         cmocka_unit_test(the_request_table_matches_a_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,7 +20,8 @@ static msgpack_sbuffer sb;
 
 static wp_load sample_load(void)
 {
-    return (wp_load){.running = 3, .waiting = 2, .queued_tokens = 1000, .running_tokens = 5000,
+    return (wp_load){.phase = WP_PHASE_DRAINING, .running = 3, .waiting = 2,
+                     .queued_tokens = 1000, .running_tokens = 5000,
                      .kv_blocks_free = 17, .kv_blocks_total = 64, .tokens_per_s = 123.5,
                      .steps = 1ull << 40, .preemptions = 4, .prefix_hit_tokens = 300,
                      .prefix_query_tokens = 900, .prompt_tokens = 12345,
@@ -30,6 +31,7 @@ static wp_load sample_load(void)
 
 static void assert_load_equal(const wp_load *a, const wp_load *b)
 {
+    assert_int_equal(a->phase, b->phase);
     assert_int_equal(a->running, b->running);
     assert_int_equal(a->waiting, b->waiting);
     assert_true(a->queued_tokens == b->queued_tokens && a->running_tokens == b->running_tokens);
@@ -245,7 +247,8 @@ typedef struct vcase {
     const char *msg;
 } vcase;
 
-#define LOAD "load: {running: 0, waiting: 0, queued_tokens: 0, running_tokens: 0, " \
+#define LOAD "load: {phase: \"ready\", running: 0, waiting: 0, queued_tokens: 0, " \
+             "running_tokens: 0, "                                                  \
              "kv_blocks_free: 0, kv_blocks_total: 0, tokens_per_s: 0, steps: 0, "   \
              "preemptions: 0, prefix_hit_tokens: 0, prefix_query_tokens: 0, "       \
              "prompt_tokens: 0, generated_tokens: 0}"
@@ -273,11 +276,17 @@ static const vcase cases[] = {
     {"{type: \"welcome\", v: 1, heartbeat_ms: 0}", PE_VALUE_OUT_OF_RANGE, "heartbeat_ms"},
     {"{type: \"welcome\", heartbeat_ms: 100}", PE_MISSING_FIELD, "v is required in welcome"},
     {"{type: \"refuse\", reason: str(256)}", PE_LIMIT_EXCEEDED, "reason must be 0..255 bytes"},
-    {"{type: \"heartbeat\", load: {running: 1}}", PE_MISSING_FIELD, "load.waiting is required"},
+    {"{type: \"heartbeat\", load: {running: 1}}", PE_MISSING_FIELD, "load.phase is required"},
+    {"{type: \"heartbeat\", load: {phase: \"ready\", running: 1}}", PE_MISSING_FIELD,
+     "load.waiting is required"},
     {"{type: \"heartbeat\", load: []}", PE_INVALID_FIELD, "heartbeat.load must be a map, got array"},
     {"{type: \"heartbeat\", load: {running: 1, bogus: 2}}", PE_INVALID_FIELD, "unknown key 'bogus' in load"},
     {"{type: \"heartbeat\", load: {tokens_per_s: inf}}", PE_VALUE_OUT_OF_RANGE, "load.tokens_per_s"},
     {"{type: \"heartbeat\", load: {steps: -1}}", PE_VALUE_OUT_OF_RANGE, "load.steps"},
+    {"{type: \"heartbeat\", load: {phase: \"asleep\"}}", PE_INVALID_FIELD,
+     "load.phase must be \"starting\", \"ready\" or \"draining\""},
+    {"{type: \"heartbeat\", load: {phase: 1}}", PE_INVALID_FIELD, "load.phase must be a string, got int"},
+    {"{type: \"heartbeat\", " LOAD "}", PE_NONE, ""},
     {"{" SUBMIT ", prompt_ids: b\"\\x01\\x00\\x00\\x00\"}", PE_NONE, ""},
     {"{" SUBMIT ", prompt_ids: [1, 2]}", PE_INVALID_FIELD, "prompt_ids must be a bin of little-endian int32, got array"},
     {"{" SUBMIT ", prompt_ids: b\"\\x01\\x00\\x00\"}", PE_INVALID_FIELD, "got 3 bytes"},

@@ -254,6 +254,13 @@ static void test_handshake_hello_describes_the_worker_then_heartbeats(void **sta
     assert_int_equal(r->load.kv_blocks_total, r->hello.kv_blocks_total);
     assert_int_equal(r->load.kv_blocks_free, r->load.kv_blocks_total);
     assert_int_equal(r->load.running, 0);
+    /* the warm-up step ran before the first heartbeat, and is not reported as work */
+    if (r->load.phase != WP_PHASE_READY)
+        fail_msg("phase after WELCOME: expected ready, got %s", wp_phase_name(r->load.phase));
+    if (r->load.steps != 0 || r->load.prompt_tokens != 0 || r->load.generated_tokens != 0)
+        fail_msg("load before any request: expected 0 steps/prompt/generated, got %llu/%llu/%llu",
+                 (unsigned long long)r->load.steps, (unsigned long long)r->load.prompt_tokens,
+                 (unsigned long long)r->load.generated_tokens);
     stop_clean(&w);
     fr_destroy(&r);
 }
@@ -482,6 +489,10 @@ static void test_busy_and_draining_workers_reject_with_busy(void **state)
     fr_until(r, WAIT_S, fr_cond_finished, &rid, "request 3 to finish while draining");
     assert_int_equal(fr_req_of(r, 3)->s[0].n, 30);
     assert_int_equal(fr_req_of(r, 3)->s[0].fin.reason, 1);
+    r->load_from_heartbeat = false;
+    fr_until(r, WAIT_S, fr_cond_idle_heartbeat, NULL, "an idle heartbeat while draining");
+    if (r->load.phase != WP_PHASE_DRAINING)
+        fail_msg("phase after DRAIN: expected draining, got %s", wp_phase_name(r->load.phase));
     stop_clean(&w);
     fr_destroy(&r);
 }

@@ -1,0 +1,535 @@
+"""test_ops.py - operating deras-router: derasctl, drain, health, stuck workers, metrics.
+
+What the operations issue (router side) asks to see, each test printing its figures:
+  - health: 503 (HTTP /health, `derasctl health`) while no worker is ready, a worker
+    shown "starting" during its warm-up, 200 once one is ready; /live always 200;
+  - drain under steady load from concurrent clients: no request fails, the drained worker
+    receives nothing new after the drain began, `status` shows it drained and empty; a
+    drain whose timeout passes ends what is left with abort (drain_timeout); undrain;
+  - /metrics parses with prometheus_client's parser and its counters match the requests
+    sent (and `derasctl metrics` says the same);
+  - a worker stopped with SIGSTOP is dead within the bound (3 s by default): its requests
+    that had sent nothing run on the other worker, streams end with worker_failed naming
+    it, nothing hangs; after SIGCONT it registers again;
+  - a worker that heartbeats (its pulse) but completes no step while busy is "stuck" after
+    --stuck-timeout-ms, its requests re-run elsewhere or fail, and "dead" once silent;
+  - the admin socket: mode 0600, strict decoding, tcp only with CURVE keys.
+
+Model: tests/data/tiny-chat (random weights, real tokenizer: fast and deterministic); the
+stuck worker is fake_worker.py (a real engine cannot be made to hang on demand).
+
+    DERAS_BUILD_DIR=build python3 tests/integration/test_ops.py [Class.test ...]
+Exit 77 (skipped) without pyzmq/msgpack/prometheus_client or the built binaries.
+"""
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+except ImportError as e:
+    print("SKIPPED: %s (install python3-prometheus-client)" % e)
+    sys.exit(77)
+
+from cluster import (ROUTER, TINY, VOCAB, Chunk, Client, Cluster, DerasError,  # noqa: E402
+                     free_port)
+import msgpack  # noqa: E402  (after cluster, which skips (exit 77) where it is missing)
+import zmq  # noqa: E402
+
+
+def http_get(url, timeout=5):
+    """(status, body) of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def ctl_json(c, *args):
+    rc, out, err = c.ctl(*args, "--json")
+    if not out.strip():
+        raise AssertionError("derasctl %s: no JSON (rc %d): %s" % (" ".join(args), rc, err))
+    return rc, json.loads(out)
+
+
+def worker_row(status, name):
+    for w in status["workers"]:
+        if w["name"] == name:
+            return w
+    raise AssertionError("no worker %s in %r" % (name, status))
+
+
+def wait_for(what, pred, timeout=20, every=0.05):
+    """Poll pred() until it returns a true value; that value, or AssertionError."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(every)
+
+
+def state_of(c, name):
+    rc, st = ctl_json(c, "status")
+    return worker_row(st, name)["state"]
+
+
+def samples(text):
+    """{(name, ((label, value), ...)): value} of a Prometheus text (the official parser)."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+class Health(unittest.TestCase):
+    def test_not_ready_until_a_worker_finished_its_warm_up(self):
+        c = Cluster(n_workers=0, router_args=("--heartbeat-ms", "100", "--worker-timeout-ms", "1000"))
+        try:
+            code, body = http_get(c.metrics_url + "/health")
+            self.assertEqual((code, body), (503, "not ready: no worker is ready\n"))
+            self.assertEqual(http_get(c.metrics_url + "/live"), (200, "live\n"))
+            rc, h = ctl_json(c, "health")
+            self.assertEqual((rc, h["ready"], h["status"], h["workers_ready"]), (1, False, 503, 0))
+            # a worker whose warm-up takes 1.5 s: registered, "starting", still not ready
+            t0 = time.monotonic()
+            c.add_worker("slow", fake=True, args=("--starting-ms", "1500"))
+            wait_for("slow to show as starting",
+                     lambda: any(w["name"] == "slow" for w in ctl_json(c, "status")[1]["workers"]))
+            self.assertEqual(state_of(c, "slow"), "starting")
+            self.assertEqual(http_get(c.metrics_url + "/health")[0], 503)
+            self.assertEqual(c.ctl("health")[0], 1)
+            wait_for("slow to be ready", lambda: state_of(c, "slow") == "ready")
+            starting_s = time.monotonic() - t0
+            self.assertGreater(starting_s, 1.2)
+            self.assertEqual(http_get(c.metrics_url + "/health"), (200, "ready\n"))
+            rc, out, _ = c.ctl("health")
+            self.assertEqual(rc, 0, out)
+            # deras-worker: ready only after its warm-up step, which its log reports first
+            c.add_worker("w0")
+            wait_for("w0 ready", lambda: any(w["name"] == "w0" and w["state"] == "ready"
+                                             for w in ctl_json(c, "status")[1]["workers"]))
+            with open(os.path.join(c.dir, "w0.log")) as f:
+                self.assertIn("warm-up step done", f.read())
+            r = c.client.complete("hello", max_tokens=4, temperature=0)
+            self.assertEqual(len(r.token_ids[0]), 4)
+            print("health: 503 with no worker; a worker warming up for 1.5 s shown starting "
+                  "(health 503) until ready after %.2f s (health 200); deras-worker ready after "
+                  "its warm-up step" % starting_s)
+        finally:
+            codes = c.stop()
+        self.assertEqual(codes[-1], 0, "router exit status")
+
+
+class Drain(unittest.TestCase):
+    def test_drain_under_steady_load_fails_nothing_and_the_worker_gets_nothing_new(self):
+        c = Cluster(n_workers=2)
+        stop, lock = threading.Event(), threading.Lock()
+        done, failures = [0], []
+
+        def load(i):
+            cl = Client(c.address, timeout=60)
+            k = 0
+            while not stop.is_set():
+                try:
+                    if k % 2:
+                        r = cl.complete("client %d request %d" % (i, k), max_tokens=400,
+                                        ignore_eos=True)
+                        reasons = r.finish_reasons
+                    else:
+                        reasons = [ev.finish_reason for ev in cl.stream(
+                            "client %d stream %d" % (i, k), max_tokens=400, ignore_eos=True)
+                            if not isinstance(ev, Chunk)]
+                    if reasons != ["length"]:
+                        raise AssertionError("finish reasons %r" % reasons)
+                    with lock:
+                        done[0] += 1
+                except Exception as e:  # noqa: BLE001 - every failure is reported
+                    with lock:
+                        failures.append(repr(e))
+                k += 1
+            cl.close()
+
+        threads = [threading.Thread(target=load, args=(i,)) for i in range(8)]
+        codes = None
+        try:
+            for t in threads:
+                t.start()
+            time.sleep(1.0)
+            # the moment the drain begins: what w0 had been given so far
+            rc, first = ctl_json(c, "drain", "w0", "--no-wait")
+            self.assertEqual(rc, 0)
+            at_drain = worker_row(first, "w0")
+            self.assertGreater(at_drain["requests"], 0, "w0 idle when the drain began: moot")
+            t0 = time.monotonic()
+            rc, rep = ctl_json(c, "drain", "w0", "--timeout", "60")
+            drain_s = time.monotonic() - t0
+            self.assertEqual(rc, 0, rep)
+            self.assertEqual((rep["drained"], rep["timed_out"], rep["aborted"]), (True, False, 0))
+            # the load goes on: w1 takes several new requests, w0 none
+            w1_before = worker_row(ctl_json(c, "status")[1], "w1")["served"]
+            wait_for("w1 to take 4 new requests", lambda: worker_row(
+                ctl_json(c, "status")[1], "w1")["served"] >= w1_before + 4, timeout=60, every=0.2)
+            rc, st = ctl_json(c, "status")
+            w0 = worker_row(st, "w0")
+            self.assertEqual(w0["state"], "drained")
+            self.assertEqual((w0["requests"], w0["running"], w0["waiting"]), (0, 0, 0))
+            self.assertEqual(w0["served"], at_drain["served"], "w0 got requests after the drain")
+            rc, table, _ = c.ctl("status")
+            self.assertTrue(any(line.split()[:2] == ["w0", "drained"] for line in table.splitlines()),
+                            table)
+            metrics = samples(http_get(c.metrics_url + "/metrics")[1])
+            self.assertEqual(metrics[("deras_worker_requests_running", (("worker", "w0"),))], 0)
+            # undrain: w0 takes requests again
+            rc, out, err = c.ctl("undrain", "w0")
+            self.assertEqual(rc, 0, err)
+            wait_for("w0 to get requests again",
+                     lambda: worker_row(ctl_json(c, "status")[1], "w0")["served"] > at_drain["served"])
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(120)
+            codes = c.stop()
+        self.assertEqual(failures, [])
+        self.assertGreater(done[0], 20)
+        self.assertEqual(codes, [0, 0, 0])
+        print("drain under load (8 clients, %d requests completed, 0 failed): w0 had %d requests "
+              "in flight, drained in %.2f s, then got nothing new (served stayed %d) while w1 "
+              "took new ones; undrain put it back to work"
+              % (done[0], at_drain["requests"], drain_s, at_drain["served"]))
+
+    def test_a_drain_timeout_ends_what_is_left_with_abort(self):
+        c = Cluster(n_workers=1)
+        try:
+            streams = [c.client.stream("long %d" % i, max_tokens=3500, ignore_eos=True)
+                       for i in range(3)]
+            for s in streams:
+                next(iter(s))  # each has started streaming
+            t0 = time.monotonic()
+            rc, rep = ctl_json(c, "drain", "--all", "--timeout", "0.5")
+            dt = time.monotonic() - t0
+            self.assertEqual(rc, 0, rep)
+            self.assertEqual((rep["drained"], rep["timed_out"], rep["aborted"]), (True, True, 3))
+            self.assertLess(dt, 3.0)
+            finals = [ev for s in streams for ev in s if not isinstance(ev, Chunk)]
+            self.assertEqual([(f.finish_reason, f.abort_reason) for f in finals],
+                             [("abort", "drain_timeout")] * 3)
+            # drained: new requests find no worker
+            with self.assertRaises(DerasError) as e:
+                c.client.complete("anyone?", max_tokens=2)
+            self.assertEqual(e.exception.code, "no_workers")
+            self.assertEqual(c.ctl("undrain", "--all")[0], 0)
+            self.assertEqual(len(c.client.complete("again", max_tokens=2).token_ids[0]), 2)
+            print("drain --all --timeout 0.5 with 3 streams running: answered after %.2f s, "
+                  "3 aborted with drain_timeout; undrain --all serves again" % dt)
+        finally:
+            codes = c.stop()
+        self.assertEqual(codes, [0, 0])
+
+
+class Metrics(unittest.TestCase):
+    def test_metrics_parse_and_their_counters_match_the_requests_sent(self):
+        c = Cluster(n_workers=2)
+        try:
+            prompt_tokens = completion_tokens = 0
+            for i in range(6):
+                r = c.client.complete("count me %d" % i, max_tokens=7, ignore_eos=True)
+                prompt_tokens += r.usage.prompt_tokens
+                completion_tokens += r.usage.completion_tokens
+            for i in range(3):
+                finals = [ev for ev in c.client.stream("stream me %d" % i, n=2, max_tokens=5,
+                                                        ignore_eos=True)
+                          if not isinstance(ev, Chunk)]
+                self.assertEqual(len(finals), 2)
+                prompt_tokens += finals[0].usage.prompt_tokens
+                completion_tokens += sum(f.usage.completion_tokens for f in finals)
+            with self.assertRaises(DerasError) as e:
+                c.client.complete(prompt_ids=[5, VOCAB], max_tokens=3)
+            self.assertEqual(e.exception.code, "token_out_of_range")
+            s = zmq.Context.instance().socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(c.address)
+            s.send(b"\xc1 not msgpack")
+            self.assertTrue(s.poll(5000))
+            self.assertEqual(msgpack.unpackb(s.recv(), raw=False)["code"], "malformed")
+            s.close()
+
+            code, text = http_get(c.metrics_url + "/metrics")
+            self.assertEqual(code, 200)
+            m = samples(text)
+            rc, ctl_text, _ = c.ctl("metrics")
+            self.assertEqual(rc, 0)
+            m2 = samples(ctl_text)
+
+            def v(name, **labels):
+                return m[(name, tuple(sorted(labels.items())))]
+
+            want = {
+                ("deras_requests_total", "length"): 6 + 3 * 2,
+                ("deras_requests_total", "stop"): 0,
+                ("deras_requests_total", "abort"): 0,
+                ("deras_requests_total", "error"): 1,
+            }
+            for (name, reason), n in want.items():
+                self.assertEqual(v(name, finish_reason=reason), n, reason)
+            self.assertEqual(v("deras_requests_received_total"), 10)
+            self.assertEqual(v("deras_generation_tokens_total"), completion_tokens)
+            self.assertEqual(completion_tokens, 6 * 7 + 3 * 2 * 5)
+            self.assertEqual(v("deras_prompt_tokens_total"), prompt_tokens)
+            self.assertEqual(v("deras_errors_total", code="token_out_of_range"), 1)
+            self.assertEqual(v("deras_errors_total", code="malformed"), 1)
+            self.assertEqual(v("deras_errors_total", code="busy"), 0)
+            for h, n in (("deras_time_to_first_token_seconds", 12),
+                         ("deras_time_per_output_token_seconds", 12),
+                         ("deras_e2e_request_latency_seconds", 12),
+                         ("deras_request_queue_time_seconds", 9)):
+                self.assertEqual(v(h + "_count"), n, h)
+                self.assertEqual(v(h + "_bucket", le="+Inf"), n, h)
+                if h != "deras_request_queue_time_seconds":  # dispatched at once: may sum to 0
+                    self.assertGreater(v(h + "_sum"), 0, h)
+            self.assertEqual(v("deras_requests_running"), 0)
+            self.assertEqual(v("deras_requests_waiting"), 0)
+            self.assertEqual(v("deras_workers", state="ready"), 2)
+            self.assertEqual(v("deras_router_ready"), 1)
+            dispatched = sum(v("deras_worker_requests_dispatched_total", worker=w) for w in ("w0", "w1"))
+            self.assertEqual(dispatched, 9)
+            for w in ("w0", "w1"):
+                self.assertTrue(0 <= v("deras_kv_cache_usage_ratio", worker=w) <= 1)
+                self.assertEqual(v("deras_preemptions_total", worker=w), 0)
+            # the admin socket serves the same counters
+            for key, val in m.items():
+                if key[0].endswith(("_total", "_count", "_bucket")):
+                    self.assertEqual(m2.get(key), val, key)
+            self.assertEqual(http_get(c.metrics_url + "/nothing")[0], 404)
+            req = urllib.request.Request(c.metrics_url + "/metrics", method="POST", data=b"x")
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=5)
+            self.assertEqual(e.exception.code, 405)
+            print("metrics: %d families parsed by prometheus_client; 12 sample finals (length), "
+                  "1 error, %d prompt and %d generation tokens, 12 TTFT/TPOT/e2e and 9 queue "
+                  "observations: all as sent; derasctl metrics agrees"
+                  % (len(list(text_string_to_metric_families(text))), prompt_tokens,
+                     completion_tokens))
+        finally:
+            codes = c.stop()
+        self.assertEqual(codes, [0, 0, 0])
+
+
+class Failures(unittest.TestCase):
+    def test_a_sigstopped_worker_is_dead_within_3_s_and_nothing_hangs(self):
+        c = Cluster(n_workers=2)  # default timeouts: heartbeat 500 ms, dead after 3000 ms
+        w0 = c.workers[0]
+        results, lock = {}, threading.Lock()
+
+        def run(i, stream):
+            cl = Client(c.address, timeout=60)
+            try:
+                if stream:
+                    n = 0
+                    for ev in cl.stream("stream %d" % i, max_tokens=3000, ignore_eos=True):
+                        n += isinstance(ev, Chunk)
+                    out = ("final", n)
+                else:
+                    r = cl.complete("whole %d" % i, max_tokens=2000, ignore_eos=True)
+                    out = ("final", len(r.token_ids[0]))
+            except DerasError as e:
+                out = (e.code, str(e))
+            with lock:
+                results[(i, stream)] = (out, time.monotonic())
+            cl.close()
+
+        threads = [threading.Thread(target=run, args=(i, i % 2 == 0)) for i in range(12)]
+        try:
+            for t in threads:
+                t.start()
+            wait_for("requests on both workers", lambda: all(
+                w["requests"] > 0 for w in ctl_json(c, "status")[1]["workers"]))
+            on_w0 = worker_row(ctl_json(c, "status")[1], "w0")["requests"]
+            t0 = time.monotonic()
+            w0.send_signal(signal.SIGSTOP)
+            wait_for("w0 dead", lambda: state_of(c, "w0") == "dead", timeout=10, every=0.02)
+            dead_s = time.monotonic() - t0
+            self.assertLess(dead_s, 3.6)
+            self.assertEqual(state_of(c, "w1"), "ready")
+            for t in threads:
+                t.join(120)
+                self.assertFalse(t.is_alive(), "a request hangs")
+            failed = {k: v for k, v in results.items() if v[0][0] != "final"}
+            for (i, stream), ((code, msg), _) in failed.items():
+                self.assertTrue(stream, "non-streaming request %d failed instead of re-running: %s"
+                                % (i, msg))
+                self.assertEqual(code, "worker_failed")
+                self.assertIn("w0", msg)
+            self.assertEqual(len(results), 12)
+            self.assertGreater(len(failed), 0, "no stream was on w0: moot")
+            whole = [k for k, v in results.items() if not k[1] and v[0][0] == "final"]
+            self.assertEqual(len(whole), 6)
+            # SIGCONT: the worker hears REFUSE "register" and comes back
+            w0.send_signal(signal.SIGCONT)
+            wait_for("w0 ready again", lambda: state_of(c, "w0") == "ready", timeout=15)
+            self.assertEqual(len(c.client.complete("after", max_tokens=3).token_ids[0]), 3)
+            print("SIGSTOP of w0 with %d requests on it: dead after %.2f s (bound 3 s + one poll); "
+                  "%d streams ended with worker_failed naming w0, 6/6 non-streaming requests "
+                  "completed (those on w0 re-run on w1); SIGCONT: w0 registered again"
+                  % (on_w0, dead_s, len(failed)))
+        finally:
+            if w0.poll() is None:
+                w0.send_signal(signal.SIGCONT)
+            codes = c.stop()
+        self.assertEqual(codes, [0, 0, 0])
+
+    def test_a_worker_that_heartbeats_without_progress_is_stuck_then_dead(self):
+        c = Cluster(n_workers=0, router_args=("--stuck-timeout-ms", "1500", "--heartbeat-ms", "100",
+                                              "--worker-timeout-ms", "1000"))
+        try:
+            fake = c.add_worker("hang", fake=True, args=("--stuck-after", "3", "--step-ms", "20"))
+            c.wait_ready(1)
+            cl = Client(c.address, timeout=60)
+            stream = cl.stream("streams then hangs", max_tokens=50, ignore_eos=True)
+            first = next(iter(stream))
+            self.assertIsInstance(first, Chunk)
+            whole = {}
+
+            def run_whole():
+                wc = Client(c.address, timeout=60)
+                try:
+                    whole["r"] = wc.complete("sent nothing yet", max_tokens=40, ignore_eos=True)
+                except DerasError as ex:
+                    whole["r"] = ex
+                wc.close()
+
+            th = threading.Thread(target=run_whole)
+            th.start()
+            wait_for("both requests on hang", lambda: worker_row(
+                ctl_json(c, "status")[1], "hang")["requests"] == 2)
+            c.add_worker("w1")  # a real worker to take over
+            wait_for("w1 ready", lambda: any(w["name"] == "w1" and w["state"] == "ready"
+                                             for w in ctl_json(c, "status")[1]["workers"]))
+            t0 = time.monotonic()
+            wait_for("hang stuck", lambda: state_of(c, "hang") == "stuck", timeout=10)
+            stuck_s = time.monotonic() - t0
+            with self.assertRaises(DerasError) as e:
+                for _ in stream:
+                    pass
+            self.assertEqual(e.exception.code, "worker_failed")
+            self.assertIn("no engine step completed", str(e.exception))
+            th.join(60)
+            r = whole.get("r")
+            self.assertFalse(isinstance(r, Exception), repr(r))
+            self.assertEqual((r.finish_reasons, len(r.token_ids[0])), (["length"], 40))
+            time.sleep(1.5)  # its pulses go on: still stuck, not dead
+            self.assertEqual(state_of(c, "hang"), "stuck")
+            m = samples(http_get(c.metrics_url + "/metrics")[1])
+            self.assertEqual(m[("deras_worker_stuck_total", ())], 1)
+            self.assertEqual(m[("deras_requests_redispatched_total", ())], 1)
+            fake.kill()
+            wait_for("hang dead", lambda: state_of(c, "hang") == "dead", timeout=5)
+            cl.close()
+            print("a worker pulsing but stepping no more: stuck %.2f s after w1 came (stuck "
+                  "timeout 1.5 s), its stream ended with worker_failed, its request that had "
+                  "sent nothing completed on w1; stayed stuck while pulsing, dead once silent"
+                  % stuck_s)
+        finally:
+            codes = c.stop()
+        self.assertEqual(codes[-1], 0)
+
+
+class AdminSocket(unittest.TestCase):
+    def test_the_admin_socket_is_private_strict_and_tcp_only_with_curve(self):
+        c = Cluster(n_workers=1)
+        try:
+            path = c.admin[len("ipc://"):]
+            self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+            s = zmq.Context.instance().socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(c.admin)
+            cases = [
+                (b"\xc1", "malformed"),
+                (msgpack.packb({"type": "reboot"}), "unknown_type"),
+                (msgpack.packb({"type": "drain"}), "missing_field"),
+                (msgpack.packb({"type": "drain", "worker": "w0", "all": True}), "invalid_field"),
+                (msgpack.packb({"type": "status", "extra": 1}), "invalid_field"),
+                (msgpack.packb({"type": "drain", "worker": "w0", "timeout_ms": -5}),
+                 "value_out_of_range"),
+                (msgpack.packb({"type": "drain", "worker": "nobody"}), "unknown_worker"),
+                (msgpack.packb({"type": "status", "v": 9}), "unsupported_version"),
+            ]
+            for frame, code in cases:
+                s.send(frame)
+                self.assertTrue(s.poll(5000), code)
+                m = msgpack.unpackb(s.recv(), raw=False)
+                self.assertEqual((m["type"], m["code"]), ("error", code), m)
+            s.send(msgpack.packb({"type": "health"}))
+            self.assertTrue(s.poll(5000))
+            self.assertEqual(msgpack.unpackb(s.recv(), raw=False)["ready"], True)
+            s.close()
+        finally:
+            codes = c.stop()
+        self.assertEqual(codes, [0, 0])
+        # tcp: refused without CURVE keys for the admin socket
+        d = tempfile.mkdtemp(prefix="deras-admin-")
+        port = free_port()
+        r = subprocess.run([ROUTER, "--model", TINY, "--admin", "tcp://127.0.0.1:%d" % port,
+                            "--metrics-listen", "none"], env=dict(os.environ, DERAS_RUNTIME_DIR=d),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("needs CURVE", r.stderr)
+        # with CURVE: an operator's key opens it, a client's key does not
+        server_pub, server_sec = zmq.curve_keypair()
+        client_pub, client_sec = zmq.curve_keypair()
+        ops_pub, ops_sec = zmq.curve_keypair()
+
+        def write(name, text):
+            p = os.path.join(d, name)
+            with open(p, "w") as f:
+                f.write(text)
+            os.chmod(p, 0o600)
+            return p
+
+        args = ("--curve-secret-key", write("server.key", server_sec.decode() + "\n"),
+                "--curve-allow", write("clients.txt", client_pub.decode() + "\n"),
+                "--admin", "tcp://127.0.0.1:%d" % port,
+                "--admin-curve-allow", write("ops.txt", ops_pub.decode() + "\n"))
+        c = Cluster(n_workers=1, router_args=args,
+                    client_args=dict(curve_server_key=server_pub,
+                                     curve_client_keys=(client_pub, client_sec)))
+        try:
+            base = ["--admin", "tcp://127.0.0.1:%d" % port, "--curve-server-key",
+                    server_pub.decode(), "--reply-timeout", "2"]
+            rc, out, err = c.ctl(*base, "--curve-client-key", write("ops.key", ops_sec.decode()),
+                                 "status")
+            self.assertEqual(rc, 0, err)
+            self.assertIn("w0", out)
+            rc, out, err = c.ctl(*base, "--curve-client-key",
+                                 write("client.key", client_sec.decode()), "status")
+            self.assertEqual(rc, 1)
+            self.assertIn("no reply", err)
+            print("admin socket: mode 0600, 8 hostile frames each answered with its code; tcp "
+                  "refused without CURVE; over CURVE an operator key is served, a client key "
+                  "is not")
+        finally:
+            codes = c.stop()
+            shutil.rmtree(d, ignore_errors=True)
+        self.assertEqual(codes, [0, 0])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
