@@ -273,6 +273,16 @@ extern "C" void *backend_cuda_stream(backend_t *b)
     return backend_is_cuda(b) ? (void *)cuda_of(b)->stream : NULL;
 }
 
+extern "C" int backend_cuda_download(backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    if (!backend_is_cuda(b) || !dst || !src)
+        return deras_fail(DERAS_EINVAL, "backend_cuda_download: invalid arguments");
+    cuda_backend *cb = cuda_of(b);
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));
+    return DERAS_OK;
+}
+
 extern "C" int backend_cuda_set_decode_splits(backend_t *b, int n_splits)
 {
     if (!backend_is_cuda(b) || n_splits < 0)

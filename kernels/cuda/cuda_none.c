@@ -32,6 +32,11 @@ int backend_cuda_device_info(backend_t *b, char *name, size_t name_len, int *n_s
     return deras_fail(DERAS_EUNSUPPORTED, "%s", NO_CUDA);
 }
 
+int backend_cuda_download(backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    return deras_fail(DERAS_EUNSUPPORTED, "%s", NO_CUDA);
+}
+
 int backend_cuda_set_decode_splits(backend_t *b, int n_splits)
 {
     return deras_fail(DERAS_EUNSUPPORTED, "%s", NO_CUDA);

@@ -33,6 +33,10 @@ void *backend_cuda_stream(backend_t *b);
 /* Device name and multiprocessor count of the backend's device. */
 int backend_cuda_device_info(backend_t *b, char *name, size_t name_len, int *n_sms);
 
+/* Copy `bytes` of device memory to the host as they are (f32 tables such as cos_sin, int32
+ * tokens from backend_cuda_sample); waits for the stream first. */
+int backend_cuda_download(backend_t *b, void *dst, const void *src, size_t bytes);
+
 /* Context splits for decode attention: 0 (default) lets the backend choose from the
  * batch and the multiprocessor count; n > 0 forces n (clamped to what the partial-output
  * scratch holds). For tests that must exercise both the one-pass and split paths. */
