@@ -387,7 +387,7 @@ __global__ void copy_blocks_kernel(uint16_t *cache, const int32_t *pairs, size_t
 int cuda_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems)
 {
     cuda_backend *cb = cuda_of(b);
-    const bool vec = vec_ok(cache, NULL, NULL, (long)(block_elems % 8), 0);
+    const bool vec = vec_ok(cache, NULL, NULL, (long)block_elems, 0);
     const size_t units = vec ? block_elems / 8 : block_elems;
     unsigned chunks = cdiv((long)units, EW_THREADS);
     chunks = chunks > 64 ? 64 : chunks;

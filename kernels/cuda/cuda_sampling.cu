@@ -257,7 +257,9 @@ sample_kernel(int32_t *tokens, const T *logits, const cuda_sample_params *params
             last_kept = i;
         }
     }
-    /* exclusive scan of `mine` over the block */
+    /* Scan of `mine` over the block. Each thread's interval is [its start, the next
+     * thread's start), both read from the same computed prefixes, so the intervals tile
+     * [0, total) exactly whatever the f32 rounding: exactly one thread claims the target. */
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float inc = mine;
     for (int o = 1; o < 32; o <<= 1) {
@@ -265,6 +267,9 @@ sample_kernel(int32_t *tokens, const T *logits, const cuda_sample_params *params
         if (lane >= o)
             inc += v;
     }
+    float excl = __shfl_up_sync(0xffffffffu, inc, 1);
+    if (lane == 0)
+        excl = 0.0f;
     if (lane == 31)
         sh.red[warp] = inc;
     if (threadIdx.x == 0)
@@ -280,11 +285,13 @@ sample_kernel(int32_t *tokens, const T *logits, const cuda_sample_params *params
         sh.red[lane] = w; /* inclusive totals per warp */
     }
     __syncthreads();
-    const float before = (warp > 0 ? sh.red[warp - 1] : 0.0f) + inc - mine;
-    const float total = sh.red[SMP_WARPS - 1];
-    const float target = p.u * total;
-    if (mine > 0.0f && before <= target && target < before + mine) {
-        float acc = before;
+    const float start = (warp > 0 ? sh.red[warp - 1] : 0.0f) + excl;
+    float end = __shfl_down_sync(0xffffffffu, start, 1);
+    if (lane == 31)
+        end = warp + 1 < SMP_WARPS ? sh.red[warp] : INFINITY;
+    const float target = p.u * sh.red[SMP_WARPS - 1];
+    if (start <= target && target < end) {
+        float acc = start;
         int tok = last_kept;
         for (int i = b0; i < b1; i++) {
             const float w = to_f32(x[i]) * inv_t;
@@ -299,7 +306,7 @@ sample_kernel(int32_t *tokens, const T *logits, const cuda_sample_params *params
         atomicMax(&sh.token, tok);
     }
     __syncthreads();
-    if (sh.token < 0) { /* u x total fell on the rounding slack at the top: last kept token */
+    if (sh.token < 0) { /* the claimant held no kept token: the row's last kept token */
         atomicMax(&sh.token, last_kept);
         __syncthreads();
     }
