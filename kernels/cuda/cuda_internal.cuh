@@ -131,6 +131,10 @@ int cuda_attention_decode(backend_t *b, const attn_args *a);
 /* Number of context splits decode attention uses for this batch (host arithmetic only). */
 int cuda_decode_splits(const cuda_backend *cb, const attn_args *a);
 
+/* cuda_attention_generic.cu: any batch, any even head_dim <= 256 (slow, for dims the two
+ * kernels above are not built for). */
+int cuda_attention_generic(backend_t *b, const attn_args *a);
+
 /* cuda_prefill_attention.cu: any batch (prefill, chunked prefill, mixed). */
 int cuda_attention_prefill(backend_t *b, const attn_args *a);
 /* Raise the shared-memory limit of the prefill kernels; once, at backend creation. */
