@@ -212,7 +212,8 @@ static int cuda_setup(cuda_backend *cb)
     CUDA_TRY(cudaMalloc(&cb->attn_part, ATTN_PART_BYTES));
     cb->attn_part_bytes = ATTN_PART_BYTES;
     CUDA_TRY(cudaMalloc(&cb->err, 4 * sizeof(int)));
-    CUDA_TRY(cudaMemset(cb->err, 0, 4 * sizeof(int)));
+    CUDA_TRY(cudaMemsetAsync(cb->err, 0, 4 * sizeof(int), cb->stream));
+    CUDA_TRY(cudaStreamSynchronize(cb->stream));
     CUDA_TRY(cudaHostAlloc(&cb->err_host, 4 * sizeof(int), cudaHostAllocDefault));
     CUDA_TRY(cudaHostAlloc(&cb->stage, STAGE_BYTES, cudaHostAllocDefault));
     cb->stage_bytes = STAGE_BYTES;

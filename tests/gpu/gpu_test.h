@@ -64,7 +64,7 @@ static inline float gpu_round(int dtype, float x)
     int e;
     double m = frexp(x, &e); /* x = m 2^e, 0.5 <= |m| < 1 */
     int bits = e - 1 >= -14 ? 11 : 11 - (-14 - (e - 1));
-    if (bits < 1)
+    if (bits < 0) /* below half the smallest subnormal */
         return 0.0f * x;
     double q = ldexp(nearbyint(ldexp(m, bits)), e - bits);
     return (float)(fabs(q) > 65504.0 ? copysign(INFINITY, q) : q);

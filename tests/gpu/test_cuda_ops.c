@@ -240,12 +240,15 @@ static void rmsnorm_and_add_rmsnorm_match_cpu(void **state)
             free(want);
             free(got);
 
-            /* in place: out == residual, as the model's final norm calls it */
+            /* in place: out == residual, as the model's final norm calls it; from the
+             * same residual on both sides again, so only this call's rounding counts */
+            GPU_OK(backend_upload_f32(cpu, r.c, rh, nd));
+            GPU_OK(backend_upload_f32(g, r.g, rh, nd));
             GPU_OK(backend_add_rmsnorm(cpu, r.c, r.c, x.c, w.c, n, d, 1e-6f));
             GPU_OK(backend_add_rmsnorm(g, r.g, r.g, x.g, w.g, n, d, 1e-6f));
             dual_read(cpu, g, &r, &want, &got);
             snprintf(what, sizeof what, "add_rmsnorm in place %dx%d", n, d);
-            expect_within(what, dt, got, want, NULL, nd, 4.0);
+            expect_within(what, dt, got, want, NULL, nd, 2.0);
             free(want);
             free(got);
             free(xh);
@@ -431,18 +434,6 @@ static void silu_mul_matches_cpu(void **state)
     }
 }
 
-static void malformed_cuda_specs_are_refused(void **state)
-{
-    const char *bad[] = {"cuda:", "cuda:x", "cuda:0:fp8", "cuda:-1", "cuda:99999", "cuda:0:"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        backend_t *b = NULL;
-        int rc = backend_new(bad[i], 0, &b);
-        if (rc != DERAS_EINVAL || b)
-            fail_msg("backend_new('%s'): expected %d (DERAS_EINVAL) and no backend, got %d (%s)",
-                     bad[i], DERAS_EINVAL, rc, deras_errmsg());
-    }
-}
-
 int main(void)
 {
     gpu_require_device();
@@ -451,7 +442,6 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(malformed_cuda_specs_are_refused),
         cmocka_unit_test(transfers_round_trip_and_new_buffers_are_zero),
         cmocka_unit_test(matmul_matches_cpu_with_and_without_bias),
         cmocka_unit_test(embed_and_gather_copy_rows_exactly),
