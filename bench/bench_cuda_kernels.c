@@ -228,21 +228,27 @@ static void bench_attention(const char *kernel, int n_seqs, int ctx, int n_q, in
     a->scale = 1.0f / sqrtf((float)hd);
     a->max_q_len = n_q;
     a->max_ctx_len = ctx;
-    double ms = time_ms(run_attn, &c);
     char shape[160];
     snprintf(shape, sizeof shape, "batch %d ctx %d q %d heads %d/%d hd %d bf16", n_seqs, ctx, n_q,
              n_heads, n_kv, hd);
     if (n_q == 1) {
         /* K and V once, q once, out once */
         double bytes = 2.0 * n_seqs * (double)ctx * n_kv * hd * 2 + 2.0 * n_tok * n_heads * hd * 2;
-        report_bytes(kernel, shape, ms, bytes);
+        report_bytes(kernel, shape, time_ms(run_attn, &c), bytes);
     } else {
-        /* causal: each query sees (ctx - n_q + i + 1) keys; QK^T and PV at 2 FLOPs a MAC */
+        /* causal: each query sees (ctx - n_q + i + 1) keys; QK^T and PV at 2 FLOPs a MAC.
+         * Both prefill variants (cuda_ops.h), the default first. */
         double keys = 0;
         for (int i = 0; i < n_q; i++)
             keys += ctx - n_q + i + 1;
         double flops = 4.0 * n_seqs * n_heads * hd * keys;
-        report_flops(kernel, shape, ms, flops);
+        OK(backend_cuda_set_prefill_variant(be, 1));
+        report_flops(kernel, shape, time_ms(run_attn, &c), flops);
+        OK(backend_cuda_set_prefill_variant(be, 2));
+        char k2[64];
+        snprintf(k2, sizeof k2, "%s_v2", kernel);
+        report_flops(k2, shape, time_ms(run_attn, &c), flops);
+        OK(backend_cuda_set_prefill_variant(be, 0));
     }
     backend_free(be, (void *)a->k_cache);
     backend_free(be, (void *)a->v_cache);

@@ -48,7 +48,7 @@ def main():
     print("|---|---|---:|---:|---:|")
     by_shape = {(r["kernel"].split("_")[-1], r["shape"]): r for r in torch_rows if "kernel" in r}
     for r in ours:
-        if r.get("kernel") not in ("decode_attention", "prefill_attention"):
+        if r.get("kernel") not in ("decode_attention", "prefill_attention", "prefill_attention_v2"):
             continue
         t = by_shape.get((r["kernel"].split("_")[0], r["shape"]))
         if not t:
@@ -63,8 +63,10 @@ def main():
     ok = True
     dec = next((r for r in ours if r.get("kernel") == "decode_attention" and
                 r["shape"] == "batch 64 ctx 4096 q 1 heads 32/8 hd 128 bf16"), None)
-    pre = next((r for r in ours if r.get("kernel") == "prefill_attention" and
-                r["shape"] == "batch 1 ctx 4096 q 4096 heads 32/8 hd 128 bf16"), None)
+    # the faster of the two prefill variants (the report says which)
+    pres = [r for r in ours if r.get("kernel") in ("prefill_attention", "prefill_attention_v2")
+            and r["shape"] == "batch 1 ctx 4096 q 4096 heads 32/8 hd 128 bf16"]
+    pre = min(pres, key=lambda r: r["ms"]) if pres else None
     print()
     if dec:
         good = dec["fraction"] >= 0.80
@@ -79,7 +81,7 @@ def main():
         ratio = pre["ms"] / t["ms"]
         good = ratio <= 1.25
         ok &= good
-        print(f"- prefill target (<= 1.25 x SDPA flash): {ratio:.2f} x "
+        print(f"- prefill target (<= 1.25 x SDPA flash): {ratio:.2f} x with {pre['kernel']} "
               f"{'MET' if good else 'NOT MET'}")
     else:
         ok = False

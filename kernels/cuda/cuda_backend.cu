@@ -236,6 +236,7 @@ extern "C" int backend_cuda_new(int device, int dtype, backend_t **out)
     cb->base.elem_size = 2;
     cb->device = device;
     cb->dtype = dtype == CUDA_DTYPE_FP16 ? CUDA_DTYPE_FP16 : CUDA_DTYPE_BF16;
+    cb->prefill_variant = 1;
     snprintf(cb->base.name, sizeof cb->base.name, "cuda:%d%s", device,
              cb->dtype == CUDA_DTYPE_FP16 ? ":fp16" : "");
     int rc = cuda_setup(cb);
@@ -290,6 +291,16 @@ extern "C" int backend_cuda_set_decode_splits(backend_t *b, int n_splits)
         return deras_fail(DERAS_EINVAL, "backend_cuda_set_decode_splits: not a CUDA backend "
                                         "or negative count %d", n_splits);
     cuda_of(b)->forced_splits = n_splits;
+    return DERAS_OK;
+}
+
+extern "C" int backend_cuda_set_prefill_variant(backend_t *b, int variant)
+{
+    if (!backend_is_cuda(b) || variant < 0 || variant > 2)
+        return deras_fail(DERAS_EINVAL, "backend_cuda_set_prefill_variant: not a CUDA backend "
+                                        "or variant %d outside 0..2",
+                          variant);
+    cuda_of(b)->prefill_variant = variant == 0 ? 1 : variant;
     return DERAS_OK;
 }
 

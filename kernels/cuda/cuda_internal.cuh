@@ -65,6 +65,7 @@ typedef struct cuda_backend {
     float *attn_part;        /* split-context partial outputs of decode attention */
     size_t attn_part_bytes;
     int forced_splits;       /* backend_cuda_set_decode_splits; 0 = choose per batch */
+    int prefill_variant;     /* backend_cuda_set_prefill_variant: 1 (default) or 2 */
     int *err;                /* device error record (4 ints), zero when clean */
     int *err_host;           /* pinned mirror read by backend_sync */
 } cuda_backend;

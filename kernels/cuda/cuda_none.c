@@ -42,6 +42,11 @@ int backend_cuda_set_decode_splits(backend_t *b, int n_splits)
     return deras_fail(DERAS_EUNSUPPORTED, "%s", NO_CUDA);
 }
 
+int backend_cuda_set_prefill_variant(backend_t *b, int variant)
+{
+    return deras_fail(DERAS_EUNSUPPORTED, "%s", NO_CUDA);
+}
+
 int backend_cuda_sample(backend_t *b, int32_t *tokens, const void *logits,
                         const cuda_sample_params *params, int n, int vocab)
 {

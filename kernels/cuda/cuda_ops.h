@@ -42,6 +42,11 @@ int backend_cuda_download(backend_t *b, void *dst, const void *src, size_t bytes
  * scratch holds). For tests that must exercise both the one-pass and split paths. */
 int backend_cuda_set_decode_splits(backend_t *b, int n_splits);
 
+/* Prefill kernel variant: 1 (default) = 8 warps of 16 query rows, Q in registers; 2 = 4
+ * warps of 32 rows, Q re-read from shared memory, half the shared-memory traffic per MMA
+ * on K/V. Both are tested; the benchmark times both; 0 restores the default. */
+int backend_cuda_set_prefill_variant(backend_t *b, int variant);
+
 /* Sampling parameters of one row, in device memory as an array (n) of this struct. */
 typedef struct cuda_sample_params {
     float temperature; /* 0: greedy (argmax, ties to the lowest id) */

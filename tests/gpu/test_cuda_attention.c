@@ -7,7 +7,7 @@
  * read of a foreign slot poisons the output), poisons the output, and compares every
  * (row, head) output vector. Decode batches (one query per sequence) run the split
  * kernel with the backend's own split count and with 1 and 7 forced splits; batches with
- * longer queries run the prefill kernel. Shapes cover head dims 64 and 128, GQA ratios 1,
+ * longer queries run both variants of the prefill kernel. Shapes cover head dims 64 and 128, GQA ratios 1,
  * 3, 4, 8 and 12, batches 1 to 256, contexts 1 to 32,768, block sizes 1 to 256, sliding
  * windows, chunked prefill at offsets and mixed batches; head dims 16, 80 and 256 take the
  * generic kernel.
@@ -250,17 +250,20 @@ static void run_case(const acase *c, int dt, uint64_t seed)
 
     a.out = out.g, a.q = q.g, a.k_cache = kc.g, a.v_cache = vc.g, a.q_start = qs.g;
     a.ctx_len = cl.g, a.block_tables = tb.g;
+    /* decode: automatic, 1 and 7 splits; prefill: both kernel variants */
     const int decode = max_q == 1;
     const int split_runs[3] = {0, 1, 7};
-    for (int r = 0; r < (decode ? 3 : 1); r++) {
-        GPU_OK(backend_cuda_set_decode_splits(g, split_runs[r]));
+    for (int r = 0; r < (decode ? 3 : 2); r++) {
+        GPU_OK(backend_cuda_set_decode_splits(g, decode ? split_runs[r] : 0));
+        GPU_OK(backend_cuda_set_prefill_variant(g, decode ? 0 : r + 1));
         gpu_poison(g, out.g, out.n * 2);
         GPU_OK(backend_attention(g, &a));
         GPU_OK(backend_sync(g));
         GPU_OK(backend_download_f32(g, got, out.g, out.n));
         char what[160];
         snprintf(what, sizeof what, "%s%s", c->name,
-                 !decode ? "" : r == 0 ? " (auto splits)" : r == 1 ? " (1 split)" : " (7 splits)");
+                 decode ? (r == 0 ? " (auto splits)" : r == 1 ? " (1 split)" : " (7 splits)")
+                        : (r == 0 ? " (prefill variant 1)" : " (prefill variant 2)"));
         check_rows(what, dt, got, want, dense, n_tok, c->n_heads, hd);
     }
 

@@ -82,6 +82,7 @@ static void cuda_entry_points_refuse_a_cpu_backend(void **state)
         backend_cuda_dequant(cpu, buf, buf, 8, 32),
         backend_cuda_download(cpu, name, buf, 4),
         backend_cuda_set_decode_splits(cpu, 2),
+        backend_cuda_set_prefill_variant(cpu, 2),
         backend_cuda_device_info(cpu, name, sizeof name, &n_sms),
     };
 #ifdef DERAS_HAVE_CUDA
