@@ -186,9 +186,9 @@ static void run_attn(void *p)
 }
 
 /* n_seqs sequences of ctx tokens each with n_q new queries, paged in 16-token blocks
- * through a shuffled table. */
+ * through a shuffled table. Decode with sweep_splits also times forced split counts. */
 static void bench_attention(const char *kernel, int n_seqs, int ctx, int n_q, int n_heads,
-                            int n_kv, int hd)
+                            int n_kv, int hd, int sweep_splits)
 {
     const int bs = 16, mb = (ctx + bs - 1) / bs, n_blocks = n_seqs * mb;
     const size_t cache = (size_t)n_blocks * bs * n_kv * hd;
@@ -235,6 +235,16 @@ static void bench_attention(const char *kernel, int n_seqs, int ctx, int n_q, in
         /* K and V once, q once, out once */
         double bytes = 2.0 * n_seqs * (double)ctx * n_kv * hd * 2 + 2.0 * n_tok * n_heads * hd * 2;
         report_bytes(kernel, shape, time_ms(run_attn, &c), bytes);
+        if (sweep_splits) { /* the split count the backend chose, against forced ones */
+            static const int forced[] = {1, 2, 4, 8, 16};
+            for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
+                char k2[64];
+                snprintf(k2, sizeof k2, "%s_splits_%d", kernel, forced[i]);
+                OK(backend_cuda_set_decode_splits(be, forced[i]));
+                report_bytes(k2, shape, time_ms(run_attn, &c), bytes);
+            }
+            OK(backend_cuda_set_decode_splits(be, 0));
+        }
     } else {
         /* causal: each query sees (ctx - n_q + i + 1) keys; QK^T and PV at 2 FLOPs a MAC.
          * Both prefill variants (cuda_ops.h), the default first. */
@@ -433,17 +443,17 @@ int main(int argc, char **argv)
     fprintf(stderr, "copy %.0f GB/s, cuBLAS bf16 %.0f TFLOP/s\n", copy_gbps, gemm_tflops);
 
     /* the two headline shapes first */
-    bench_attention("decode_attention", 64, 4096, 1, 32, 8, 128);
-    bench_attention("prefill_attention", 1, 4096, 4096, 32, 8, 128);
+    bench_attention("decode_attention", 64, 4096, 1, 32, 8, 128, 1);
+    bench_attention("prefill_attention", 1, 4096, 4096, 32, 8, 128, 0);
     if (!quick) {
         const int dec[][3] = {{1, 32768, 0}, {16, 4096, 0}, {256, 1024, 0}, {256, 4096, 0},
                               {8, 16384, 0}};
         for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++)
-            bench_attention("decode_attention", dec[i][0], dec[i][1], 1, 32, 8, 128);
-        bench_attention("prefill_attention", 1, 4096, 4096, 32, 8, 64);
-        bench_attention("prefill_attention", 4, 2048, 2048, 32, 8, 128);
-        bench_attention("prefill_attention", 1, 16384, 16384, 32, 8, 128);
-        bench_attention("prefill_attention", 8, 4096, 512, 32, 8, 128); /* chunked prefill */
+            bench_attention("decode_attention", dec[i][0], dec[i][1], 1, 32, 8, 128, 0);
+        bench_attention("prefill_attention", 1, 4096, 4096, 32, 8, 64, 0);
+        bench_attention("prefill_attention", 4, 2048, 2048, 32, 8, 128, 0);
+        bench_attention("prefill_attention", 1, 16384, 16384, 32, 8, 128, 0);
+        bench_attention("prefill_attention", 8, 4096, 512, 32, 8, 128, 0); /* chunked prefill */
     }
     bench_layer_ops();
     backend_destroy(&be);
