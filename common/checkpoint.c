@@ -530,6 +530,51 @@ int checkpoint_read_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer, i
     return DERAS_OK;
 }
 
+int checkpoint_read_cols(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
+                         int64_t n_rows, int64_t col0, int64_t n_cols, float *dst,
+                         float *scratch)
+{
+    const struct entry *e;
+    int rc = lookup(c, t, layer, &e);
+    if (rc)
+        return rc;
+    if (row0 < 0 || n_rows < 0 || row0 > e->rows || n_rows > e->rows - row0 || col0 < 0 ||
+        n_cols < 0 || col0 > e->cols || n_cols > e->cols - col0)
+        return deras_fail(DERAS_ERANGE, "%s: rows %lld+%lld, columns %lld+%lld of tensor '%s' "
+                          "requested, it is (%lld, %lld)", e->file, (long long)row0,
+                          (long long)n_rows, (long long)col0, (long long)n_cols, e->v.name,
+                          (long long)e->rows, (long long)e->cols);
+    if (n_rows == 0 || n_cols == 0)
+        return DERAS_OK;
+    const int64_t blk = dtype_block_elems(e->v.dtype);
+    const bool aligned = blk > 0 && col0 % blk == 0 && n_cols % blk == 0;
+    if (!dst || (!aligned && !scratch))
+        return deras_fail(DERAS_EINVAL, "checkpoint_read_cols: dst or scratch is NULL");
+    const bool permuted = c->permuted_qk && (t == CKPT_ATTN_Q || t == CKPT_ATTN_K);
+    const int64_t hd = c->cfg.head_dim, half = hd / 2;
+    const uint8_t *base = e->v.data;
+    const size_t skip = aligned ? (size_t)(col0 / blk) * dtype_block_bytes(e->v.dtype) : 0;
+    for (int64_t r = row0; r < row0 + n_rows; r++) {
+        int64_t stored = r;
+        if (permuted) {
+            const int64_t h = r / hd, w = r % hd;
+            stored = h * hd + 2 * (w % half) + w / half;
+        }
+        const uint8_t *row = base + (size_t)stored * e->row_bytes;
+        float *out = dst + (r - row0) * n_cols;
+        if (aligned) {
+            rc = dtype_to_f32(e->v.dtype, row + skip, out, n_cols);
+        } else {
+            rc = dtype_to_f32(e->v.dtype, row, scratch, e->cols);
+            if (!rc)
+                memcpy(out, scratch + col0, (size_t)n_cols * sizeof(float));
+        }
+        if (rc)
+            return deras_fail_ctx(rc, "%s: tensor '%s': ", e->file, e->v.name);
+    }
+    return DERAS_OK;
+}
+
 uint64_t checkpoint_file_bytes(const checkpoint_t *c)
 {
     return c ? c->file_bytes : 0;

@@ -81,6 +81,18 @@ int checkpoint_shape(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64
 int checkpoint_read_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
                          int64_t n_rows, float *dst);
 
+/* Dequantize columns [col0, col0 + n_cols) of rows [row0, row0 + n_rows) into dst,
+ * (n_rows, n_cols) row-major f32: the column slice a row-parallel tensor-parallel rank
+ * holds. When the range starts and ends on the dtype's block boundaries (32 or 256
+ * elements for quantized types, any column for F32/F16/BF16) only those blocks are
+ * dequantized; otherwise each row is dequantized whole into `scratch` (cols floats, the
+ * caller's) and the range copied out. scratch may be NULL when the range is aligned.
+ * DERAS_ERANGE for a range outside the tensor, DERAS_EINVAL for NULL dst (or scratch when
+ * needed). O(n_rows * n_cols), or O(n_rows * cols) unaligned; allocates nothing. */
+int checkpoint_read_cols(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
+                         int64_t n_rows, int64_t col0, int64_t n_cols, float *dst,
+                         float *scratch);
+
 /* Bytes of the mapped tensor data the model uses (what reading every role of every layer
  * would touch); unused tensors (a tied config's lm_head, rope_freqs) are not counted. */
 uint64_t checkpoint_file_bytes(const checkpoint_t *c);

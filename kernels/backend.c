@@ -183,10 +183,17 @@ int backend_attention(backend_t *b, const attn_args *a)
               a->block_tables,
           "attention");
     CHECK(a->n_seqs > 0 && a->n_tokens > 0 && a->max_blocks > 0 && a->n_heads > 0 &&
-              a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->head_dim > 0 &&
+              a->n_kv_heads > 0 && a->head_dim > 0 &&
               a->block_size > 0 && a->window >= 0 && a->q_stride >= a->n_heads * a->head_dim &&
               a->max_q_len > 0 && a->max_ctx_len >= a->max_q_len,
           "attention");
+    if (a->q_per_kv == 0)
+        CHECK(a->q_head0 == 0 && a->n_heads % a->n_kv_heads == 0, "attention");
+    else /* the local KV heads are exactly those the local query heads read */
+        CHECK(a->q_head0 >= 0 && a->q_per_kv > 0 &&
+                  (a->q_head0 + a->n_heads - 1) / a->q_per_kv - a->q_head0 / a->q_per_kv + 1 ==
+                      a->n_kv_heads,
+              "attention");
     return b->ops->attention(b, a);
 }
 

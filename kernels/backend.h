@@ -84,7 +84,14 @@ int backend_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, 
  * rows [q_start[s], q_start[s+1]); they are its last n_q = q_start[s+1] - q_start[s]
  * tokens, at positions ctx_len[s] - n_q .. ctx_len[s] - 1, and their keys/values are
  * already in the cache. Query at position p attends keys max(0, p - window + 1) .. p
- * (window 0: no limit). Query head h uses kv head h / (n_heads / n_kv_heads). */
+ * (window 0: no limit). Query head h uses kv head h / (n_heads / n_kv_heads).
+ *
+ * A tensor-parallel rank holds a slice of the heads: its query heads are global heads
+ * q_head0 .. q_head0 + n_heads - 1 of a model whose groups have q_per_kv query heads per
+ * KV head, and its cache holds global KV heads q_head0 / q_per_kv onward. Local query
+ * head h then reads local KV head (q_head0 + h) / q_per_kv - q_head0 / q_per_kv; the
+ * slice may start or end inside a group. q_per_kv 0 means the whole model (q_head0 0,
+ * q_per_kv = n_heads / n_kv_heads). */
 typedef struct attn_args {
     void *out;                   /* (n_tokens, n_heads * head_dim) */
     const void *q;               /* n_tokens rows of q_stride elements */
@@ -99,6 +106,7 @@ typedef struct attn_args {
     int window;                  /* sliding window, 0 = none */
     float scale;                 /* softmax scale, usually 1/sqrt(head_dim) */
     int max_q_len, max_ctx_len;  /* upper bounds over the batch, for launch shapes */
+    int q_head0, q_per_kv;       /* tensor-parallel slice of the heads; 0, 0: all of them */
 } attn_args;
 
 int backend_attention(backend_t *b, const attn_args *a);

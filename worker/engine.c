@@ -388,7 +388,8 @@ int engine_step(engine_t *e, int *n_tokens)
         return DERAS_OK;
     model_batch bt;
     step_plan_batch(p, &bt);
-    if ((rc = model_forward(e->m, &bt, e->logits)))
+    if ((e->o.on_plan && (rc = e->o.on_plan(e->o.plan_ctx, p))) ||
+        (rc = model_forward(e->m, &bt, e->logits)))
         return rc;
     sched_step_done(e->sched);
     e->st.steps++;

@@ -25,6 +25,8 @@
 #include "worker/model.h"
 #include "worker/sampler.h"
 
+struct step_plan;
+
 #define ENGINE_MAX_N 16
 
 typedef enum engine_finish {
@@ -68,6 +70,11 @@ typedef struct engine_opts {
     const int32_t *eog_ids;/* end-of-generation ids (copied) */
     int n_eog;
     engine_callbacks cb;
+    /* Called with each step's plan right before its forward pass (a tensor-parallel
+     * leader sends it to the followers: worker/group.h); nonzero fails the step. NULL:
+     * nothing. */
+    int (*on_plan)(void *ctx, const struct step_plan *p);
+    void *plan_ctx;
 } engine_opts;
 
 typedef struct engine_stats {

@@ -7,6 +7,10 @@
  * what runs (bounded by --drain-timeout), a second one aborts it and exits at once. While
  * the model is still loading the default dispositions apply: nothing is in flight yet.
  *
+ * With --tp-rank above 0 the process is a tensor-parallel follower instead
+ * (worker/follower.h): it joins its group, loads its shard and follows the leader's
+ * step plans, never talking to the router.
+ *
  * Exit status: 0 after a stop, 1 when loading, the handshake or serving fails (the reason
  * on stderr), 2 for bad options.
  */
@@ -23,6 +27,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "tools/cli_util.h"
+#include "worker/follower.h"
 #include "worker/server.h"
 
 static int stop_pipe[2] = {-1, -1};
@@ -79,7 +84,11 @@ static void usage(FILE *f)
             "  --max-live-seqs N        sequences queued + running (default 4 x --max-seqs)\n"
             "  --block-size N           KV block size in tokens (default 16)\n"
             "  --no-prefix-caching      do not reuse KV blocks of shared prompt prefixes\n"
-            "  --tp-rank R --tp-size N  tensor-parallel rank and size (only 0 / 1 for now)\n"
+            "  --tp-rank R --tp-size N  tensor-parallel rank and group size (default 0 / 1); every\n"
+            "                           rank of a group runs with the same --name and --model,\n"
+            "                           rank 0 talks to the router, ranks 1..N-1 follow it\n"
+            "  --tp-timeout S           group start-up, and the longest a rank waits for another\n"
+            "                           in a step before giving up on the group (default 60)\n"
             "  --handshake-timeout S    wait this long for the router's WELCOME (default 10)\n"
             "  --heartbeat-ms MS        heartbeat period until the router sets it (default 1000)\n"
             "  --drain-timeout S        at SIGTERM/SIGINT, finish in-flight requests for at most\n"
@@ -95,8 +104,8 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, worker_opts *o)
 {
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
-           O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_HANDSHAKE, O_HEARTBEAT,
-           O_DRAIN, O_HELP };
+           O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
+           O_HEARTBEAT, O_DRAIN, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
@@ -111,6 +120,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"no-prefix-caching", no_argument, 0, O_NOPREFIX},
         {"tp-rank", required_argument, 0, O_TPRANK},
         {"tp-size", required_argument, 0, O_TPSIZE},
+        {"tp-timeout", required_argument, 0, O_TPTIMEOUT},
         {"handshake-timeout", required_argument, 0, O_HANDSHAKE},
         {"heartbeat-ms", required_argument, 0, O_HEARTBEAT},
         {"drain-timeout", required_argument, 0, O_DRAIN},
@@ -149,6 +159,11 @@ static int parse_args(int argc, char **argv, worker_opts *o)
                 return 2;
             o->handshake_timeout_s = d;
             break;
+        case O_TPTIMEOUT:
+            if (cli_float("--tp-timeout", optarg, 0, 3600, &d))
+                return 2;
+            o->tp_timeout_s = d;
+            break;
         case O_DRAIN:
             if (cli_float("--drain-timeout", optarg, 0, 86400, &d))
                 return 2;
@@ -182,6 +197,13 @@ int main(int argc, char **argv)
     log_set_name("deras-worker");
     signal(SIGPIPE, SIG_IGN);
 
+    if (o.tp_rank > 0) {
+        rc = worker_follower_run(&o);
+        if (rc)
+            fprintf(stderr, "deras-worker: rank %d: %s (%s)\n", o.tp_rank, deras_errmsg(),
+                    deras_status_name(rc));
+        return rc ? 1 : 0;
+    }
     worker_server *s = NULL;
     if ((rc = make_stop_pipe()))
         goto done;

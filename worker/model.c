@@ -17,6 +17,15 @@
  * Residual adds are fused into the next norm (backend_add_rmsnorm), so the residual
  * stream x is touched once per sub-block. Weights live in a single allocation per tensor
  * kind; scratch buffers are sized at load from the options.
+ *
+ * Tensor parallelism (Megatron): a rank holds its query heads' rows of Wq and its KV
+ * heads' rows of Wk/Wv (column-parallel), the matching columns of Wo (row-parallel), its
+ * rows of Wgate/Wup and columns of Wdown, and its vocabulary rows of the embedding and LM
+ * head. The residual stream x and the norms are replicated. Per layer the partial o of
+ * the attention output and of the MLP down projection are all-reduced; the embedding
+ * lookup gives zero for other ranks' tokens (the table has one extra zero row that
+ * those tokens are mapped to) and is all-reduced too; the logits are all-gathered, each
+ * rank's block padded to the widest share, and rank 0 puts the columns in place.
  */
 #include "model.h"
 
@@ -26,6 +35,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "kernels/backend.h"
 
 typedef struct layer_weights {
     void *attn_norm; /* (d_model) */
@@ -43,7 +53,10 @@ struct model {
     model_config cfg;
     model_opts opts;
     backend_t *be;
-    int q_dim, kv_dim, qkv_dim;
+    tp_shard sh;       /* this rank's share; the whole model when not tensor-parallel */
+    bool tp;           /* tp_size > 1: shard + collectives */
+    int n_heads, n_kv_heads, d_ff, vocab; /* this rank's counts */
+    int q_dim, kv_dim, qkv_dim;            /* this rank's widths */
     void *tok_embd;    /* (vocab, d_model) */
     void *out_norm;    /* (d_model) */
     void *lm_head;     /* (vocab, d_model); == tok_embd when tied */
@@ -60,13 +73,16 @@ struct model {
     void *gu;          /* (T, 2 d_ff) */
     void *ff;          /* (T, d_ff) */
     void *lg_x;        /* (max_logits, d_model) */
-    void *lg;          /* (max_logits, vocab) */
+    void *lg;          /* (max_logits, vocab) or, tensor-parallel, (max_logits, v_max) */
+    void *lg_all;      /* tensor-parallel: (tp_size, max_logits * v_max) gathered logits */
     float *cos_sin;    /* (T, head_dim) f32 */
     int32_t *d_tokens, *d_positions, *d_slots, *d_q_start, *d_ctx_len, *d_tables, *d_lrows;
     int32_t *d_copies;     /* (max_copies, 2), NULL when max_copies is 0 */
 
     /* host scratch for the per-step index arrays */
     int32_t *h_positions, *h_slots;
+    int32_t *h_ids;    /* tensor-parallel: token ids mapped into this rank's table */
+    float *row_scratch;/* one full row of the widest tensor, for unaligned column slices */
 };
 
 const model_config *model_get_config(const model_t *m)
@@ -77,6 +93,11 @@ const model_config *model_get_config(const model_t *m)
 const model_opts *model_get_opts(const model_t *m)
 {
     return &m->opts;
+}
+
+const tp_shard *model_get_shard(const model_t *m)
+{
+    return &m->sh;
 }
 
 uint64_t model_weight_bytes(const model_t *m)
@@ -94,61 +115,60 @@ static int balloc(model_t *m, void **out, size_t n_elems, size_t elem)
     return backend_alloc(m->be, n_elems * elem, out);
 }
 
-/* Read rows [row0, row0 + n_rows) of a checkpoint tensor into a host staging buffer, then
- * upload them at element offset `dst_off` of `dst`. */
-static int load_rows(model_t *m, void *dst, size_t dst_off, enum ckpt_tensor t, int layer,
-                     const checkpoint_t *ck, float *stage, int64_t row0, int64_t n_rows,
-                     int64_t cols)
+/* A slice of one checkpoint tensor: rows [row0, row0 + n_rows), columns [col0, col0 +
+ * n_cols); n_rows / n_cols of -1 mean all of them. A vector is one row. */
+typedef struct part {
+    enum ckpt_tensor t;
+    int64_t row0, n_rows, col0, n_cols;
+} part;
+
+/* Allocate one buffer holding the given slices one after another (extra_elems more,
+ * zero-filled, at the end), reading each through the host staging buffer: the rows of
+ * matrices with equal column counts (a fused weight), or vectors end to end (a fused
+ * bias). Only the slices are read from the checkpoint. */
+static int load_parts(model_t *m, void **dst, const part *parts, int n_parts, int layer,
+                      const checkpoint_t *ck, float *stage, size_t extra_elems)
 {
-    int rc = checkpoint_read_rows(ck, t, layer, row0, n_rows, stage);
+    part p[4];
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++) {
+        int64_t rows, cols;
+        int rc = checkpoint_shape(ck, parts[i].t, layer, &rows, &cols);
+        if (rc)
+            return rc;
+        p[i] = parts[i];
+        if (p[i].n_rows < 0)
+            p[i].n_rows = rows;
+        if (p[i].n_cols < 0)
+            p[i].n_cols = cols;
+        if (p[i].n_rows > 1 && p[i].n_cols != p[0].n_cols)
+            return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
+                              layer, (long long)p[0].n_cols, (long long)p[i].n_cols);
+        total += p[i].n_rows * p[i].n_cols;
+    }
+    const size_t es = backend_elem_size(m->be);
+    int rc = balloc(m, dst, (size_t)total + extra_elems, es);
     if (rc)
         return rc;
-    char *d = (char *)dst + dst_off * backend_elem_size(m->be);
-    return backend_upload_f32(m->be, d, stage, (size_t)(n_rows * cols));
+    m->weight_bytes += ((uint64_t)total + extra_elems) * es;
+    int64_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if ((rc = checkpoint_read_cols(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
+                                       p[i].n_cols, stage, m->row_scratch)) ||
+            (rc = backend_upload_f32(m->be, (char *)*dst + (size_t)off * es, stage,
+                                     (size_t)(p[i].n_rows * p[i].n_cols))))
+            return rc;
+        off += p[i].n_rows * p[i].n_cols;
+    }
+    return DERAS_OK;
 }
 
-/* Allocate and fill a whole tensor. */
+/* A whole tensor. */
 static int load_tensor(model_t *m, void **dst, enum ckpt_tensor t, int layer,
                        const checkpoint_t *ck, float *stage)
 {
-    int64_t rows, cols;
-    int rc = checkpoint_shape(ck, t, layer, &rows, &cols);
-    if (rc)
-        return rc;
-    rc = balloc(m, dst, (size_t)(rows * cols), backend_elem_size(m->be));
-    if (rc)
-        return rc;
-    m->weight_bytes += (uint64_t)rows * cols * backend_elem_size(m->be);
-    return load_rows(m, *dst, 0, t, layer, ck, stage, 0, rows, cols);
-}
-
-/* Allocate one buffer holding the given tensors one after another: the rows of matrices
- * with equal column counts (a fused weight), or vectors end to end (a fused bias). */
-static int load_fused(model_t *m, void **dst, const enum ckpt_tensor *parts, int n_parts, int layer,
-                      const checkpoint_t *ck, float *stage)
-{
-    int64_t rows[4], cols[4], total = 0;
-    for (int i = 0; i < n_parts; i++) {
-        int rc = checkpoint_shape(ck, parts[i], layer, &rows[i], &cols[i]);
-        if (rc)
-            return rc;
-        if (rows[i] > 1 && cols[i] != cols[0])
-            return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
-                              layer, (long long)cols[0], (long long)cols[i]);
-        total += rows[i] * cols[i];
-    }
-    int rc = balloc(m, dst, (size_t)total, backend_elem_size(m->be));
-    if (rc)
-        return rc;
-    m->weight_bytes += (uint64_t)total * backend_elem_size(m->be);
-    int64_t off = 0;
-    for (int i = 0; i < n_parts; i++) {
-        rc = load_rows(m, *dst, (size_t)off, parts[i], layer, ck, stage, 0, rows[i], cols[i]);
-        if (rc)
-            return rc;
-        off += rows[i] * cols[i];
-    }
-    return DERAS_OK;
+    const part p = {t, 0, -1, 0, -1};
+    return load_parts(m, dst, &p, 1, layer, ck, stage, 0);
 }
 
 static int alloc_scratch(model_t *m)
@@ -157,11 +177,13 @@ static int alloc_scratch(model_t *m)
     const size_t T = (size_t)m->opts.max_batch_tokens, L = (size_t)m->opts.max_logits;
     const size_t S = (size_t)m->opts.max_seqs, es = backend_elem_size(m->be);
     int rc;
+    const size_t lg_cols = m->tp ? (size_t)m->sh.v_max : (size_t)c->vocab_size;
     if ((rc = balloc(m, &m->x, T * c->d_model, es)) || (rc = balloc(m, &m->h, T * c->d_model, es)) ||
         (rc = balloc(m, &m->qkv, T * m->qkv_dim, es)) || (rc = balloc(m, &m->att, T * m->q_dim, es)) ||
-        (rc = balloc(m, &m->o, T * c->d_model, es)) || (rc = balloc(m, &m->gu, T * 2 * c->d_ff, es)) ||
-        (rc = balloc(m, &m->ff, T * c->d_ff, es)) || (rc = balloc(m, &m->lg_x, L * c->d_model, es)) ||
-        (rc = balloc(m, &m->lg, L * c->vocab_size, es)) ||
+        (rc = balloc(m, &m->o, T * c->d_model, es)) || (rc = balloc(m, &m->gu, T * 2 * m->d_ff, es)) ||
+        (rc = balloc(m, &m->ff, T * m->d_ff, es)) || (rc = balloc(m, &m->lg_x, L * c->d_model, es)) ||
+        (rc = balloc(m, &m->lg, L * lg_cols, es)) ||
+        (m->tp && (rc = balloc(m, &m->lg_all, (size_t)m->sh.size * L * lg_cols, es))) ||
         (rc = balloc(m, (void **)&m->cos_sin, T * c->head_dim, sizeof(float))) ||
         (rc = balloc(m, (void **)&m->d_tokens, T, sizeof(int32_t))) ||
         (rc = balloc(m, (void **)&m->d_positions, T, sizeof(int32_t))) ||
@@ -175,7 +197,8 @@ static int alloc_scratch(model_t *m)
         return rc;
     m->h_positions = malloc(T * sizeof(int32_t));
     m->h_slots = malloc(T * sizeof(int32_t));
-    if (!m->h_positions || !m->h_slots)
+    m->h_ids = malloc(T * sizeof(int32_t));
+    if (!m->h_positions || !m->h_slots || !m->h_ids)
         return deras_fail(DERAS_ENOMEM, "model: out of memory for step scratch");
     return DERAS_OK;
 }
@@ -189,6 +212,13 @@ static int check_opts(const model_opts *o)
                           "logits %d, block %d, blocks %d, blocks/seq %d)",
                           o->max_batch_tokens, o->max_seqs, o->max_logits, o->block_size,
                           o->n_kv_blocks, o->max_blocks_per_seq);
+    if (o->tp_size > 1 && !o->comm)
+        return deras_fail(DERAS_EINVAL, "model options: tp_size %d without a communicator",
+                          o->tp_size);
+    if (o->tp_size > 1 && (comm_size(o->comm) != o->tp_size || comm_rank(o->comm) != o->tp_rank))
+        return deras_fail(DERAS_EINVAL, "model options: rank %d of %d, the communicator is rank "
+                          "%d of %d", o->tp_rank, o->tp_size, comm_rank(o->comm),
+                          comm_size(o->comm));
     return DERAS_OK;
 }
 
@@ -208,49 +238,81 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     m->opts = *opts;
     m->be = b;
     const model_config *c = &m->cfg;
-    m->q_dim = c->n_heads * c->head_dim;
-    m->kv_dim = c->n_kv_heads * c->head_dim;
+    m->tp = opts->tp_size > 1;
+    if ((rc = tp_shard_of(c, m->tp ? opts->tp_rank : 0, m->tp ? opts->tp_size : 1, &m->sh)))
+        goto fail;
+    if (m->tp && !strcmp(comm_kind(opts->comm), "shm") && strcmp(backend_name(b), "cpu")) {
+        rc = deras_fail(DERAS_EUNSUPPORTED, "the shared-memory communicator needs the cpu backend, "
+                        "not %s", backend_name(b));
+        goto fail;
+    }
+    const tp_shard *sh = &m->sh;
+    m->n_heads = sh->h1 - sh->h0;
+    m->n_kv_heads = sh->kv1 - sh->kv0;
+    m->d_ff = sh->f1 - sh->f0;
+    m->vocab = sh->v1 - sh->v0;
+    const int hd = c->head_dim;
+    m->q_dim = m->n_heads * hd;
+    m->kv_dim = m->n_kv_heads * hd;
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;
+    if (m->tp) {
+        char desc[192];
+        tp_shard_describe(sh, c, desc, sizeof desc);
+        log_info("tensor parallel %s", desc);
+    }
 
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    /* Staging holds the largest tensor as f32: the embedding or an MLP matrix. */
-    size_t stage_elems = (size_t)c->vocab_size * c->d_model;
-    size_t mlp = (size_t)c->d_ff * c->d_model, qkv = (size_t)m->qkv_dim * c->d_model;
+    /* Staging holds the largest slice as f32: the embedding or an MLP matrix. */
+    size_t stage_elems = (size_t)m->vocab * c->d_model;
+    size_t mlp = (size_t)m->d_ff * c->d_model, qkv = (size_t)m->qkv_dim * c->d_model;
+    size_t widest = (size_t)(c->d_model > c->d_ff ? c->d_model : c->d_ff);
+    widest = widest > (size_t)c->n_heads * hd ? widest : (size_t)c->n_heads * hd;
     stage_elems = stage_elems > mlp ? stage_elems : mlp;
     stage_elems = stage_elems > qkv ? stage_elems : qkv;
     stage = malloc(stage_elems * sizeof(float));
-    if (!m->layers || !stage) {
+    m->row_scratch = malloc(widest * sizeof(float));
+    if (!m->layers || !stage || !m->row_scratch) {
         rc = deras_fail(DERAS_ENOMEM, "model_new: out of memory for staging");
         goto fail;
     }
 
     const int total = c->n_layers + 2;
-    if ((rc = load_tensor(m, &m->tok_embd, CKPT_TOK_EMBD, 0, ck, stage)) ||
+    /* vocab-parallel: this rank's rows, then one zero row for every other rank's token */
+    const part embd = {CKPT_TOK_EMBD, sh->v0, m->vocab, 0, -1};
+    if ((rc = load_parts(m, &m->tok_embd, &embd, 1, 0, ck, stage, m->tp ? (size_t)c->d_model : 0)) ||
         (rc = load_tensor(m, &m->out_norm, CKPT_OUTPUT_NORM, 0, ck, stage)))
         goto fail;
     if (opts->progress)
         opts->progress(opts->progress_ctx, 1, total);
+    const part head = {CKPT_OUTPUT, sh->v0, m->vocab, 0, -1};
     if (c->tied_embeddings)
         m->lm_head = m->tok_embd;
-    else if ((rc = load_tensor(m, &m->lm_head, CKPT_OUTPUT, 0, ck, stage)))
+    else if ((rc = load_parts(m, &m->lm_head, &head, 1, 0, ck, stage, 0)))
         goto fail;
     if (opts->progress)
         opts->progress(opts->progress_ctx, 2, total);
 
-    static const enum ckpt_tensor qkv_parts[] = {CKPT_ATTN_Q, CKPT_ATTN_K, CKPT_ATTN_V};
-    static const enum ckpt_tensor qkv_bias_parts[] = {CKPT_ATTN_Q_BIAS, CKPT_ATTN_K_BIAS,
-                                                      CKPT_ATTN_V_BIAS};
-    static const enum ckpt_tensor gu_parts[] = {CKPT_FFN_GATE, CKPT_FFN_UP};
+    const int64_t q0 = (int64_t)sh->h0 * hd, nq = m->q_dim;
+    const int64_t k0 = (int64_t)sh->kv0 * hd, nk = m->kv_dim;
+    const part qkv_parts[] = {{CKPT_ATTN_Q, q0, nq, 0, -1}, {CKPT_ATTN_K, k0, nk, 0, -1},
+                              {CKPT_ATTN_V, k0, nk, 0, -1}};
+    const part qkv_bias_parts[] = {{CKPT_ATTN_Q_BIAS, 0, 1, q0, nq},
+                                   {CKPT_ATTN_K_BIAS, 0, 1, k0, nk},
+                                   {CKPT_ATTN_V_BIAS, 0, 1, k0, nk}};
+    const part wo_part = {CKPT_ATTN_OUT, 0, -1, q0, nq};
+    const part gu_parts[] = {{CKPT_FFN_GATE, sh->f0, m->d_ff, 0, -1},
+                             {CKPT_FFN_UP, sh->f0, m->d_ff, 0, -1}};
+    const part down_part = {CKPT_FFN_DOWN, 0, -1, sh->f0, m->d_ff};
     size_t es = backend_elem_size(b);
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *L = &m->layers[l];
         if ((rc = load_tensor(m, &L->attn_norm, CKPT_ATTN_NORM, l, ck, stage)) ||
-            (rc = load_fused(m, &L->wqkv, qkv_parts, 3, l, ck, stage)) ||
-            (c->qkv_bias && (rc = load_fused(m, &L->bqkv, qkv_bias_parts, 3, l, ck, stage))) ||
-            (rc = load_tensor(m, &L->wo, CKPT_ATTN_OUT, l, ck, stage)) ||
+            (rc = load_parts(m, &L->wqkv, qkv_parts, 3, l, ck, stage, 0)) ||
+            (c->qkv_bias && (rc = load_parts(m, &L->bqkv, qkv_bias_parts, 3, l, ck, stage, 0))) ||
+            (rc = load_parts(m, &L->wo, &wo_part, 1, l, ck, stage, 0)) ||
             (rc = load_tensor(m, &L->ffn_norm, CKPT_FFN_NORM, l, ck, stage)) ||
-            (rc = load_fused(m, &L->wgu, gu_parts, 2, l, ck, stage)) ||
-            (rc = load_tensor(m, &L->wdown, CKPT_FFN_DOWN, l, ck, stage)))
+            (rc = load_parts(m, &L->wgu, gu_parts, 2, l, ck, stage, 0)) ||
+            (rc = load_parts(m, &L->wdown, &down_part, 1, l, ck, stage, 0)))
             goto fail;
         size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
         if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
@@ -270,6 +332,8 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     if ((rc = alloc_scratch(m)))
         goto fail;
     free(stage);
+    free(m->row_scratch);
+    m->row_scratch = NULL;
     *out = m;
     return DERAS_OK;
 
@@ -300,11 +364,13 @@ void model_destroy(model_t **mp)
     void *bufs[] = {m->tok_embd, m->out_norm, m->inv_freq, m->x, m->h, m->qkv, m->att,
                     m->o, m->gu, m->ff, m->lg_x, m->lg, m->cos_sin, m->d_tokens,
                     m->d_positions, m->d_slots, m->d_q_start, m->d_ctx_len, m->d_tables,
-                    m->d_lrows, m->d_copies};
+                    m->d_lrows, m->d_copies, m->lg_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         backend_free(b, bufs[i]);
     free(m->h_positions);
     free(m->h_slots);
+    free(m->h_ids);
+    free(m->row_scratch);
     free(m);
     *mp = NULL;
 }
@@ -376,7 +442,15 @@ static int upload_batch(model_t *m, const model_batch *bt)
     backend_t *b = m->be;
     const size_t i4 = sizeof(int32_t);
     int rc;
-    if ((rc = backend_upload(b, m->d_tokens, bt->tokens, (size_t)bt->n_tokens * i4)) ||
+    const int32_t *ids = bt->tokens;
+    if (m->tp) { /* other ranks' tokens read the zero row at index m->vocab */
+        for (int i = 0; i < bt->n_tokens; i++) {
+            int32_t t = bt->tokens[i];
+            m->h_ids[i] = t >= m->sh.v0 && t < m->sh.v1 ? t - m->sh.v0 : m->vocab;
+        }
+        ids = m->h_ids;
+    }
+    if ((rc = backend_upload(b, m->d_tokens, ids, (size_t)bt->n_tokens * i4)) ||
         (rc = backend_upload(b, m->d_positions, m->h_positions, (size_t)bt->n_tokens * i4)) ||
         (rc = backend_upload(b, m->d_slots, m->h_slots, (size_t)bt->n_tokens * i4)) ||
         (rc = backend_upload(b, m->d_q_start, bt->q_start, (size_t)(bt->n_seqs + 1) * i4)) ||
@@ -391,9 +465,41 @@ static int upload_batch(model_t *m, const model_batch *bt)
     return DERAS_OK;
 }
 
+/* Tensor-parallel: buf (n) = the sum of every rank's buf. Nothing when not parallel. */
+static int all_reduce(model_t *m, void *buf, size_t n)
+{
+    if (!m->tp)
+        return DERAS_OK;
+    int rc = backend_sync(m->be);
+    return rc ? rc : comm_all_reduce(m->opts.comm, buf, n);
+}
+
+/* Tensor-parallel logits: gather every rank's (NL, its share) block, padded to v_max, and
+ * on rank 0 put each block's columns in place in logits (NL, vocab). */
+static int gather_logits(model_t *m, int NL, float *logits)
+{
+    const model_config *c = &m->cfg;
+    const size_t block = (size_t)NL * m->sh.v_max, es = backend_elem_size(m->be);
+    int rc = backend_sync(m->be);
+    if (rc || (rc = comm_all_gather(m->opts.comm, m->lg, block, m->lg_all)) || m->sh.rank != 0)
+        return rc;
+    for (int r = 0; r < m->sh.size; r++) {
+        tp_shard o;
+        if ((rc = tp_shard_of(c, r, m->sh.size, &o)))
+            return rc;
+        const int w = o.v1 - o.v0;
+        const char *src = (const char *)m->lg_all + (size_t)r * block * es;
+        for (int i = 0; i < NL; i++)
+            if ((rc = backend_download_f32(m->be, logits + (size_t)i * c->vocab_size + o.v0,
+                                           src + (size_t)i * w * es, (size_t)w)))
+                return rc;
+    }
+    return DERAS_OK;
+}
+
 int model_forward(model_t *m, const model_batch *bt, float *logits)
 {
-    if (!m || !bt || (bt->n_logits > 0 && !logits))
+    if (!m || !bt || (bt->n_logits > 0 && !logits && m->sh.rank == 0))
         return deras_fail(DERAS_EINVAL, "model_forward: NULL argument");
     const model_config *c = &m->cfg;
     backend_t *b = m->be;
@@ -411,7 +517,9 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
             return rc;
 
     /* x (T, D) = embeddings; cos_sin (T, hd) for this step's positions */
-    if ((rc = backend_embed(b, m->x, m->tok_embd, m->d_tokens, T, D, c->vocab_size)) ||
+    if ((rc = backend_embed(b, m->x, m->tok_embd, m->d_tokens, T, D,
+                            m->tp ? m->vocab + 1 : c->vocab_size)) ||
+        (rc = all_reduce(m, m->x, (size_t)T * D)) ||
         (rc = backend_rope_table(b, m->cos_sin, m->d_positions, m->inv_freq, T, hd)))
         return rc;
 
@@ -420,9 +528,10 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
         .out = m->att, .q = qkv, .q_stride = m->qkv_dim,
         .q_start = m->d_q_start, .ctx_len = m->d_ctx_len, .block_tables = m->d_tables,
         .n_seqs = bt->n_seqs, .n_tokens = T, .max_blocks = m->opts.max_blocks_per_seq,
-        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
+        .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads, .head_dim = hd,
         .block_size = m->opts.block_size, .window = c->sliding_window,
         .scale = 1.0f / sqrtf((float)hd), .max_q_len = max_q, .max_ctx_len = max_ctx,
+        .q_head0 = m->tp ? m->sh.h0 : 0, .q_per_kv = m->tp ? c->n_heads / c->n_kv_heads : 0,
     };
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *L = &m->layers[l];
@@ -435,24 +544,26 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
         if ((rc = backend_matmul(b, m->qkv, m->h, L->wqkv, L->bqkv, T, m->qkv_dim, D)))
             return rc;
         void *q = qkv, *k = qkv + (size_t)m->q_dim * es, *v = qkv + (size_t)(m->q_dim + m->kv_dim) * es;
-        if ((rc = backend_rope(b, q, m->cos_sin, T, c->n_heads, hd, m->qkv_dim)) ||
-            (rc = backend_rope(b, k, m->cos_sin, T, c->n_kv_heads, hd, m->qkv_dim)) ||
+        if ((rc = backend_rope(b, q, m->cos_sin, T, m->n_heads, hd, m->qkv_dim)) ||
+            (rc = backend_rope(b, k, m->cos_sin, T, m->n_kv_heads, hd, m->qkv_dim)) ||
             (rc = backend_kv_write(b, L->k_cache, L->v_cache, k, v, m->qkv_dim, m->d_slots, T,
-                                   c->n_kv_heads, hd, m->opts.block_size)))
+                                   m->n_kv_heads, hd, m->opts.block_size)))
             return rc;
         /* att (T, q_dim) */
         aa.k_cache = L->k_cache;
         aa.v_cache = L->v_cache;
         if ((rc = backend_attention(b, &aa)))
             return rc;
-        /* o (T, D) = att Wo^T; x += o; h = norm(x) */
+        /* o (T, D) = att Wo^T (summed over ranks); x += o; h = norm(x) */
         if ((rc = backend_matmul(b, m->o, m->att, L->wo, NULL, T, D, m->q_dim)) ||
+            (rc = all_reduce(m, m->o, (size_t)T * D)) ||
             (rc = backend_add_rmsnorm(b, m->h, m->x, m->o, L->ffn_norm, T, D, c->norm_eps)))
             return rc;
-        /* gu (T, 2 d_ff); ff (T, d_ff); o (T, D) = ff Wdown^T */
-        if ((rc = backend_matmul(b, m->gu, m->h, L->wgu, NULL, T, 2 * c->d_ff, D)) ||
-            (rc = backend_silu_mul(b, m->ff, m->gu, T, c->d_ff)) ||
-            (rc = backend_matmul(b, m->o, m->ff, L->wdown, NULL, T, D, c->d_ff)))
+        /* gu (T, 2 d_ff); ff (T, d_ff); o (T, D) = ff Wdown^T (summed over ranks) */
+        if ((rc = backend_matmul(b, m->gu, m->h, L->wgu, NULL, T, 2 * m->d_ff, D)) ||
+            (rc = backend_silu_mul(b, m->ff, m->gu, T, m->d_ff)) ||
+            (rc = backend_matmul(b, m->o, m->ff, L->wdown, NULL, T, D, m->d_ff)) ||
+            (rc = all_reduce(m, m->o, (size_t)T * D)))
             return rc;
     }
     if (bt->n_logits == 0)
@@ -463,8 +574,9 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
     if ((rc = backend_gather_rows(b, m->lg_x, m->x, m->d_lrows, NL, D)) ||
         (rc = backend_gather_rows(b, m->h, m->o, m->d_lrows, NL, D)) ||
         (rc = backend_add_rmsnorm(b, m->lg_x, m->lg_x, m->h, m->out_norm, NL, D, c->norm_eps)) ||
-        (rc = backend_matmul(b, m->lg, m->lg_x, m->lm_head, NULL, NL, c->vocab_size, D)) ||
-        (rc = backend_download_f32(b, logits, m->lg, (size_t)NL * c->vocab_size)))
+        (rc = backend_matmul(b, m->lg, m->lg_x, m->lm_head, NULL, NL, m->vocab, D)))
         return rc;
-    return backend_sync(b);
+    rc = m->tp ? gather_logits(m, NL, logits)
+               : backend_download_f32(b, logits, m->lg, (size_t)NL * c->vocab_size);
+    return rc ? rc : backend_sync(b);
 }

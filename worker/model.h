@@ -12,6 +12,14 @@
  * sequence's cache, and logits are produced only for the rows asked for. The block
  * tables are the caller's business (the KV manager); the model only checks that every
  * slot it touches is inside the cache.
+ *
+ * Tensor parallelism: with opts.tp_size > 1 the model is rank opts.tp_rank's shard
+ * (worker/tp_layout.h says which heads, MLP columns and vocabulary rows): model_new reads
+ * only that shard from the checkpoint, the KV cache holds only the rank's KV heads, and
+ * model_forward calls the group's communicator (worker/comm.h) - an all-reduce after the
+ * embedding, the attention output and the MLP down projection, an all-gather of the
+ * logits. Every rank must run the same batches in the same order; only rank 0 gets
+ * logits (the others pass NULL).
  */
 #ifndef DERAS_MODEL_H
 #define DERAS_MODEL_H
@@ -21,6 +29,8 @@
 #include "common/checkpoint.h"
 #include "common/model_config.h"
 #include "kernels/backend.h"
+#include "worker/comm.h"
+#include "worker/tp_layout.h"
 
 typedef struct model model_t;
 
@@ -34,6 +44,8 @@ typedef struct model_opts {
     int max_copies;       /* most copy-on-write block copies one step may carry */
     void (*progress)(void *ctx, int done, int total); /* weight loading progress, or NULL */
     void *progress_ctx;
+    int tp_rank, tp_size; /* this rank's shard; tp_size 0 or 1: the whole model */
+    comm_t *comm;         /* the group's communicator when tp_size > 1 (not owned) */
 } model_opts;
 
 /* One forward step. Tokens of sequence s are rows [q_start[s], q_start[s+1]) and are its
@@ -60,13 +72,17 @@ void model_destroy(model_t **m);
 const model_config *model_get_config(const model_t *m);
 const model_opts *model_get_opts(const model_t *m);
 
-/* Bytes of weights resident on the backend, and of the KV cache. */
+/* This rank's shard (the whole model when not tensor-parallel). */
+const tp_shard *model_get_shard(const model_t *m);
+
+/* Bytes of weights resident on the backend (this rank's shard), and of the KV cache. */
 uint64_t model_weight_bytes(const model_t *m);
 uint64_t model_kv_bytes(const model_t *m);
 
-/* Run one step; logits (n_logits, vocab) f32 host memory. Validates the batch against the
- * options (counts, ids, block ids, positions) and returns DERAS_EINVAL / DERAS_ERANGE
- * with the reason instead of touching memory out of bounds. */
+/* Run one step; logits (n_logits, vocab) f32 host memory (rank 0; NULL on other ranks).
+ * Validates the batch against the options (counts, ids, block ids, positions) and returns
+ * DERAS_EINVAL / DERAS_ERANGE with the reason instead of touching memory out of bounds.
+ * A tensor-parallel rank also fails with the communicator's status (a dead rank). */
 int model_forward(model_t *m, const model_batch *batch, float *logits);
 
 #endif

@@ -44,8 +44,10 @@
 #include "common/zmq_check.h"
 #include "kernels/backend.h"
 #include "worker/engine.h"
+#include "worker/group.h"
 #include "worker/model.h"
 #include "worker/pulse.h"
+#include "worker/step_plan.h"
 
 #define MAX_FRAME (16u << 20) /* bound on a frame from the router */
 #define RECV_BATCH 256        /* router messages handled between two engine steps */
@@ -68,6 +70,7 @@ struct worker_server {
     char model[4096], router[ENDPOINT_MAX], name[WPROTO_MAX_NAME + 1], device[32], kv_spec[64];
     worker_opts o;              /* strings point at the copies above */
     backend_t *be;
+    group_t *group;             /* tensor-parallel leader: the followers' segment; else NULL */
     model_t *m;
     engine_t *e;
     int32_t *eog;
@@ -507,6 +510,14 @@ static int serve(worker_server *s)
             return zmq_check_fail("zmq_poll(items, n_items, timeout)", __FILE__, __LINE__);
         }
         t = now_s();
+        if ((rc = group_check(s->group))) { /* a follower died: the group cannot step */
+            char saved[256];
+            snprintf(saved, sizeof saved, "%s", deras_errmsg());
+            log_error("tensor-parallel group failed: %s; aborting every request", saved);
+            abort_all(s, true);
+            flush_step(s, t);
+            return deras_fail(rc, "tensor-parallel group failed: %s", saved);
+        }
         bool stop_now = false;
         if (n_items == 2 && (items[1].revents & ZMQ_POLLIN) && (rc = read_stops(s, t, &stop_now)))
             return rc;
@@ -557,6 +568,8 @@ static int serve(worker_server *s)
                 snprintf(saved, sizeof saved, "%s", deras_errmsg());
                 abort_all(s, true);
                 flush_step(s, t);
+                if (s->group) /* the followers stop at once instead of waiting for a plan */
+                    group_abort(s->group, saved);
                 return deras_fail(rc, "engine step failed: %s", saved);
             }
             s->stalled = n_tokens == 0;
@@ -697,8 +710,23 @@ int worker_server_new(const worker_opts *o, worker_server **out)
                      .max_logits = s->o.max_seqs, .block_size = bs, .n_kv_blocks = s->kvs.n_blocks,
                      .max_blocks_per_seq = per_seq, .max_copies = s->o.max_seqs,
                      .progress = progress_log, .progress_ctx = &progress_last};
-    if ((rc = model_new(ck, s->be, &mo, &s->m)))
+    if (s->o.tp_size > 1) { /* lead a group: followers load their shards meanwhile */
+        group_opts go = {.name = s->name, .rank = 0, .size = s->o.tp_size,
+                         .timeout_s = s->o.tp_timeout_s};
+        size_t plan = step_plan_bytes(s->o.max_batch_tokens, s->o.max_seqs, per_seq,
+                                      s->o.max_seqs, s->o.max_seqs);
+        if ((rc = group_lead(&go, cfg, &mo, plan, &s->group)))
+            goto fail;
+        mo.tp_rank = 0;
+        mo.tp_size = s->o.tp_size;
+        mo.comm = group_comm(s->group);
+    }
+    if ((rc = model_new(ck, s->be, &mo, &s->m)) ||
+        (s->group && (rc = group_wait_ready(s->group))))
         goto fail;
+    if (s->group)
+        log_info("rank 0: %.1f MiB of weights, %.1f MiB of KV cache",
+                 model_weight_bytes(s->m) / 1048576.0, model_kv_bytes(s->m) / 1048576.0);
     checkpoint_destroy(&ck); /* the model holds its own copy of every weight and the config */
     cfg = model_get_config(s->m);
     s->vocab = cfg->vocab_size;
@@ -706,7 +734,8 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     engine_opts eo = {.max_seqs = s->o.max_seqs, .max_batch_tokens = s->o.max_batch_tokens,
                       .max_live_seqs = s->o.max_live_seqs, .max_model_len = max_model_len,
                       .prefix_caching = s->o.prefix_caching, .eog_ids = s->eog, .n_eog = n_eog,
-                      .cb = {on_token, on_finish, s}};
+                      .cb = {on_token, on_finish, s},
+                      .on_plan = s->group ? group_publish : NULL, .plan_ctx = s->group};
     if ((rc = engine_new(s->m, &eo, &s->e)))
         goto fail;
     s->live = calloc((size_t)s->o.max_live_seqs, sizeof *s->live);
@@ -736,6 +765,8 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     *out = s;
     return DERAS_OK;
 fail:
+    if (s->group)
+        group_abort(s->group, deras_errmsg());
     checkpoint_destroy(&ck);
     worker_server_destroy(&s);
     return rc;
@@ -760,6 +791,7 @@ void worker_server_destroy(worker_server **sp)
     free(s->live);
     engine_destroy(&s->e);
     model_destroy(&s->m);
+    group_destroy(&s->group); /* STOP to the followers, unless the group failed */
     backend_destroy(&s->be);
     free(s->eog);
     free(s);

@@ -18,6 +18,7 @@ void worker_opts_default(worker_opts *o)
     o->block_size = 16;
     o->prefix_caching = true;
     o->tp_size = 1;
+    o->tp_timeout_s = 60;
     o->handshake_timeout_s = 10;
     o->drain_timeout_s = 30;
     o->heartbeat_ms = 1000;
@@ -92,11 +93,14 @@ int worker_opts_check(const worker_opts *o)
     if (o->tp_rank < 0 || o->tp_rank >= o->tp_size)
         return deras_fail(DERAS_EINVAL, "--tp-rank %d: expected 0 to --tp-size - 1 (%d)",
                           o->tp_rank, o->tp_size - 1);
-    if (o->tp_size != 1)
-        return deras_fail(DERAS_EUNSUPPORTED,
-                          "--tp-size %d: tensor parallelism arrives in a later release; run one "
-                          "worker per device with --tp-size 1 for now",
+    if (o->tp_size > 1 && !o->name)
+        return deras_fail(DERAS_EINVAL,
+                          "--tp-size %d needs --name: the ranks of a group find each other by "
+                          "it (the same --name on every rank)",
                           o->tp_size);
+    if (!(o->tp_timeout_s > 0 && o->tp_timeout_s <= 3600))
+        return deras_fail(DERAS_EINVAL, "--tp-timeout %g: expected (0, 3600] seconds",
+                          o->tp_timeout_s);
     if (!(o->handshake_timeout_s > 0 && o->handshake_timeout_s <= 3600))
         return deras_fail(DERAS_EINVAL, "--handshake-timeout %g: expected (0, 3600] seconds",
                           o->handshake_timeout_s);

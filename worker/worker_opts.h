@@ -21,7 +21,8 @@ typedef struct worker_opts {
     int max_live_seqs;           /* sequences queued + running; 0: 4 x max_seqs */
     int block_size;              /* KV block size in tokens */
     bool prefix_caching;
-    int tp_rank, tp_size;        /* only 0 / 1 for now */
+    int tp_rank, tp_size;        /* tensor-parallel rank and group size (worker/group.h) */
+    double tp_timeout_s;         /* group start-up, and any one collective or ring wait */
     double handshake_timeout_s;  /* wait for WELCOME */
     double drain_timeout_s;      /* finishing in-flight work at a stop, then abort */
     int heartbeat_ms;            /* until WELCOME says otherwise */
@@ -29,13 +30,13 @@ typedef struct worker_opts {
 } worker_opts;
 
 /* The defaults deras-worker documents: device cpu, budget "0.4", 64 sequences, 512 batch
- * tokens, block size 16, prefix caching, tp 0/1, handshake 10 s, drain 30 s, heartbeat
- * 1000 ms, stop_fd -1. model, router and name NULL. */
+ * tokens, block size 16, prefix caching, tp 0/1 with a 60 s group timeout, handshake
+ * 10 s, drain 30 s, heartbeat 1000 ms, stop_fd -1. model, router and name NULL. */
 void worker_opts_default(worker_opts *o);
 
 /* Check every option without loading anything. DERAS_EINVAL with a message naming the
- * option (as deras-worker spells it) and the accepted values; DERAS_EUNSUPPORTED for
- * --tp-size other than 1. */
+ * option (as deras-worker spells it) and the accepted values; --tp-size above 1 needs
+ * --name (the ranks find their group by it). */
 int worker_opts_check(const worker_opts *o);
 
 #endif

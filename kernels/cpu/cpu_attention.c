@@ -117,7 +117,10 @@ int cpu_attention(backend_t *b, const attn_args *a)
         return deras_fail(DERAS_EUNSUPPORTED,
                           "cpu attention: head_dim %d / block_size %d above limits %d / %d",
                           a->head_dim, a->block_size, ATTN_MAX_HEAD_DIM, ATTN_MAX_BLOCK);
-    const int rep = a->n_heads / a->n_kv_heads;
+    /* local KV head kvh serves local query heads [kvh * rep - first, + rep) clipped to
+     * [0, n_heads): a tensor-parallel slice may cut its first and last group short */
+    const int rep = a->q_per_kv ? a->q_per_kv : a->n_heads / a->n_kv_heads;
+    const int first = a->q_per_kv ? a->q_head0 % rep : 0;
     const int n_groups = (rep + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
     const long n_items = (long)a->n_tokens * a->n_kv_heads * n_groups;
 
@@ -126,10 +129,13 @@ int cpu_attention(backend_t *b, const attn_args *a)
         int grp = (int)(it % n_groups);
         int kvh = (int)((it / n_groups) % a->n_kv_heads);
         int row = (int)(it / ((long)n_groups * a->n_kv_heads));
-        int h0 = kvh * rep + grp * ATTN_MAX_GROUP;
-        int n_h = rep - grp * ATTN_MAX_GROUP < ATTN_MAX_GROUP ? rep - grp * ATTN_MAX_GROUP
-                                                             : ATTN_MAX_GROUP;
-        attend_item(a, row, kvh, h0, n_h);
+        int g_lo = kvh * rep - first, g_hi = g_lo + rep;
+        g_lo = g_lo > 0 ? g_lo : 0;
+        g_hi = g_hi < a->n_heads ? g_hi : a->n_heads;
+        int h0 = g_lo + grp * ATTN_MAX_GROUP;
+        int n_h = g_hi - h0 < ATTN_MAX_GROUP ? g_hi - h0 : ATTN_MAX_GROUP;
+        if (n_h > 0)
+            attend_item(a, row, kvh, h0, n_h);
     }
     return DERAS_OK;
 }

@@ -210,11 +210,72 @@ static void attention_rejects_inconsistent_heads(void **state)
     backend_destroy(&b);
 }
 
+/* A tensor-parallel rank's slice of the heads (q_head0, q_per_kv): 9 query heads in groups
+ * of 3, the slices of TP 2 and TP 4 (starting and ending inside groups) over a cache that
+ * holds only the slice's KV heads give exactly the full computation's heads. */
+static void head_slices_equal_the_same_heads_of_the_whole(void **state)
+{
+    (void)state;
+    enum { T = 5, H = 9, KV = 3, HD = 8, BS = 4, NB = 3 };
+    backend_t *b = NULL;
+    assert_int_equal(backend_new("cpu", 1, &b), DERAS_OK);
+    static float q[T * H * HD], kc[NB * KV * BS * HD], vc[NB * KV * BS * HD];
+    static float full[T * H * HD], part[T * H * HD], kl[NB * KV * BS * HD], vl[NB * KV * BS * HD];
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        q[i] = (float)(x % 2001) / 1000.0f - 1.0f;
+    }
+    for (size_t i = 0; i < sizeof kc / sizeof kc[0]; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        kc[i] = (float)(x % 2001) / 1000.0f - 1.0f;
+        vc[i] = (float)((x >> 20) % 2001) / 1000.0f - 1.0f;
+    }
+    int32_t qs[3] = {0, 2, T}, cl[2] = {7, 9}, tb[2 * NB] = {2, 0, 0, 1, 0, 2};
+    attn_args a = {.out = full, .q = q, .q_stride = H * HD, .k_cache = kc, .v_cache = vc,
+                   .q_start = qs, .ctx_len = cl, .block_tables = tb, .n_seqs = 2,
+                   .n_tokens = T, .max_blocks = NB, .n_heads = H, .n_kv_heads = KV,
+                   .head_dim = HD, .block_size = BS, .scale = 0.35f, .max_q_len = 3,
+                   .max_ctx_len = 9};
+    assert_int_equal(backend_attention(b, &a), DERAS_OK);
+    static const int slices[][2] = {{0, 4}, {4, 9}, {0, 2}, {2, 4}, {4, 6}, {6, 9}};
+    for (size_t k = 0; k < sizeof slices / sizeof slices[0]; k++) {
+        const int h0 = slices[k][0], nh = slices[k][1] - h0;
+        const int kv0 = h0 / 3, nkv = (slices[k][1] - 1) / 3 - kv0 + 1;
+        for (int blk = 0; blk < NB; blk++) /* the cache of this rank: its KV heads only */
+            for (int g = 0; g < nkv; g++)
+                for (int j = 0; j < BS * HD; j++) {
+                    kl[((size_t)blk * nkv + g) * BS * HD + j] = kc[((size_t)blk * KV + kv0 + g) * BS * HD + j];
+                    vl[((size_t)blk * nkv + g) * BS * HD + j] = vc[((size_t)blk * KV + kv0 + g) * BS * HD + j];
+                }
+        attn_args s = a;
+        s.out = part;
+        s.q = q + h0 * HD;
+        s.k_cache = kl;
+        s.v_cache = vl;
+        s.n_heads = nh;
+        s.n_kv_heads = nkv;
+        s.q_head0 = h0;
+        s.q_per_kv = 3;
+        assert_int_equal(backend_attention(b, &s), DERAS_OK);
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < nh * HD; j++)
+                if (part[(size_t)t * nh * HD + j] != full[(size_t)t * H * HD + h0 * HD + j])
+                    fail_msg("heads %d-%d: row %d element %d expected %g (whole), got %g",
+                             h0, h0 + nh - 1, t, j, full[(size_t)t * H * HD + h0 * HD + j],
+                             part[(size_t)t * nh * HD + j]);
+        s.n_kv_heads = nkv + 1; /* a cache that does not match the slice is refused */
+        assert_int_equal(backend_attention(b, &s), DERAS_EINVAL);
+    }
+    backend_destroy(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(paged_attention_matches_dense_reference),
         cmocka_unit_test(attention_rejects_inconsistent_heads),
+        cmocka_unit_test(head_slices_equal_the_same_heads_of_the_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -115,8 +115,10 @@ static void run_expect(int status, const char *needle, const char *what, ...)
 static void test_bad_options_exit_2_naming_the_option(void **state)
 {
     run_expect(2, "--model is required", "no --model", "--threads", "1", NULL);
-    run_expect(2, "tensor parallelism arrives in a later release", "--tp-size 2", "--model",
-               model_dir, "--tp-size", "2", NULL);
+    run_expect(2, "needs --name", "--tp-size 2 without --name", "--model", model_dir,
+               "--tp-size", "2", NULL);
+    run_expect(2, "--tp-timeout", "--tp-timeout 0", "--model", model_dir, "--tp-timeout", "0",
+               NULL);
     run_expect(2, "--tp-rank", "--tp-rank 1 of 1", "--model", model_dir, "--tp-rank", "1", NULL);
     run_expect(2, "--max-seqs", "--max-seqs 0", "--model", model_dir, "--max-seqs", "0", NULL);
     run_expect(2, "--max-batch-tokens", "batch below max-seqs", "--model", model_dir,

@@ -633,8 +633,15 @@ static void test_options_are_checked_before_loading(void **state)
     o.model = "m.gguf";
     assert_int_equal(worker_opts_check(&o), DERAS_OK);
     o.tp_size = 2;
-    assert_int_equal(worker_opts_check(&o), DERAS_EUNSUPPORTED);
-    assert_non_null(strstr(deras_errmsg(), "tensor parallelism arrives in a later release"));
+    assert_int_equal(worker_opts_check(&o), DERAS_EINVAL); /* a group needs a name */
+    assert_non_null(strstr(deras_errmsg(), "needs --name"));
+    o.name = "g1";
+    assert_int_equal(worker_opts_check(&o), DERAS_OK);
+    o.tp_timeout_s = 0;
+    assert_int_equal(worker_opts_check(&o), DERAS_EINVAL);
+    assert_non_null(strstr(deras_errmsg(), "--tp-timeout"));
+    o.tp_timeout_s = 60;
+    o.name = NULL;
     o.tp_size = 1;
     o.tp_rank = 1;
     assert_int_equal(worker_opts_check(&o), DERAS_EINVAL);
