@@ -23,7 +23,7 @@ generic_attention_kernel(T *__restrict__ out, const T *__restrict__ q, int q_str
                          const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                          const int32_t *__restrict__ block_tables, int n_seqs, int n_tokens,
                          int max_blocks, int n_heads, int n_kv_heads, int head_dim,
-                         int block_size, int window, float scale_log2)
+                         int block_size, int window, float scale_log2, int rep, int head0)
 {
     const int warp = blockIdx.x * GEN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (warp >= n_tokens * n_heads)
@@ -42,7 +42,7 @@ generic_attention_kernel(T *__restrict__ out, const T *__restrict__ q, int q_str
     const int n_q = q_start[s + 1] - q_start[s];
     const int pos = ctx_len[s] - n_q + (row - q_start[s]);
     const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    const int kvh = h / (n_heads / n_kv_heads);
+    const int kvh = attn_kv_of(h, head0, rep);
     const int32_t *table = block_tables + (size_t)s * max_blocks;
 
     float qf[GEN_MAX_PER_LANE], acc[GEN_MAX_PER_LANE];
@@ -102,7 +102,7 @@ int cuda_attention_generic(backend_t *b, const attn_args *a)
             (T *)a->out, (const T *)a->q, a->q_stride, (const T *)a->k_cache,
             (const T *)a->v_cache, a->q_start, a->ctx_len, a->block_tables, a->n_seqs,
             a->n_tokens, a->max_blocks, a->n_heads, a->n_kv_heads, a->head_dim, a->block_size,
-            a->window, scale_log2);
+            a->window, scale_log2, attn_rep(a), attn_head0(a));
     });
     CUDA_LAUNCHED("attention (generic)");
     return DERAS_OK;

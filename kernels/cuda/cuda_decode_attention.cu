@@ -12,11 +12,12 @@
  *
  * Grouped-query attention: a block computes all G query heads that share its kv head
  * (G <= 8 per block; larger ratios use several head groups), so each K/V row is read once
- * for the whole group. Each lane group walks its keys UNR at a time (all loads of a tile
- * issued before the first use), computes the G scores with shuffles inside the group, and
- * folds the tile into a running max, sum and accumulator (online softmax, base 2, with
- * the softmax scale and log2(e) folded into q). The lane groups' states are merged in
- * shared memory at the end.
+ * for the whole group. A tensor-parallel rank's slice of the heads (attn_args q_head0,
+ * q_per_kv) may cut its first and last group short; blocks skip the missing heads. Each
+ * lane group walks its keys UNR at a time (all loads of a tile issued before the first
+ * use), computes the G scores with shuffles inside the group, and folds the tile into a
+ * running max, sum and accumulator (online softmax, base 2, with the softmax scale and
+ * log2(e) folded into q). The lane groups' states are merged in shared memory at the end.
  *
  * With one split the block writes the output; otherwise it writes its normalised partial
  * output and log-sum-exp to the backend's scratch, and a combine kernel weighs the splits.
@@ -40,16 +41,21 @@ decode_kernel(T *__restrict__ out, float *__restrict__ part_o, float *__restrict
               const T *__restrict__ v_cache, const int32_t *__restrict__ q_start,
               const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ block_tables,
               int max_blocks, int n_heads, int n_kv_heads, int block_size, int window,
-              float scale_log2, int chunk, int n_rows)
+              float scale_log2, int chunk, int n_rows, int rep, int head0)
 {
     constexpr int LPK = D / 8;                /* lanes per key row */
     constexpr int NLG = DEC_THREADS / LPK;    /* lane groups per block */
     const int split = blockIdx.x, s = blockIdx.z;
-    const int rep = n_heads / n_kv_heads;
     const int n_hg = (rep + G - 1) / G;
     const int kvh = blockIdx.y / n_hg, hg = blockIdx.y % n_hg;
-    const int h0 = kvh * rep + hg * G;
-    const int n_h = min(G, rep - hg * G);
+    /* local query heads of KV head kvh: [g_lo, g_lo + rep) clipped to [0, n_heads) (a
+     * tensor-parallel slice may cut its first and last group short); this block takes
+     * G of them from h0, the valid ones being [h_begin, h_end) */
+    const int g_lo = kvh * rep - head0 % rep;
+    const int h0 = g_lo + hg * G;
+    const int h_begin = max(h0, 0), h_end = min(min(h0 + G, g_lo + rep), n_heads);
+    if (h_begin >= h_end)
+        return; /* the whole block: nothing of this group on this rank */
     const int lane = threadIdx.x % LPK, lg = threadIdx.x / LPK;
 
     const int row = q_start[s];
@@ -63,7 +69,8 @@ decode_kernel(T *__restrict__ out, float *__restrict__ part_o, float *__restrict
     float qf[G][8], acc[G][8], m[G], l[G];
 #pragma unroll
     for (int r = 0; r < G; r++) {
-        const int h = h0 + (r < n_h ? r : 0); /* padding heads recompute head h0, unwritten */
+        /* heads outside [h_begin, h_end) recompute h_begin and are not written */
+        const int h = h0 + r >= h_begin && h0 + r < h_end ? h0 + r : h_begin;
         uint4 u = *reinterpret_cast<const uint4 *>(q + (size_t)row * q_stride + (size_t)h * D +
                                                    lane * 8);
         const T *e = reinterpret_cast<const T *>(&u);
@@ -155,7 +162,7 @@ decode_kernel(T *__restrict__ out, float *__restrict__ part_o, float *__restrict
 
     for (int e = threadIdx.x; e < G * D; e += DEC_THREADS) {
         const int r = e / D, d = e % D;
-        if (r >= n_h)
+        if (h0 + r < h_begin || h0 + r >= h_end)
             continue;
         float mx = -INFINITY;
         for (int g = 0; g < NLG; g++)
@@ -205,7 +212,7 @@ static int heads_per_block(int rep)
 
 int cuda_decode_splits(const cuda_backend *cb, const attn_args *a)
 {
-    const int rep = a->n_heads / a->n_kv_heads, G = heads_per_block(rep);
+    const int rep = attn_rep(a), G = heads_per_block(rep);
     const long ctas = (long)a->n_seqs * a->n_kv_heads * ((rep + G - 1) / G);
     const int range = a->window > 0 && a->window < a->max_ctx_len ? a->window : a->max_ctx_len;
     const int max_by_len = (range + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS;
@@ -226,7 +233,7 @@ template <typename T, int D, int G>
 static int launch_decode(cuda_backend *cb, const attn_args *a, int n_splits)
 {
     constexpr int UNR = G >= 8 ? 2 : 4;
-    const int rep = a->n_heads / a->n_kv_heads;
+    const int rep = attn_rep(a);
     const int range = a->window > 0 && a->window < a->max_ctx_len ? a->window : a->max_ctx_len;
     const int chunk = (range + n_splits - 1) / n_splits;
     const dim3 grid(n_splits, a->n_kv_heads * ((rep + G - 1) / G), a->n_seqs);
@@ -236,7 +243,8 @@ static int launch_decode(cuda_backend *cb, const attn_args *a, int n_splits)
     decode_kernel<T, D, G, UNR><<<grid, DEC_THREADS, 0, cb->stream>>>(
         (T *)a->out, part_o, part_lse, (const T *)a->q, a->q_stride, (const T *)a->k_cache,
         (const T *)a->v_cache, a->q_start, a->ctx_len, a->block_tables, a->max_blocks,
-        a->n_heads, a->n_kv_heads, a->block_size, a->window, scale_log2, chunk, a->n_tokens);
+        a->n_heads, a->n_kv_heads, a->block_size, a->window, scale_log2, chunk, a->n_tokens,
+        rep, attn_head0(a));
     CUDA_LAUNCHED("attention (decode)");
     if (n_splits > 1) {
         decode_combine_kernel<T, D><<<a->n_tokens * a->n_heads, D, 0, cb->stream>>>(
@@ -249,7 +257,7 @@ static int launch_decode(cuda_backend *cb, const attn_args *a, int n_splits)
 template <typename T, int D>
 static int dispatch_g(cuda_backend *cb, const attn_args *a, int n_splits)
 {
-    switch (heads_per_block(a->n_heads / a->n_kv_heads)) {
+    switch (heads_per_block(attn_rep(a))) {
     case 1: return launch_decode<T, D, 1>(cb, a, n_splits);
     case 2: return launch_decode<T, D, 2>(cb, a, n_splits);
     case 4: return launch_decode<T, D, 4>(cb, a, n_splits);

@@ -102,6 +102,22 @@ template <> __device__ __forceinline__ __half from_f32<__half>(float x)
         }                                                                                     \
     } while (0)
 
+/* Tensor-parallel head slices (backend.h): query heads per KV head, and the global index of
+ * this rank's first query head; the whole model is rep = n_heads / n_kv_heads, head0 = 0. */
+static inline int attn_rep(const attn_args *a)
+{
+    return a->q_per_kv ? a->q_per_kv : a->n_heads / a->n_kv_heads;
+}
+static inline int attn_head0(const attn_args *a)
+{
+    return a->q_per_kv ? a->q_head0 : 0;
+}
+/* Local KV head read by local query head h. */
+__host__ __device__ __forceinline__ int attn_kv_of(int h, int head0, int rep)
+{
+    return (head0 + h) / rep - head0 / rep;
+}
+
 static inline unsigned cdiv(long a, long b)
 {
     return (unsigned)((a + b - 1) / b);

@@ -145,7 +145,7 @@ prefill_kernel(T *__restrict__ out, const T *__restrict__ q, int q_stride,
                const T *__restrict__ k_cache, const T *__restrict__ v_cache,
                const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                const int32_t *__restrict__ block_tables, int max_blocks, int n_heads,
-               int n_kv_heads, int block_size, int window, float scale_log2)
+               int n_kv_heads, int block_size, int window, float scale_log2, int rep, int head0)
 {
     constexpr int NTH = PF_BM / MT * 2; /* PF_BM / (16 MT) warps of 32 threads */
     constexpr int CH = D / 8;   /* 16-byte chunks per row */
@@ -166,7 +166,7 @@ prefill_kernel(T *__restrict__ out, const T *__restrict__ q, int q_stride,
     if (i0 >= n_q)
         return;
     const int ctx = ctx_len[s];
-    const int kvh = h / (n_heads / n_kv_heads);
+    const int kvh = attn_kv_of(h, head0, rep);
     const int pos0 = ctx - n_q + i0;                       /* first row's position */
     const int pos_last = ctx - n_q + min(i0 + PF_BM, n_q) - 1;
     const int kv_end = pos_last + 1;
@@ -374,7 +374,7 @@ template <typename T, int D, int MT> static int launch_prefill(cuda_backend *cb,
     prefill_kernel<T, D, MT><<<grid, PF_BM / MT * 2, pf_smem_bytes<D, MT>(), cb->stream>>>(
         (T *)a->out, (const T *)a->q, a->q_stride, (const T *)a->k_cache, (const T *)a->v_cache,
         a->q_start, a->ctx_len, a->block_tables, a->max_blocks, a->n_heads, a->n_kv_heads,
-        a->block_size, a->window, scale_log2);
+        a->block_size, a->window, scale_log2, attn_rep(a), attn_head0(a));
     CUDA_LAUNCHED("attention (prefill)");
     return DERAS_OK;
 }

@@ -7,10 +7,10 @@
  * read of a foreign slot poisons the output), poisons the output, and compares every
  * (row, head) output vector. Decode batches (one query per sequence) run the split
  * kernel with the backend's own split count and with 1 and 7 forced splits; batches with
- * longer queries run both variants of the prefill kernel. Shapes cover head dims 64 and 128, GQA ratios 1,
- * 3, 4, 8 and 12, batches 1 to 256, contexts 1 to 32,768, block sizes 1 to 256, sliding
- * windows, chunked prefill at offsets and mixed batches; head dims 16, 80 and 256 take the
- * generic kernel.
+ * longer queries run both variants of the prefill kernel. Shapes cover head dims 64 and
+ * 128, GQA ratios 1, 3, 4, 8 and 12, batches 1 to 256, contexts 1 to 32,768, block sizes
+ * 1 to 256, sliding windows, chunked prefill at offsets and mixed batches, tensor-parallel
+ * head slices that cut groups short; head dims 16, 80 and 256 take the generic kernel.
  *
  * Tolerance per (row, head), relative L2 against the f32 CPU result: 1e-2 for bf16, 2e-3
  * for fp16. The GPU rounds the output once (2^-9 / 2^-12 relative) and, in prefill, the
@@ -35,47 +35,60 @@ typedef struct acase {
     int ctx_max;              /* random ctx in [1, ctx_max] */
     int nq_mode;              /* 0: decode (1 query); 1: whole context; 2: random 1..ctx */
     int seqs[8][2];           /* explicit (ctx, n_q) pairs when n_seqs <= 8 and [0][0] > 0 */
+    int q_head0, q_per_kv;    /* a tensor-parallel rank's slice of the heads; 0, 0: all */
 } acase;
+
+/* Local KV head read by local query head h (backend.h). */
+static int kv_of(const acase *c, int h)
+{
+    const int rep = c->q_per_kv ? c->q_per_kv : c->n_heads / c->n_kv_heads;
+    return (c->q_head0 + h) / rep - c->q_head0 / rep;
+}
 
 static const acase cases[] = {
     /* decode */
-    {"decode mha hd64, partial blocks", 4, 4, 64, 16, 0, 3, 0, 0, 0, 0, {{1, 1}, {17, 1}, {40, 1}}},
-    {"decode gqa4 hd128, random contexts", 8, 2, 128, 16, 0, 5, 0, 0, 700, 0, {{0}}},
-    {"decode gqa8 hd128, batch 256", 32, 4, 128, 16, 0, 256, 0, 0, 1500, 0, {{0}}},
-    {"decode gqa4 hd128, batch 64 context 4096", 32, 8, 128, 16, 0, 64, 4096, 1, 0, 0, {{0}}},
-    {"decode gqa8 hd128, batch 1 context 32768", 32, 4, 128, 16, 0, 1, 32768, 1, 0, 0, {{0}}},
-    {"decode gqa12 hd64 (two head groups)", 12, 1, 64, 16, 0, 4, 0, 0, 300, 0, {{0}}},
-    {"decode gqa3 hd128", 6, 2, 128, 32, 0, 6, 0, 0, 400, 0, {{0}}},
-    {"decode sliding window 100", 8, 2, 64, 16, 100, 8, 0, 0, 3000, 0, {{0}}},
-    {"decode block size 1", 4, 2, 64, 1, 0, 2, 0, 0, 0, 0, {{13, 1}, {7, 1}}},
-    {"decode mqa hd64, batch 16", 8, 1, 64, 16, 0, 16, 0, 0, 1000, 0, {{0}}},
+    {"decode mha hd64, partial blocks", 4, 4, 64, 16, 0, 3, 0, 0, 0, 0, {{1, 1}, {17, 1}, {40, 1}}, 0, 0},
+    {"decode gqa4 hd128, random contexts", 8, 2, 128, 16, 0, 5, 0, 0, 700, 0, {{0}}, 0, 0},
+    {"decode gqa8 hd128, batch 256", 32, 4, 128, 16, 0, 256, 0, 0, 1500, 0, {{0}}, 0, 0},
+    {"decode gqa4 hd128, batch 64 context 4096", 32, 8, 128, 16, 0, 64, 4096, 1, 0, 0, {{0}}, 0, 0},
+    {"decode gqa8 hd128, batch 1 context 32768", 32, 4, 128, 16, 0, 1, 32768, 1, 0, 0, {{0}}, 0, 0},
+    {"decode gqa12 hd64 (two head groups)", 12, 1, 64, 16, 0, 4, 0, 0, 300, 0, {{0}}, 0, 0},
+    {"decode gqa3 hd128", 6, 2, 128, 32, 0, 6, 0, 0, 400, 0, {{0}}, 0, 0},
+    {"decode sliding window 100", 8, 2, 64, 16, 100, 8, 0, 0, 3000, 0, {{0}}, 0, 0},
+    {"decode block size 1", 4, 2, 64, 1, 0, 2, 0, 0, 0, 0, {{13, 1}, {7, 1}}, 0, 0},
+    {"decode mqa hd64, batch 16", 8, 1, 64, 16, 0, 16, 0, 0, 1000, 0, {{0}}, 0, 0},
     /* prefill, chunked prefill, mixed */
-    {"prefill mqa hd64", 8, 1, 64, 16, 0, 2, 0, 0, 0, 0, {{23, 23}, {16, 16}}},
-    {"prefill gqa4 hd128, 2048 tokens", 16, 4, 128, 16, 0, 1, 2048, 2048, 0, 0, {{0}}},
-    {"chunked prefill at offsets hd128", 8, 2, 128, 16, 0, 3, 0, 0, 0, 0, {{3000, 500}, {48, 16}, {19, 3}}},
-    {"mixed decode + prefill + verify", 4, 4, 128, 32, 0, 4, 0, 0, 0, 0, {{300, 1}, {45, 45}, {77, 5}, {2, 1}}},
-    {"prefill sliding window 7", 8, 2, 64, 16, 7, 3, 0, 0, 0, 0, {{40, 40}, {90, 1}, {60, 12}}},
-    {"prefill sliding window 200", 8, 2, 128, 16, 200, 2, 0, 0, 0, 0, {{600, 300}, {1000, 1000}}},
-    {"prefill gqa8 hd64, block size 256", 16, 2, 64, 256, 0, 1, 1000, 1000, 0, 0, {{0}}},
-    {"prefill block size 1", 4, 2, 128, 1, 0, 2, 0, 0, 0, 0, {{13, 13}, {70, 70}}},
-    {"32 short prefills at random offsets", 8, 2, 128, 16, 0, 32, 0, 0, 200, 2, {{0}}},
+    {"prefill mqa hd64", 8, 1, 64, 16, 0, 2, 0, 0, 0, 0, {{23, 23}, {16, 16}}, 0, 0},
+    {"prefill gqa4 hd128, 2048 tokens", 16, 4, 128, 16, 0, 1, 2048, 2048, 0, 0, {{0}}, 0, 0},
+    {"chunked prefill at offsets hd128", 8, 2, 128, 16, 0, 3, 0, 0, 0, 0, {{3000, 500}, {48, 16}, {19, 3}}, 0, 0},
+    {"mixed decode + prefill + verify", 4, 4, 128, 32, 0, 4, 0, 0, 0, 0, {{300, 1}, {45, 45}, {77, 5}, {2, 1}}, 0, 0},
+    {"prefill sliding window 7", 8, 2, 64, 16, 7, 3, 0, 0, 0, 0, {{40, 40}, {90, 1}, {60, 12}}, 0, 0},
+    {"prefill sliding window 200", 8, 2, 128, 16, 200, 2, 0, 0, 0, 0, {{600, 300}, {1000, 1000}}, 0, 0},
+    {"prefill gqa8 hd64, block size 256", 16, 2, 64, 256, 0, 1, 1000, 1000, 0, 0, {{0}}, 0, 0},
+    {"prefill block size 1", 4, 2, 128, 1, 0, 2, 0, 0, 0, 0, {{13, 13}, {70, 70}}, 0, 0},
+    {"32 short prefills at random offsets", 8, 2, 128, 16, 0, 32, 0, 0, 200, 2, {{0}}, 0, 0},
     /* head dims without a tensor-core kernel: the generic warp-per-row path */
-    {"generic hd16 mixed batch", 4, 2, 16, 4, 0, 3, 0, 0, 0, 0, {{30, 30}, {50, 1}, {9, 4}}},
-    {"generic hd80 window 5", 6, 3, 80, 16, 5, 2, 0, 0, 0, 0, {{40, 40}, {70, 1}}},
-    {"generic hd256 decode", 4, 1, 256, 16, 0, 3, 0, 0, 500, 0, {{0}}},
+    {"generic hd16 mixed batch", 4, 2, 16, 4, 0, 3, 0, 0, 0, 0, {{30, 30}, {50, 1}, {9, 4}}, 0, 0},
+    {"generic hd80 window 5", 6, 3, 80, 16, 5, 2, 0, 0, 0, 0, {{40, 40}, {70, 1}}, 0, 0},
+    {"generic hd256 decode", 4, 1, 256, 16, 0, 3, 0, 0, 500, 0, {{0}}, 0, 0},
+    /* tensor-parallel slices: global heads 6..17 of 4 per KV head (KV heads 1..4, the first
+     * and last groups cut short); heads 3..7 of 8 per KV head; heads 5..10 of 2 */
+    {"tp slice decode hd128", 12, 4, 128, 16, 0, 8, 0, 0, 900, 0, {{0}}, 6, 4},
+    {"tp slice prefill hd64", 5, 1, 64, 16, 0, 2, 0, 0, 0, 0, {{300, 300}, {90, 20}}, 3, 8},
+    {"tp slice generic hd16", 6, 4, 16, 8, 0, 2, 0, 0, 0, 0, {{40, 40}, {25, 1}}, 5, 2},
 };
 
 /* Dense double softmax(q k^T scale) v for sequence s's query rows. */
 static void naive(const acase *c, const float *q, int q_stride, const float *k, const float *v,
                   int ctx, int n_q, double *out)
 {
-    const int hd = c->head_dim, rep = c->n_heads / c->n_kv_heads;
+    const int hd = c->head_dim;
     double *p = malloc((size_t)ctx * sizeof(double));
     for (int i = 0; i < n_q; i++) {
         const int pos = ctx - n_q + i;
         const int lo = c->window > 0 && pos - c->window + 1 > 0 ? pos - c->window + 1 : 0;
         for (int h = 0; h < c->n_heads; h++) {
-            const int g = h / rep;
+            const int g = kv_of(c, h);
             const float *qi = q + (size_t)i * q_stride + (size_t)h * hd;
             double mx = -INFINITY, z = 0;
             for (int t = lo; t <= pos; t++) {
@@ -224,7 +237,7 @@ static void run_case(const acase *c, int dt, uint64_t seed)
         .q_stride = q_stride, .n_seqs = S, .n_tokens = n_tok, .max_blocks = max_blocks,
         .n_heads = c->n_heads, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs,
         .window = c->window, .scale = 1.0f / sqrtf((float)hd), .max_q_len = max_q,
-        .max_ctx_len = max_ctx,
+        .max_ctx_len = max_ctx, .q_head0 = c->q_head0, .q_per_kv = c->q_per_kv,
     };
     a.out = out.c, a.q = q.c, a.k_cache = kc.c, a.v_cache = vc.c, a.q_start = qs.c;
     a.ctx_len = cl.c, a.block_tables = tb.c;
