@@ -59,8 +59,8 @@ static const char *const wf_names[WF_N_FIELDS] = {
 
 /* Indexed by enum wproto_type - 1. */
 static const char *const wp_types[] = {"hello", "welcome", "refuse", "heartbeat", "submit",
-                                       "abort", "step", "reject", "drain", "shutdown"};
-#define N_TYPES 10
+                                       "abort", "step", "reject", "drain", "shutdown", "bye"};
+#define N_TYPES 11
 
 #define BIT(f) (1ull << (f))
 #define RANGE(a, b) ((BIT((b) + 1) - 1) & ~(BIT(a) - 1)) /* fields a..b */
@@ -77,6 +77,7 @@ static const uint64_t wp_required[N_TYPES] = {
     BIT(WF_TYPE) | BIT(WF_RID) | BIT(WF_CODE) | BIT(WF_MESSAGE),            /* reject */
     BIT(WF_TYPE),                                                           /* drain */
     BIT(WF_TYPE),                                                           /* shutdown */
+    BIT(WF_TYPE) | BIT(WF_REASON),                                          /* bye */
 };
 
 static const char *const load_names[] = {
@@ -675,6 +676,15 @@ int wp_encode_shutdown(wp_encoder *e, const void **buf, size_t *len)
 {
     BEGIN(e, true);
     return done_enc(e, pack_head(&e->pk, "shutdown", 0), "shutdown", buf, len);
+}
+
+int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *len)
+{
+    BEGIN(e, reason);
+    msgpack_packer *pk = &e->pk;
+    int rc = pack_head(pk, "bye", 1);
+    rc |= KEY(pk, "reason") | pack_text(pk, reason, sizeof ((wp_msg *)0)->text - 1);
+    return done_enc(e, rc, "bye", buf, len);
 }
 
 /* ---- STEP, built incrementally ---- */

@@ -20,6 +20,12 @@
  * worker's pulse thread (worker/pulse.h) sends its heartbeat from routing id "<name>/hb";
  * the router counts those as liveness only.
  *
+ * A worker that exits says BYE (reason) as its last frame: the router treats whatever of
+ * its requests the worker still held as on a dead worker at once (re-dispatched if the
+ * client heard nothing yet, else ended with worker_failed naming the reason), rather
+ * than after the silence timeout. A worker that vanishes without BYE (kill -9, a crash,
+ * a hang) is found by that timeout.
+ *
  * Request ids on this link (rid) are the router's own 64-bit ids, never client strings.
  */
 #ifndef DERAS_WORKER_PROTO_H
@@ -45,6 +51,7 @@ enum wproto_type {
     WP_REJECT,       /* worker -> router */
     WP_DRAIN,        /* router -> worker: stop taking work, finish in-flight (operations) */
     WP_SHUTDOWN,     /* router -> worker: exit after draining */
+    WP_BYE,          /* worker -> router: exiting now; what it still ran is lost (reason) */
 };
 
 typedef struct wp_hello {
@@ -95,7 +102,7 @@ typedef struct wp_finish {
 typedef struct wp_msg {
     enum wproto_type type;
     wp_hello hello;                   /* HELLO */
-    char text[256];                   /* REFUSE reason, REJECT message */
+    char text[256];                   /* REFUSE and BYE reason, REJECT message */
     enum proto_error_code code;       /* REJECT */
     uint64_t rid;                     /* ABORT, REJECT */
     wp_load load;                     /* HEARTBEAT, and in every STEP */
@@ -130,6 +137,7 @@ int wp_encode_reject(wp_encoder *e, uint64_t rid, enum proto_error_code code, co
                      const void **buf, size_t *len);
 int wp_encode_drain(wp_encoder *e, const void **buf, size_t *len);
 int wp_encode_shutdown(wp_encoder *e, const void **buf, size_t *len);
+int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *len);
 
 /* STEP is built incrementally during an engine step (no allocation after warm-up):
  * begin, add tokens and finishes as the engine reports them, then finish with the load. */

@@ -10,8 +10,14 @@
  * Stopping: the first SIGTERM/SIGINT starts a drain (new requests get shutting_down,
  * queued ones too, workers get DRAIN, running requests finish) that ends when nothing
  * is live or --drain-timeout passes (what is left ends with shutting_down); the router
- * then exits 0, its ipc socket files removed. A second signal exits at once (status 1),
- * removing the socket files from the handler itself.
+ * then exits 0, its ipc socket files removed. A second signal ends every live request at
+ * once (shutting_down: clients hear it rather than wait for their own timeouts), aborts
+ * them at the workers and exits 1, the socket files removed; should the loop not answer
+ * it, a third signal exits from the handler itself (status 1, socket files removed).
+ *
+ * Under systemd (common/sdnotify.h): READY=1 once both sockets are bound (the router is
+ * useful before any worker comes), STOPPING=1 when the drain begins, and WATCHDOG=1 from
+ * this loop (the poll wakes for it), so a loop that hangs gets the router restarted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +32,7 @@
 
 #include "common/endpoints.h"
 #include "common/log.h"
+#include "common/sdnotify.h"
 #include "common/status.h"
 #include "common/zmq_check.h"
 #include "router/router.h"
@@ -43,7 +50,7 @@ static char ipc_files[2][ROUTER_ADDR_MAX];
 static void on_signal(int signo)
 {
     int saved = errno;
-    if (++sig_count >= 2) {
+    if (++sig_count >= 3) { /* the loop did not act on the second one */
         for (int i = 0; i < 2; i++)
             if (ipc_files[i][0])
                 unlink(ipc_files[i]);
@@ -379,11 +386,15 @@ static void begin_drain(router_t *rt, int64_t now)
     dispatch_drain(rt->disp);
     dispatch_run(rt->disp, now); /* queued requests: shutting_down */
     wlink_drain_all(rt);
+    sdnotify_stopping("draining: %d requests live", rq_count(rt->rqs));
 }
 
-static int poll_timeout_ms(const router_t *rt, int64_t now)
+/* Until the nearest timer; `watchdog_us` is when systemd's watchdog wants its next ping. */
+static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
 {
     int64_t t = workers_next_expiry(rt->workers);
+    if (watchdog_us < t)
+        t = watchdog_us;
     int64_t d = dispatch_next_timer(rt->disp);
     if (d < t)
         t = d;
@@ -398,9 +409,22 @@ static int poll_timeout_ms(const router_t *rt, int64_t now)
     return ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms;
 }
 
-static void run(router_t *rt)
+/* End every live request with shutting_down (the drain ran out, or a second signal). */
+static void end_all(router_t *rt, const char *msg)
+{
+    rq *next;
+    for (rq *r = rq_first(rt->rqs); r; r = next) {
+        next = r->live_next;
+        relay_fail(rt, r, PE_SHUTTING_DOWN, msg);
+    }
+}
+
+/* The event loop; returns the exit status: 0 drained (or drain timeout), 1 otherwise. */
+static int run(router_t *rt)
 {
     zmq_pollitem_t items[6];
+    sdnotify_watchdog wd;
+    sdnotify_watchdog_init(&wd, router_now_us());
     for (;;) {
         int n = 0;
         items[n++] = (zmq_pollitem_t){.fd = sig_pipe[0], .events = ZMQ_POLLIN};
@@ -411,17 +435,26 @@ static void run(router_t *rt)
         if (rt->zap)
             items[n++] = (zmq_pollitem_t){.socket = rt->zap, .events = ZMQ_POLLIN};
         int64_t now = router_now_us();
-        int rc = zmq_poll(items, n, poll_timeout_ms(rt, now));
+        int rc = zmq_poll(items, n, poll_timeout_ms(rt, now, sdnotify_watchdog_tick(&wd, now)));
         if (rc == -1 && zmq_errno() != EINTR) {
             log_error("zmq_poll: %s", zmq_strerror(zmq_errno()));
-            return;
+            return 1;
         }
         if (rc > 0) {
             if (items[0].revents & ZMQ_POLLIN) {
                 unsigned char b[16];
-                while (read(sig_pipe[0], b, sizeof b) > 0)
-                    if (!rt->draining)
-                        begin_drain(rt, router_now_us());
+                ssize_t got;
+                while ((got = read(sig_pipe[0], b, sizeof b)) > 0)
+                    for (ssize_t i = 0; i < got; i++) {
+                        if (!rt->draining) {
+                            begin_drain(rt, router_now_us());
+                            continue;
+                        }
+                        log_warn("second signal: ending %d requests now and exiting",
+                                 rq_count(rt->rqs));
+                        end_all(rt, "the router was stopped at once (a second signal)");
+                        return 1;
+                    }
             }
             if (items[1].revents & ZMQ_POLLIN)
                 wlink_monitor(rt);
@@ -442,16 +475,12 @@ static void run(router_t *rt)
         if (rt->draining) {
             if (rq_count(rt->rqs) == 0) {
                 log_info("drained: every request ended");
-                return;
+                return 0;
             }
             if (now >= rt->drain_deadline_us) {
                 log_warn("drain timeout: ending %d requests", rq_count(rt->rqs));
-                rq *next;
-                for (rq *r = rq_first(rt->rqs); r; r = next) {
-                    next = r->live_next;
-                    relay_fail(rt, r, PE_SHUTTING_DOWN, "the router stopped before the request ended");
-                }
-                return;
+                end_all(rt, "the router stopped before the request ended");
+                return 0;
             }
         }
     }
@@ -471,9 +500,10 @@ int main(int argc, char **argv)
         stop(&rt);
         return 1;
     }
-    run(&rt);
+    sdnotify_ready("listening for clients on %s, for workers on %s", rt.o.listen, rt.o.workers);
+    int status = run(&rt);
     log_stats(&rt);
     stop(&rt);
-    log_info("exit");
-    return 0;
+    log_info("exit (status %d)", status);
+    return status;
 }

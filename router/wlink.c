@@ -14,7 +14,8 @@
  * from at least every heartbeat; one silent for --worker-timeout-ms is dead
  * (relay_worker_dead). Its connection closing (monitor, matched by fd like clients)
  * stops dispatch to it at once, while its death still waits for the timeout: a tcp
- * worker may reconnect.
+ * worker may reconnect. A worker that exits says BYE first: it is gone at once, and
+ * what it still held is treated as on a dead worker (relay_worker_dead).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -226,6 +227,21 @@ static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
     relay_fail(rt, r, m->code > PE_NONE && m->code < PE_N_CODES ? m->code : PE_INTERNAL, msg);
 }
 
+/* The worker is exiting (its last frame): requests it still held were dropped there.
+ * O(live requests), once per worker exit. */
+static void handle_bye(router_t *rt, worker *k, const char *reason)
+{
+    for (rq *r = rq_first(rt->rqs); r; r = r->live_next)
+        if (r->state == RQ_RUNNING && r->worker == k->slot) {
+            char why[300];
+            snprintf(why, sizeof why, "it exited: %s", reason);
+            relay_worker_dead(rt, k, why);
+            return;
+        }
+    log_info("worker %s (pid %d) left: %s", k->name, (int)k->hello.pid, reason);
+    workers_dead(k, router_now_us());
+}
+
 static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd,
                          const void *data, size_t size)
 {
@@ -271,6 +287,7 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
         relay_step(rt, k, &m);
         break;
     case WP_REJECT: handle_reject(rt, k, &m); break;
+    case WP_BYE: handle_bye(rt, k, m.text); break;
     default:
         rt->st.worker_bad_frames++;
         log_warn("worker %s sent a router-only message (type %d)", k->name, (int)m.type);

@@ -4,8 +4,9 @@
  * signal handlers and runs the event loop (worker_server_run, worker/server.c). Signals
  * reach the loop through a self-pipe: the handler only writes the signal number to it,
  * which wakes the loop's poll; the first SIGTERM/SIGINT stops taking work and finishes
- * what runs (bounded by --drain-timeout), a second one aborts it and exits at once. While
- * the model is still loading the default dispositions apply: nothing is in flight yet.
+ * what runs (bounded by --drain-timeout), a second one drops it and exits at once (the
+ * router, told by the worker's BYE, re-dispatches or fails what was dropped). While the
+ * model is still loading the default dispositions apply: nothing is in flight yet.
  *
  * With --tp-rank above 0 the process is a tensor-parallel follower instead
  * (worker/follower.h): it joins its group, loads its shard and follows the leader's

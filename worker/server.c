@@ -21,12 +21,23 @@
  * Sends never block: a full queue (router gone for long) drops the frame with one warning
  * per outage - the router cannot use stale STEPs, and blocking would stall the engine and
  * the signal handling with it.
+ *
+ * Leaving. The last frame to a router that knows us is BYE with the reason: after a clean
+ * stop nothing was in flight; after a second stop, a drain timeout or an engine failure
+ * the requests still here are dropped without reporting them, and the router, told by the
+ * BYE, re-dispatches those whose client heard nothing yet and ends the others with
+ * worker_failed naming the reason - at once, not after its silence timeout.
+ *
+ * systemd (common/sdnotify.h): READY=1 at the first WELCOME, STOPPING=1 when a stop
+ * begins, WATCHDOG=1 from this loop between steps (never from the pulse thread: a step
+ * that never ends must get the process killed).
  */
 #include "server.h"
 
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +49,7 @@
 #include "common/endpoints.h"
 #include "common/kv_math.h"
 #include "common/log.h"
+#include "common/sdnotify.h"
 #include "common/status.h"
 #include "common/tokenizer.h"
 #include "common/worker_proto.h"
@@ -55,6 +67,7 @@
 #define RATE_SPACING_S 0.5
 #define LINGER_MS 500         /* what close waits for unsent frames */
 #define MAX_POLL_MS 1000      /* an idle poll still wakes this often (deadlines are rechecked) */
+#define HELLO_RETRY_S 0.1     /* REJOIN: a HELLO that could not be queued is sent again this soon */
 
 _Static_assert(SAMPLER_MAX_LOGPROBS <= PROTO_MAX_LOGPROBS, "a token's logprobs fit a wp_token");
 _Static_assert(PROTO_MAX_N <= ENGINE_MAX_N, "every n the protocol allows fits the engine");
@@ -94,6 +107,8 @@ struct worker_server {
 
     enum link_state link;
     double hello_deadline;      /* HELLO_FIRST: give up; REJOIN: say HELLO again */
+    bool hello_dropped;         /* REJOIN: the last HELLO could not be queued */
+    int n_refused;              /* REFUSEs while in REJOIN (only the first is logged) */
     int heartbeat_ms;
     double next_heartbeat;
 
@@ -102,6 +117,7 @@ struct worker_server {
     double stop_deadline;
     int n_stops;                /* bytes read from stop_fd */
     bool stalled;               /* the last step could run nothing: don't spin on it */
+    sdnotify_watchdog wd;       /* systemd's, pinged between steps */
 
     double rate_t[RATE_SAMPLES];
     uint64_t rate_gen[RATE_SAMPLES];
@@ -236,14 +252,20 @@ static int send_frame(worker_server *s, const void *buf, size_t len)
     }
 }
 
+/* A HELLO the socket could not queue (after the router dropped our connection, ZeroMQ is
+ * reconnecting) is sent again after HELLO_RETRY_S in REJOIN, not after the whole handshake
+ * timeout: re-registering must not wait for a frame that never left. */
 static int send_hello(worker_server *s, double t)
 {
     const void *buf;
     size_t len;
+    uint64_t dropped = s->n_dropped;
     int rc = wp_encode_hello(s->msg_enc, &s->hello, &buf, &len);
     if (rc || (rc = send_frame(s, buf, len)))
         return rc;
-    s->hello_deadline = t + s->o.handshake_timeout_s;
+    s->hello_dropped = s->n_dropped > dropped;
+    bool retry = s->hello_dropped && s->link == LINK_REJOIN;
+    s->hello_deadline = t + (retry ? HELLO_RETRY_S : s->o.handshake_timeout_s);
     return DERAS_OK;
 }
 
@@ -284,11 +306,11 @@ static int send_reject(worker_server *s, uint64_t rid, enum proto_error_code cod
 
 /* ---- requests ---- */
 
-/* End every request in the engine. tell_router: their aborts go into the next STEP;
- * else nothing is reported (a restarted router never heard of them). */
-static void abort_all(worker_server *s, bool tell_router)
+/* End every request in the engine without reporting them: a restarted router never heard
+ * of them, and a BYE tells the router to settle what it held. */
+static void abort_all(worker_server *s)
 {
-    s->silent = !tell_router;
+    s->silent = true;
     while (s->n_live > 0) {
         int before = s->n_live;
         uint64_t rid = s->live[before - 1].rid;
@@ -357,8 +379,30 @@ static void begin_stop(worker_server *s, double t, const char *why)
         return;
     s->stopping = true;
     s->stop_deadline = t + s->o.drain_timeout_s;
+    s->next_heartbeat = t; /* the router hears our load, and that we stop, at once */
     log_info("%s: finishing %d request%s in flight (at most %g s), taking no new ones", why,
              s->n_live, s->n_live == 1 ? "" : "s", s->o.drain_timeout_s);
+    sdnotify_stopping("%s: finishing %d requests in flight", why, s->n_live);
+}
+
+/* The last frame: BYE with the reason, to a router that knows us. What is still in the
+ * engine is dropped unreported first (the router ends or re-dispatches it on the BYE). */
+static int say_bye(worker_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int say_bye(worker_server *s, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    abort_all(s);
+    if (s->link != LINK_READY)
+        return DERAS_OK;
+    log_info("BYE to the router: %s", why);
+    const void *buf;
+    size_t len;
+    int rc = wp_encode_bye(s->msg_enc, why, &buf, &len);
+    return rc ? rc : send_frame(s, buf, len);
 }
 
 static int handle_msg(worker_server *s, const wp_msg *m, double t)
@@ -370,6 +414,15 @@ static int handle_msg(worker_server *s, const wp_msg *m, double t)
         if (s->link != LINK_READY)
             log_info("registered with the router at %s as %s (heartbeat every %d ms)", s->router,
                      s->name, s->heartbeat_ms);
+        if (s->link == LINK_HELLO_FIRST)
+            sdnotify_ready("registered with the router at %s as %s", s->router, s->name);
+        else if (s->link == LINK_REJOIN)
+            sdnotify_status("registered again with the router at %s as %s", s->router, s->name);
+        if (s->link == LINK_REJOIN && s->draining) {
+            /* that DRAIN was the old router's; a draining router sends DRAIN after WELCOME */
+            log_info("a new router: the previous router's DRAIN no longer holds");
+            s->draining = false;
+        }
         s->link = LINK_READY;
         s->next_heartbeat = t; /* the router learns our load at once */
         return DERAS_OK;
@@ -378,16 +431,21 @@ static int handle_msg(worker_server *s, const wp_msg *m, double t)
             return deras_fail(DERAS_ECLOSED, "the router at %s refused this worker: %s", s->router,
                               m->text);
         if (s->link == LINK_REJOIN) {
-            log_warn("the router at %s refused this worker: %s (HELLO again within %g s)",
-                     s->router, m->text, s->o.handshake_timeout_s);
+            /* replies to every frame sent before our HELLO: one line, not one per STEP */
+            if (s->n_refused++ == 0)
+                log_warn("the router at %s refused this worker: %s (replies to frames sent "
+                         "before the HELLO; waiting for WELCOME)", s->router, m->text);
             return DERAS_OK;
         }
         log_warn("the router at %s no longer knows this worker (%s): it restarted? Aborting %d "
                  "request%s in flight and saying HELLO again",
                  s->router, m->text, s->n_live, s->n_live == 1 ? "" : "s");
         wp_step_begin(s->step_enc); /* finishes meant for the old router */
-        abort_all(s, false);
+        abort_all(s);
         s->link = LINK_REJOIN;
+        s->n_refused = 0;
+        sdnotify_status("the router at %s no longer knows this worker: registering again",
+                        s->router);
         return send_hello(s, t);
     case WP_SUBMIT:
         return handle_submit(s, &m->submit);
@@ -463,8 +521,8 @@ static const char *signal_name(int sig)
     }
 }
 
-/* Bytes on stop_fd: the first begins a stop, the second stops now (*now set). */
-static int read_stops(worker_server *s, double t, bool *now)
+/* Bytes on stop_fd: the first begins a stop, the second stops now (its name in now_sig). */
+static int read_stops(worker_server *s, double t, const char **now_sig)
 {
     unsigned char buf[16];
     ssize_t n = read(s->o.stop_fd, buf, sizeof buf);
@@ -478,9 +536,9 @@ static int read_stops(worker_server *s, double t, bool *now)
         if (++s->n_stops == 1) {
             begin_stop(s, t, why);
         } else {
-            log_warn("%s again: aborting %d request%s and exiting now", why, s->n_live,
+            log_warn("%s again: dropping %d request%s and exiting now", why, s->n_live,
                      s->n_live == 1 ? "" : "s");
-            *now = true;
+            *now_sig = signal_name(buf[i]);
         }
     }
     return DERAS_OK;
@@ -493,6 +551,8 @@ static long poll_timeout_ms(const worker_server *s, double t)
     double until = s->link == LINK_READY ? s->next_heartbeat : s->hello_deadline;
     if (s->stopping && s->stop_deadline < until)
         until = s->stop_deadline;
+    if (s->wd.period_us && (double)s->wd.next_us * 1e-6 < until)
+        until = (double)s->wd.next_us * 1e-6;
     double ms = ceil((until - t) * 1000.0);
     return ms < 0 ? 0 : ms > MAX_POLL_MS ? MAX_POLL_MS : (long)ms;
 }
@@ -502,31 +562,29 @@ static int serve(worker_server *s)
     zmq_pollitem_t items[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {NULL, s->o.stop_fd, ZMQ_POLLIN, 0}};
     int n_items = s->o.stop_fd >= 0 ? 2 : 1;
     int rc;
+    sdnotify_watchdog_init(&s->wd, (int64_t)(now_s() * 1e6));
     for (;;) {
         double t = now_s();
+        sdnotify_watchdog_tick(&s->wd, (int64_t)(t * 1e6));
         if (zmq_poll(items, n_items, poll_timeout_ms(s, t)) < 0) {
             if (zmq_errno() == EINTR)
                 continue;
             return zmq_check_fail("zmq_poll(items, n_items, timeout)", __FILE__, __LINE__);
         }
         t = now_s();
-        if ((rc = group_check(s->group))) { /* a follower died: the group cannot step */
+        if ((rc = group_check(s->group))) { /* a rank died: the group cannot step */
             char saved[256];
             snprintf(saved, sizeof saved, "%s", deras_errmsg());
-            log_error("tensor-parallel group failed: %s; aborting every request", saved);
-            abort_all(s, true);
-            flush_step(s, t);
+            log_error("tensor-parallel group failed: %s; dropping every request", saved);
+            say_bye(s, "its tensor-parallel group failed: %s", saved);
             return deras_fail(rc, "tensor-parallel group failed: %s", saved);
         }
-        bool stop_now = false;
+        const char *stop_now = NULL;
         if (n_items == 2 && (items[1].revents & ZMQ_POLLIN) && (rc = read_stops(s, t, &stop_now)))
             return rc;
-        if (stop_now) {
-            abort_all(s, true);
-            if ((rc = flush_step(s, t)))
-                return rc;
-            return s->link == LINK_READY ? send_heartbeat(s, t) : DERAS_OK;
-        }
+        if (stop_now)
+            return say_bye(s, "stopped at once by a second %s with %d request%s in flight",
+                           stop_now, s->n_live, s->n_live == 1 ? "" : "s");
         if ((items[0].revents & ZMQ_POLLIN) && (rc = recv_batch(s, t)))
             return rc;
 
@@ -538,16 +596,18 @@ static int serve(worker_server *s)
                                   "--workers option), and can this process reach it?",
                                   s->router, s->o.handshake_timeout_s);
             if (s->link == LINK_REJOIN) {
-                log_warn("no WELCOME from the router at %s within %g s; HELLO again", s->router,
-                         s->o.handshake_timeout_s);
+                if (!s->hello_dropped)
+                    log_warn("no WELCOME from the router at %s within %g s; HELLO again",
+                             s->router, s->o.handshake_timeout_s);
                 if ((rc = send_hello(s, t)))
                     return rc;
             }
         }
         if (s->stopping && s->n_live > 0 && t >= s->stop_deadline) {
-            log_warn("drain timeout (%g s): aborting %d request%s still in flight",
+            log_warn("drain timeout (%g s): dropping %d request%s still in flight and exiting",
                      s->o.drain_timeout_s, s->n_live, s->n_live == 1 ? "" : "s");
-            abort_all(s, true);
+            return say_bye(s, "its drain timeout (%g s) ran out with %d request%s in flight",
+                           s->o.drain_timeout_s, s->n_live, s->n_live == 1 ? "" : "s");
         }
         if (engine_has_work(s->e)) { /* stalled: retried only as often as the poll wakes */
             int n_tokens = 0;
@@ -563,13 +623,13 @@ static int serve(worker_server *s)
             rc = engine_step(s->e, &n_tokens);
             pulse_step_end(s->pulse);
             if (rc) {
-                log_error("engine step failed: %s; aborting every request", deras_errmsg());
                 char saved[256];
                 snprintf(saved, sizeof saved, "%s", deras_errmsg());
-                abort_all(s, true);
-                flush_step(s, t);
+                log_error("engine step failed: %s; dropping every request", saved);
+                flush_step(s, t); /* what the step made before it failed */
                 if (s->group) /* the followers stop at once instead of waiting for a plan */
                     group_abort(s->group, saved);
+                say_bye(s, "its engine step failed: %s", saved);
                 return deras_fail(rc, "engine step failed: %s", saved);
             }
             s->stalled = n_tokens == 0;
@@ -584,7 +644,7 @@ static int serve(worker_server *s)
         }
         if (s->stopping && !engine_has_work(s->e)) {
             log_info("stopped: nothing in flight");
-            return s->link == LINK_READY ? send_heartbeat(s, t) : DERAS_OK;
+            return say_bye(s, "stopped, nothing in flight");
         }
     }
 }

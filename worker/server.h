@@ -12,9 +12,10 @@
  *
  * Stopping. DRAIN from the router: REJECT new SUBMITs (busy), keep serving what runs.
  * SHUTDOWN, or one byte on stop_fd (deras-worker's signal handler writes the signal
- * number there): the same, and return once nothing is in flight, or abort what is left
- * when drain_timeout_s runs out. A second byte on stop_fd: abort everything (the router
- * hears the aborts) and return at once.
+ * number there): the same, heartbeat at once (the router learns of it), and return once
+ * nothing is in flight, or when drain_timeout_s runs out. A second byte on stop_fd:
+ * return at once. Leaving, the worker says BYE with the reason; requests it still held
+ * are dropped unreported, and the router re-dispatches or fails them on that BYE.
  *
  * Router restarts. A REFUSE while registered means the router does not know this worker
  * (it restarted): every request in flight is aborted silently (the new router never

@@ -49,6 +49,7 @@ static int reencode(const wp_msg *m, const void **buf, size_t *len)
     case WP_REJECT: return wp_encode_reject(enc, m->rid, m->code, m->text, buf, len);
     case WP_DRAIN: return wp_encode_drain(enc, buf, len);
     case WP_SHUTDOWN: return wp_encode_shutdown(enc, buf, len);
+    case WP_BYE: return wp_encode_bye(enc, m->text, buf, len);
     case WP_STEP:
         wp_step_begin(enc);
         for (int i = 0; i < m->n_tokens; i++)
@@ -74,7 +75,8 @@ static void check_same(const wp_msg *a, const wp_msg *b)
         break;
     }
     case WP_WELCOME: CHECK(a->heartbeat_ms == b->heartbeat_ms); break;
-    case WP_REFUSE: CHECK(!strcmp(a->text, b->text)); break;
+    case WP_REFUSE:
+    case WP_BYE: CHECK(!strcmp(a->text, b->text)); break;
     case WP_HEARTBEAT: check_same_load(&a->load, &b->load); break;
     case WP_SUBMIT: {
         const wp_submit *x = &a->submit, *y = &b->submit;

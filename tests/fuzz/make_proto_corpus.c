@@ -133,6 +133,8 @@ static void worker_corpus(void)
     put(t, "drain", buf, len);
     OK(wp_encode_shutdown(e, &buf, &len));
     put(t, "shutdown", buf, len);
+    OK(wp_encode_bye(e, "stopped at once (second SIGTERM)", &buf, &len));
+    put(t, "bye", buf, len);
     wp_step_begin(e);
     wp_token a = {.rid = 7, .index = 0, .lp = {.token_id = 504}};
     wp_token b = {.rid = 7, .index = 1, .lp = {.token_id = 28, .logprob = -0.7f, .n_top = 2,

@@ -18,7 +18,8 @@ Model: tests/data/tiny-chat (random Llama weights, real 1,005-token tokenizer: g
 deterministic and fast), except the long-step test, which needs the test model's slow steps.
 
     DERAS_BUILD_DIR=build python3 tests/integration/test_serving.py [Class.test ...]
-Exit 77 (skipped) without pyzmq/msgpack or the built binaries.
+Exit 77 (skipped) without pyzmq/msgpack or the built binaries. The processes are started by
+cluster.py (shared with test_failures.py).
 """
 
 import os
@@ -31,139 +32,16 @@ import threading
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "clients", "python"))
+from cluster import (DERAS, ROOT, TINY, VOCAB, Chunk, Client, Cluster, DerasError,
+                     collect_stream, proc_status)
 
-try:
-    import msgpack
-    import zmq
-except ImportError as e:
-    print("SKIPPED: %s (install python3-zmq and python3-msgpack)" % e)
-    sys.exit(77)
-
-from deras_client import Chunk, Client, DerasError, Final  # noqa: E402
-
-BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
-ROUTER = os.path.join(BUILD, "router", "deras-router")
-WORKER = os.path.join(BUILD, "worker", "deras-worker")
-DERAS = os.path.join(BUILD, "tools", "deras")
-DATA = os.environ.get("DERAS_TEST_DATA", os.path.join(ROOT, "tests", "data"))
-TINY = os.path.join(DATA, "tiny-chat")
-VOCAB = 1005
-
-for exe in (ROUTER, WORKER, DERAS):
-    if not os.access(exe, os.X_OK):
-        print("SKIPPED: %s not built" % exe)
-        sys.exit(77)
-
-
-def proc_status(pid, key):
-    """A /proc/<pid>/status field in kB (VmRSS, VmHWM)."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-class Cluster:
-    """A router and n workers on ipc sockets in a private directory."""
-
-    def __init__(self, model=TINY, n_workers=2, router_args=(), worker_args=(),
-                 kv="64MiB"):
-        self.dir = tempfile.mkdtemp(prefix="deras-serving-")
-        self.address = "ipc://%s/clients.sock" % self.dir
-        self.wep = "ipc://%s/workers.sock" % self.dir
-        env = dict(os.environ, DERAS_RUNTIME_DIR=self.dir)
-        self.logs = []
-        self.router = self._spawn([ROUTER, "--model", model, "--listen", self.address,
-                                   "--workers", self.wep, *router_args], "router.log", env)
-        self.workers = [self._spawn([WORKER, "--model", model, "--router", self.wep, "--name",
-                                     "w%d" % i, "--threads", "1", "--kv-cache-memory", kv,
-                                     *worker_args], "w%d.log" % i, env)
-                        for i in range(n_workers)]
-        self.client = Client(self.address, timeout=60)
-        self.wait_ready(n_workers)
-
-    def _spawn(self, argv, log, env):
-        f = open(os.path.join(self.dir, log), "w+")
-        self.logs.append(f)
-        return subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT)
-
-    def log_text(self):
-        out = []
-        for f in self.logs:
-            f.flush()
-            f.seek(0)
-            out.append("---- %s\n%s" % (os.path.basename(f.name), f.read()[-4000:]))
-        return "\n".join(out)
-
-    def pong(self):
-        return self.client.ping(timeout=5)["workers"]
-
-    def wait_ready(self, n, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if sum(w["state"] == "ready" for w in self.pong()) >= n:
-                    return
-            except DerasError:
-                pass
-            if self.router.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RuntimeError("cluster not ready:\n" + self.log_text())
-
-    def alive(self):
-        return self.router.poll() is None and all(w.poll() is None for w in self.workers)
-
-    def wait_kv_baseline(self, timeout=10):
-        """Seconds until every worker reports nothing running and every KV block free."""
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            ws = self.pong()
-            if all(w["running"] == 0 and w["waiting"] == 0 and
-                   w["kv_blocks_free"] == w["kv_blocks_total"] for w in ws):
-                return time.monotonic() - t0
-            time.sleep(0.05)
-        raise AssertionError("KV usage did not return to baseline: %r" % (self.pong(),))
-
-    def stop(self):
-        self.client.close()
-        procs = self.workers + [self.router]
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        codes = []
-        for p in procs:
-            try:
-                codes.append(p.wait(30))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes.append(p.wait())
-        for f in self.logs:
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return codes
+import msgpack  # after cluster, which skips (exit 77) where it is missing
+import zmq
 
 
 PROMPTS = ["Request %d: %s" % (i, " ".join(["alpha", "beta", "gamma", "delta", "epsilon",
                                             "zeta", "eta", "theta"][: 1 + i % 8]) * (1 + i % 5))
            for i in range(64)]
-
-
-def collect_stream(client, prompt, **params):
-    """Text and token ids of a streamed single-sample request; asserts one final."""
-    text, ids, finals = [], [], []
-    for ev in client.stream(prompt, **params):
-        if isinstance(ev, Chunk):
-            text.append(ev.text)
-            ids.extend(ev.token_ids)
-        else:
-            finals.append(ev)
-    assert len(finals) == 1, finals
-    return "".join(text), ids, finals[0].finish_reason
 
 
 class Serving(unittest.TestCase):
@@ -462,11 +340,14 @@ class Flood(unittest.TestCase):
 
 
 class Serve(unittest.TestCase):
-    """`deras serve`: one command, Ctrl-C drains."""
+    """`deras serve`: one command; Ctrl-C (SIGINT) and SIGTERM (systemctl stop, kill) drain."""
 
-    def test_ctrl_c_under_load_finishes_in_flight_and_leaves_nothing(self):
+    def drain_under_load(self, sig):
+        """Serve with 2 workers, 8 requests streaming, then `sig` to serve: all 8 must finish,
+        serve exit 0, and no process, shared-memory segment or socket file be left."""
         d = tempfile.mkdtemp(prefix="deras-serve-test-")
         address = "ipc://%s/clients.sock" % d
+        shm_before = set(os.listdir("/dev/shm"))
         log = open(os.path.join(d, "serve.log"), "w+")
         serve = subprocess.Popen([DERAS, "serve", "--model", TINY, "--listen", address,
                                   "--workers", "2", "--threads", "1", "--kv-cache-memory",
@@ -485,13 +366,20 @@ class Serve(unittest.TestCase):
             children = [int(p) for p in subprocess.run(
                 ["pgrep", "-P", str(serve.pid)], capture_output=True, text=True).stdout.split()]
             self.assertEqual(len(children), 3)  # router + 2 workers
-            results, errors = [None] * 8, []
+            results, errors, streaming = [None] * 8, [], [False] * 8
 
             def run(i):
                 try:
                     c2 = Client(address, timeout=120)
-                    results[i] = collect_stream(c2, PROMPTS[i], max_tokens=1500,
-                                                ignore_eos=True, temperature=0)
+                    ids, finals = [], []
+                    for ev in c2.stream(PROMPTS[i], max_tokens=1500, ignore_eos=True,
+                                        temperature=0):
+                        if isinstance(ev, Chunk):
+                            ids.extend(ev.token_ids)
+                            streaming[i] = True
+                        else:
+                            finals.append(ev.finish_reason)
+                    results[i] = (ids, finals)
                     c2.close()
                 except Exception as e:  # noqa: BLE001
                     errors.append(repr(e))
@@ -499,8 +387,11 @@ class Serve(unittest.TestCase):
             threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
             for t in threads:
                 t.start()
-            time.sleep(0.5)
-            serve.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while not all(streaming) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            in_flight = sum(streaming[i] and results[i] is None for i in range(8))
+            serve.send_signal(sig)
             for t in threads:
                 t.join(120)
             code = serve.wait(60)
@@ -515,15 +406,30 @@ class Serve(unittest.TestCase):
         log.close()
         self.assertEqual(errors, [], text[-3000:])
         self.assertEqual(code, 0, text[-3000:])
+        self.assertEqual(in_flight, 8, "requests streaming when the signal was sent")
         for i, r in enumerate(results):
             self.assertIsNotNone(r)
-            self.assertEqual((len(r[1]), r[2]), (1500, "length"), "request %d" % i)
+            self.assertEqual((len(r[0]), r[1]), (1500, ["length"]), "request %d" % i)
         for pid in children:
             self.assertFalse(os.path.exists("/proc/%d" % pid), "child %d left behind" % pid)
         self.assertFalse(any(n.startswith("deras-serve-%d" % serve.pid) for n in os.listdir("/tmp")))
+        self.assertEqual(sorted(os.listdir(d)), ["serve.log"], "socket files left behind")
+        self.assertEqual(set(os.listdir("/dev/shm")) - shm_before, set(),
+                         "shared-memory segments left behind")
         shutil.rmtree(d, ignore_errors=True)
-        print("deras serve + Ctrl-C with 8 requests streaming: all 8 finished their 1500 tokens, "
-              "exit 0, router and 2 workers gone, socket directory removed")
+        return signal.Signals(sig).name
+
+    def test_ctrl_c_under_load_finishes_in_flight_and_leaves_nothing(self):
+        name = self.drain_under_load(signal.SIGINT)
+        print("deras serve + %s (Ctrl-C) with 8 requests streaming: all 8 finished their 1500 "
+              "tokens, exit 0, router and 2 workers gone, no socket file, socket directory or "
+              "shared-memory segment left" % name)
+
+    def test_sigterm_under_load_finishes_in_flight_and_leaves_nothing(self):
+        name = self.drain_under_load(signal.SIGTERM)
+        print("deras serve + %s with 8 requests streaming: all 8 finished their 1500 tokens, "
+              "exit 0, router and 2 workers gone, no socket file, socket directory or "
+              "shared-memory segment left" % name)
 
 
 class LongSteps(unittest.TestCase):

@@ -2,9 +2,10 @@
  * fresh temporary directory, speaking common/worker_proto.h, and a record of what the
  * worker sent (every STEP's tokens and finishes by request, REJECTs, the last load).
  *
- * One worker at a time (the routing id of the last frame received is where frames go).
- * Every wait is bounded and fails the test with what it waited for, so a broken worker
- * makes a test fail, never hang.
+ * One worker at a time (the routing id of the last frame received from the worker's own
+ * socket is where frames go; its pulse thread's "<name>/hb" frames are recorded, never
+ * answered). Every wait is bounded and fails the test with what it waited for, so a broken
+ * worker makes a test fail, never hang.
  */
 #ifndef DERAS_FAKE_ROUTER_H
 #define DERAS_FAKE_ROUTER_H
@@ -64,6 +65,8 @@ typedef struct fake_router {
     int n_reqs;
     fr_reject rejects[FR_MAX_REJECTS];
     int n_rejects;
+    int n_bye, n_after_bye;              /* BYEs, and frames of any kind after the first */
+    char bye[256];                       /* the last BYE's reason */
 } fake_router;
 
 static inline double fr_now(void)
@@ -147,6 +150,8 @@ static inline fr_req *fr_req_of(fake_router *r, uint64_t rid)
 /* Record one decoded message from the worker. */
 static inline void fr_record(fake_router *r, const wp_msg *m)
 {
+    if (r->n_bye)
+        r->n_after_bye++;
     switch (m->type) {
     case WP_HELLO:
         r->n_hello++;
@@ -191,6 +196,10 @@ static inline void fr_record(fake_router *r, const wp_msg *m)
         snprintf(r->rejects[r->n_rejects].text, sizeof r->rejects[0].text, "%s", m->text);
         r->n_rejects++;
         break;
+    case WP_BYE:
+        r->n_bye++;
+        snprintf(r->bye, sizeof r->bye, "%s", m->text);
+        break;
     default:
         fail_msg("the worker sent a message of type %d, which only a router sends", (int)m->type);
     }
@@ -209,9 +218,15 @@ static inline int fr_recv(fake_router *r, int timeout_ms)
     assert_true(zmq_msg_more(&id));
     assert_true(zmq_msg_recv(&body, r->sock, 0) >= 0);
     assert_false(zmq_msg_more(&body));
-    r->peer_len = zmq_msg_size(&id) < sizeof r->peer - 1 ? zmq_msg_size(&id) : sizeof r->peer - 1;
-    memcpy(r->peer, zmq_msg_data(&id), r->peer_len);
-    r->peer[r->peer_len] = '\0';
+    /* frames from the worker's pulse thread ("<name>/hb", a heartbeat while a step runs
+     * long) are recorded, but replies go to the worker's own socket, as a router's do */
+    size_t id_len = zmq_msg_size(&id);
+    const char *id_data = zmq_msg_data(&id);
+    if (id_len < 3 || memcmp(id_data + id_len - 3, "/hb", 3)) {
+        r->peer_len = id_len < sizeof r->peer - 1 ? id_len : sizeof r->peer - 1;
+        memcpy(r->peer, id_data, r->peer_len);
+        r->peer[r->peer_len] = '\0';
+    }
     wp_msg m;
     proto_error err;
     if (wp_decode(r->dec, zmq_msg_data(&body), zmq_msg_size(&body), &m, &err))
@@ -344,6 +359,11 @@ static inline bool fr_cond_has_token(fake_router *r, void *rid_p)
 static inline bool fr_cond_rejects(fake_router *r, void *n_p)
 {
     return r->n_rejects >= *(int *)n_p;
+}
+
+static inline bool fr_cond_bye(fake_router *r, void *unused)
+{
+    return r->n_bye > 0;
 }
 
 /* A heartbeat showing an idle worker with every KV block free. */

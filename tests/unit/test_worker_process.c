@@ -4,7 +4,8 @@
  * tests/data/tiny-chat, with the test playing the router (fake_router.h): what an operator
  * sees - exit 2 naming the bad option, exit 1 with the reason for a model that does not load
  * or a router that never answers, the KV sizing line at start - and what a SIGTERM does
- * with work in flight (finish it, exit 0) and what a second one does (abort, exit 0 now).
+ * with work in flight (finish it, say BYE, exit 0) and what a second one does (drop it, say
+ * BYE naming the signal, exit 0 at once).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -240,12 +241,16 @@ static void test_sigterm_finishes_work_in_flight_and_exits_0(void **state)
     const fr_sample *s = &fr_req_of(r, 1)->s[0];
     assert_int_equal(s->fin.reason, 1); /* length: finished, not aborted */
     assert_int_equal(s->n, 200);
+    fr_until(r, WAIT_S, fr_cond_bye, NULL, "a BYE once the request finished");
+    if (!strstr(r->bye, "nothing in flight"))
+        fail_msg("BYE after a clean stop: expected \"... nothing in flight\", got \"%s\"", r->bye);
     child_wait(&c, WAIT_S);
     expect_exit(&c, 0, "SIGTERM", "SIGTERM with work in flight");
+    assert_int_equal(r->n_after_bye, 0);
     fr_destroy(&r);
 }
 
-static void test_second_signal_aborts_and_exits_at_once(void **state)
+static void test_second_signal_says_bye_and_exits_at_once(void **state)
 {
     fake_router *r = fr_new();
     child c;
@@ -260,11 +265,18 @@ static void test_second_signal_aborts_and_exits_at_once(void **state)
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token");
     assert_int_equal(kill(c.pid, SIGINT), 0);
     usleep(50000);
+    double t0 = fr_now();
     assert_int_equal(kill(c.pid, SIGINT), 0);
-    fr_until(r, WAIT_S, fr_cond_finished, &rid, "an abort after the second signal");
-    assert_int_equal(fr_req_of(r, 2)->s[0].fin.reason, 2);
-    child_wait(&c, WAIT_S);
+    /* 4000 tokens and a 30 s drain timeout: only the second signal can end it this soon */
+    fr_until(r, 5.0, fr_cond_bye, NULL, "a BYE right after the second signal");
+    if (!strstr(r->bye, "second SIGINT with 1 request in flight"))
+        fail_msg("BYE reason: expected \"... second SIGINT with 1 request in flight\", got \"%s\"",
+                 r->bye);
+    /* dropped unreported: the router decides (re-dispatch, or worker_failed) on the BYE */
+    assert_int_equal(fr_req_of(r, 2)->s[0].finished, 0);
+    child_wait(&c, 5.0);
     expect_exit(&c, 0, "exiting now", "second SIGINT");
+    printf("second SIGINT: BYE %.2f s later, process gone\n", fr_now() - t0);
     fr_destroy(&r);
 }
 
@@ -284,7 +296,7 @@ int main(void)
         cmocka_unit_test(test_refused_worker_exits_1_with_the_reason),
         cmocka_unit_test(test_idle_worker_sleeps),
         cmocka_unit_test(test_sigterm_finishes_work_in_flight_and_exits_0),
-        cmocka_unit_test(test_second_signal_aborts_and_exits_at_once),
+        cmocka_unit_test(test_second_signal_says_bye_and_exits_at_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -136,6 +136,10 @@ static void every_message_round_trips(void **state)
     assert_int_equal(wp_encode_shutdown(e, &buf, &len), DERAS_OK);
     decode_ok(d, buf, len, &m);
     assert_int_equal(m.type, WP_SHUTDOWN);
+    assert_int_equal(wp_encode_bye(e, "stopped at once (second SIGTERM)", &buf, &len), DERAS_OK);
+    decode_ok(d, buf, len, &m);
+    assert_int_equal(m.type, WP_BYE);
+    assert_string_equal(m.text, "stopped at once (second SIGTERM)");
     wp_encoder_destroy(&e);
     wp_decoder_destroy(&d);
     assert_null(e);
@@ -271,6 +275,9 @@ static const vcase cases[] = {
     {"{type: \"abort\"}", PE_MISSING_FIELD, "rid is required in abort"},
     {"{type: \"reject\", rid: 1, code: \"busy\", message: \"\\xc3\"}", PE_INVALID_UTF8, "message"},
     {"{type: \"drain\", rid: 1}", PE_INVALID_FIELD, "unknown key 'rid' in drain"},
+    {"{type: \"bye\"}", PE_MISSING_FIELD, "reason is required in bye"},
+    {"{type: \"bye\", reason: str(256)}", PE_LIMIT_EXCEEDED, "reason must be 0..255 bytes"},
+    {"{type: \"bye\", reason: \"x\", rid: 1}", PE_INVALID_FIELD, "unknown key 'rid' in bye"},
     {"{" STEP "tokens: [[1, 0, 5]]}", PE_NONE, ""},
     {"{" STEP "tokens: [[1, 0, 5, -0.5, [[3, -1.0], [4, -2]]]]}", PE_NONE, ""},
     {"{" STEP "tokens: [[1, 0]]}", PE_INVALID_FIELD, "tokens[0] must be [rid, index, token_id"},

@@ -534,7 +534,7 @@ static void test_router_restart_is_answered_with_hello(void **state)
      * it, which answers with REFUSE as a real one does */
     int type = 0;
     double end = fr_now() + WAIT_S;
-    while (type != WP_HEARTBEAT && type != WP_STEP) {
+    while ((type != WP_HEARTBEAT && type != WP_STEP) || r->peer_len == 0) { /* not a pulse */
         if (fr_now() > end)
             fail_msg("nothing from the worker after the router restarted");
         type = fr_recv(r, 100);
@@ -575,12 +575,14 @@ static void test_shutdown_finishes_in_flight_work_then_returns(void **state)
     int want = 1;
     fr_until(r, WAIT_S, fr_cond_rejects, &want, "a REJECT of request 9 after SHUTDOWN");
     assert_int_equal(reject_of(r, 9)->code, PE_BUSY);
+    fr_until(r, WAIT_S, fr_cond_bye, NULL, "a BYE once request 8 finished");
+    assert_string_equal(r->bye, "stopped, nothing in flight");
     worker_join(&w);
     assert_int_equal(w.rc, DERAS_OK);
     fr_destroy(&r);
 }
 
-static void test_stop_past_the_drain_timeout_aborts_what_is_left(void **state)
+static void test_stop_past_the_drain_timeout_says_bye_and_drops_what_is_left(void **state)
 {
     fake_router *r = fr_new();
     worker_thread w = {0};
@@ -595,14 +597,17 @@ static void test_stop_past_the_drain_timeout_aborts_what_is_left(void **state)
     uint64_t rid = 3;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token of request 3");
     worker_signal(&w);
-    fr_until(r, WAIT_S, fr_cond_finished, &rid, "request 3 to be aborted at the drain timeout");
-    assert_int_equal(fr_req_of(r, 3)->s[0].fin.reason, 2);
+    fr_until(r, WAIT_S, fr_cond_bye, NULL, "a BYE at the drain timeout");
+    if (!strstr(r->bye, "drain timeout (0.2 s) ran out with 1 request in flight"))
+        fail_msg("BYE reason: expected the drain timeout and 1 request, got \"%s\"", r->bye);
+    /* dropped unreported: the router re-dispatches it or ends it with worker_failed */
+    assert_int_equal(fr_req_of(r, 3)->s[0].finished, 0);
     worker_join(&w);
     assert_int_equal(w.rc, DERAS_OK);
     fr_destroy(&r);
 }
 
-static void test_second_stop_aborts_at_once(void **state)
+static void test_second_stop_says_bye_at_once(void **state)
 {
     fake_router *r = fr_new();
     worker_thread w = {0};
@@ -617,8 +622,10 @@ static void test_second_stop_aborts_at_once(void **state)
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token of request 4");
     worker_signal(&w);
     worker_signal(&w);
-    fr_until(r, WAIT_S, fr_cond_finished, &rid, "request 4 to be aborted at the second stop");
-    assert_int_equal(fr_req_of(r, 4)->s[0].fin.reason, 2);
+    fr_until(r, WAIT_S, fr_cond_bye, NULL, "a BYE at the second stop");
+    if (!strstr(r->bye, "second SIGTERM with 1 request in flight"))
+        fail_msg("BYE reason: expected the second SIGTERM and 1 request, got \"%s\"", r->bye);
+    assert_int_equal(fr_req_of(r, 4)->s[0].finished, 0);
     worker_join(&w);
     assert_int_equal(w.rc, DERAS_OK);
     fr_destroy(&r);
@@ -685,8 +692,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refuse_while_registered_aborts_and_says_hello_again),
         cmocka_unit_test(test_router_restart_is_answered_with_hello),
         cmocka_unit_test(test_shutdown_finishes_in_flight_work_then_returns),
-        cmocka_unit_test(test_stop_past_the_drain_timeout_aborts_what_is_left),
-        cmocka_unit_test(test_second_stop_aborts_at_once),
+        cmocka_unit_test(test_stop_past_the_drain_timeout_says_bye_and_drops_what_is_left),
+        cmocka_unit_test(test_second_stop_says_bye_at_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

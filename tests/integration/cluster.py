@@ -1,0 +1,192 @@
+"""cluster.py - deras-router and deras-workers as real processes, for the integration tests.
+
+Imported by test_serving.py and test_failures.py. Importing it checks what every such test
+needs and exits 77 (ctest: skipped, with the reason printed) when python3-zmq,
+python3-msgpack or the built binaries are missing.
+
+A Cluster is one router and n workers (w0, w1, ...) on ipc:// sockets in a private
+temporary directory ($DERAS_RUNTIME_DIR points there too), each process logging to its own
+file there. Processes can be killed, signalled and started again under the same name, and
+the router restarted on the same endpoints, so failure tests drive the real binaries.
+
+    DERAS_BUILD_DIR=build python3 tests/integration/test_serving.py
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "clients", "python"))
+
+try:
+    import msgpack  # noqa: F401
+    import zmq  # noqa: F401
+except ImportError as e:
+    print("SKIPPED: %s (install python3-zmq and python3-msgpack)" % e)
+    sys.exit(77)
+
+from deras_client import Chunk, Client, DerasError  # noqa: E402
+
+BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
+ROUTER = os.path.join(BUILD, "router", "deras-router")
+WORKER = os.path.join(BUILD, "worker", "deras-worker")
+DERAS = os.path.join(BUILD, "tools", "deras")
+DATA = os.environ.get("DERAS_TEST_DATA", os.path.join(ROOT, "tests", "data"))
+TINY = os.path.join(DATA, "tiny-chat")
+VOCAB = 1005
+
+for exe in (ROUTER, WORKER, DERAS):
+    if not os.access(exe, os.X_OK):
+        print("SKIPPED: %s not built" % exe)
+        sys.exit(77)
+
+
+def proc_status(pid, key):
+    """A /proc/<pid>/status field in kB (VmRSS, VmHWM)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def collect_stream(client, prompt, **params):
+    """Text and token ids of a streamed single-sample request; asserts one final."""
+    text, ids, finals = [], [], []
+    for ev in client.stream(prompt, **params):
+        if isinstance(ev, Chunk):
+            text.append(ev.text)
+            ids.extend(ev.token_ids)
+        else:
+            finals.append(ev)
+    assert len(finals) == 1, finals
+    return "".join(text), ids, finals[0].finish_reason
+
+
+class Cluster:
+    """A router and n workers on ipc sockets in a private directory."""
+
+    def __init__(self, model=TINY, n_workers=2, router_args=(), worker_args=(),
+                 kv="64MiB"):
+        self.dir = tempfile.mkdtemp(prefix="deras-serving-")
+        self.address = "ipc://%s/clients.sock" % self.dir
+        self.wep = "ipc://%s/workers.sock" % self.dir
+        self.env = dict(os.environ, DERAS_RUNTIME_DIR=self.dir)
+        self.model, self.kv = model, kv
+        self.router_args, self.worker_args = tuple(router_args), tuple(worker_args)
+        self.logs = []
+        self.n_starts = {}
+        self.router = self.start_router()
+        self.workers = [self.start_worker(i) for i in range(n_workers)]
+        self.client = Client(self.address, timeout=60)
+        self.wait_ready(n_workers)
+
+    def _spawn(self, argv, name):
+        k = self.n_starts[name] = self.n_starts.get(name, 0) + 1
+        log = "%s.log" % name if k == 1 else "%s.%d.log" % (name, k)
+        f = open(os.path.join(self.dir, log), "w+")
+        self.logs.append(f)
+        return subprocess.Popen(argv, env=self.env, stdout=f, stderr=subprocess.STDOUT)
+
+    def start_router(self):
+        """Start a router on the cluster's endpoints (also after the previous one ended)."""
+        return self._spawn([ROUTER, "--model", self.model, "--listen", self.address,
+                            "--workers", self.wep, *self.router_args], "router")
+
+    def start_worker(self, i):
+        """Start worker w<i> (again, after it ended: the same name)."""
+        return self._spawn([WORKER, "--model", self.model, "--router", self.wep, "--name",
+                            "w%d" % i, "--threads", "1", "--kv-cache-memory", self.kv,
+                            *self.worker_args], "w%d" % i)
+
+    def log_text(self, tail=4000):
+        out = []
+        for f in self.logs:
+            f.flush()
+            f.seek(0)
+            out.append("---- %s\n%s" % (os.path.basename(f.name), f.read()[-tail:]))
+        return "\n".join(out)
+
+    def router_log(self):
+        """Everything the routers of this cluster logged so far."""
+        out = []
+        for f in self.logs:
+            if os.path.basename(f.name).startswith("router"):
+                f.flush()
+                with open(f.name) as g:
+                    out.append(g.read())
+        return "".join(out)
+
+    def pong(self):
+        return self.client.ping(timeout=5)["workers"]
+
+    def states(self):
+        """{worker name: state} from the router's pong."""
+        return {w["name"]: w["state"] for w in self.pong()}
+
+    def wait_states(self, want, timeout=30):
+        """Seconds until the pong shows every worker of `want` ({name: state}) so."""
+        t0 = time.monotonic()
+        got = None
+        while time.monotonic() - t0 < timeout:
+            try:
+                got = self.states()
+                if all(got.get(k) == v for k, v in want.items()):
+                    return time.monotonic() - t0
+            except DerasError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError("waited %.0f s for worker states %r, last pong %r\n%s"
+                             % (timeout, want, got, self.log_text()))
+
+    def wait_ready(self, n, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if sum(w["state"] == "ready" for w in self.pong()) >= n:
+                    return
+            except DerasError:
+                pass
+            if self.router.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError("cluster not ready:\n" + self.log_text())
+
+    def alive(self):
+        return self.router.poll() is None and all(w.poll() is None for w in self.workers)
+
+    def wait_kv_baseline(self, timeout=10):
+        """Seconds until every worker reports nothing running and every KV block free."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            ws = self.pong()
+            if all(w["running"] == 0 and w["waiting"] == 0 and
+                   w["kv_blocks_free"] == w["kv_blocks_total"] for w in ws):
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        raise AssertionError("KV usage did not return to baseline: %r" % (self.pong(),))
+
+    def stop(self):
+        """SIGTERM to every process still running; their exit codes, workers first."""
+        self.client.close()
+        procs = self.workers + [self.router]
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes = []
+        for p in procs:
+            try:
+                codes.append(p.wait(30))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes.append(p.wait())
+        for f in self.logs:
+            f.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return codes
