@@ -10,6 +10,26 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "kernels/cuda/cuda_ops.h"
+
+/* "N", "N:bf16" or "N:fp16" after "cuda:"; N a decimal device index below 1024. */
+static int parse_cuda_spec(const char *spec, int *id, int *dtype)
+{
+    char *end;
+    if (*spec < '0' || *spec > '9')
+        return DERAS_EINVAL;
+    long n = strtol(spec, &end, 10);
+    if (n > 1023)
+        return DERAS_EINVAL;
+    *id = (int)n;
+    if (!*end || !strcmp(end, ":bf16"))
+        *dtype = CUDA_DTYPE_BF16;
+    else if (!strcmp(end, ":fp16"))
+        *dtype = CUDA_DTYPE_FP16;
+    else
+        return DERAS_EINVAL;
+    return DERAS_OK;
+}
 
 int backend_new(const char *device, int n_threads, backend_t **out)
 {
@@ -18,10 +38,21 @@ int backend_new(const char *device, int n_threads, backend_t **out)
     *out = NULL;
     if (!strcmp(device, "cpu"))
         return backend_cpu_new(n_threads, out);
-    if (!strncmp(device, "cuda", 4))
+    if (!strncmp(device, "cuda:", 5)) {
+        int id, dtype;
+        int rc = parse_cuda_spec(device + 5, &id, &dtype);
+        if (rc)
+            return deras_fail(rc, "device '%s': expected cuda:N, cuda:N:bf16 or cuda:N:fp16",
+                              device);
+#ifdef DERAS_HAVE_CUDA
+        return backend_cuda_new(id, dtype, out);
+#else
         return deras_fail(DERAS_EUNSUPPORTED,
-                          "device '%s': this build has no CUDA model backend yet; use --device cpu",
+                          "device '%s': this build has no CUDA backend (nvcc was not found when "
+                          "it was configured); use --device cpu",
                           device);
+#endif
+    }
     return deras_fail(DERAS_EINVAL, "unknown device '%s' (expected cpu or cuda:N)", device);
 }
 

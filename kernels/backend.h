@@ -25,8 +25,10 @@
 
 typedef struct backend backend_t;
 
-/* Create a backend from a device spec: "cpu" or "cuda:N". n_threads applies to the CPU
- * backend (0: all cores). DERAS_EUNSUPPORTED for a backend this build lacks. */
+/* Create a backend from a device spec: "cpu", or "cuda:N" (bf16), "cuda:N:bf16",
+ * "cuda:N:fp16". n_threads applies to the CPU backend (0: all cores). DERAS_EUNSUPPORTED
+ * for a backend this build lacks or a machine without that device; DERAS_EINVAL for a
+ * malformed spec. */
 int backend_new(const char *device, int n_threads, backend_t **out);
 void backend_destroy(backend_t **b);
 

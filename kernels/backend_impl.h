@@ -44,5 +44,7 @@ struct backend {
 };
 
 int backend_cpu_new(int n_threads, backend_t **out);
+/* CUDA device `device` with element type `dtype` (enum cuda_dtype); cuda_backend.cu. */
+int backend_cuda_new(int device, int dtype, backend_t **out);
 
 #endif
