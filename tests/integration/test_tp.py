@@ -29,38 +29,15 @@ import threading
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "clients", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# cluster checks pyzmq/msgpack and the built binaries (exit 77 where they are missing)
+from cluster import ROUTER, TINY, WORKER, Chunk, Client, DerasError, proc_status  # noqa: E402
 
-try:
-    import msgpack  # noqa: F401 - the client needs it
-    import zmq  # noqa: F401
-except ImportError as e:
-    print("SKIPPED: %s (install python3-zmq and python3-msgpack)" % e)
-    sys.exit(77)
-
-from deras_client import Chunk, Client, DerasError  # noqa: E402
-
-BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
-ROUTER = os.path.join(BUILD, "router", "deras-router")
-WORKER = os.path.join(BUILD, "worker", "deras-worker")
-DATA = os.environ.get("DERAS_TEST_DATA", os.path.join(ROOT, "tests", "data"))
-TINY = os.path.join(DATA, "tiny-chat")
 EXIT_BOUND_S = 5.0  # how soon the surviving ranks of a group must exit after a kill
-
-for exe in (ROUTER, WORKER):
-    if not os.access(exe, os.X_OK):
-        print("SKIPPED: %s not built" % exe)
-        sys.exit(77)
 
 
 def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    return proc_status(pid, "VmRSS")
 
 
 def segment(group):
