@@ -346,7 +346,9 @@ class Signals(unittest.TestCase):
         c = Cluster(n_workers=2, router_args=("--drain-timeout", "60"))
         try:
             load = Load(c.address, 4, CUT, timeout=60)
-            load.wait_streaming(2)
+            # all 4 admitted first: a request still on its way at the first signal is
+            # refused by the drain ("shutting down"), not ended by the second signal
+            load.wait_streaming(4)
             wsock = c.wep[len("ipc://"):]
             csock = c.address[len("ipc://"):]
             c.router.send_signal(signal.SIGTERM)
