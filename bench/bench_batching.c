@@ -45,7 +45,7 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *res
         x->r[id].first_token = cli_now() - x->t0;
 }
 
-static void on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt, int n_gen)
+static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
     run *x = ctx;
     x->r[id].done = cli_now() - x->t0;

@@ -62,9 +62,9 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     ((tally *)ctx)->generated++;
 }
 
-static void on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt, int n_gen)
+static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
-    (void)id, (void)index, (void)why, (void)n_prompt, (void)n_gen;
+    (void)id, (void)index, (void)end;
     ((tally *)ctx)->done++;
 }
 

@@ -427,7 +427,10 @@ static const uint64_t server_required[] = {
 };
 
 static const char *const usage_names[] = {"prompt_tokens", "completion_tokens", "queue_ms",
-                                          "ttft_ms", "total_ms"};
+                                          "ttft_ms", "total_ms", "spec_proposed",
+                                          "spec_accepted", "spec_verifications"};
+#define N_USAGE 8
+#define USAGE_REQUIRED 0x1f /* the speculation counters are optional */
 
 static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *err)
 {
@@ -436,7 +439,7 @@ static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *er
     uint64_t seen = 0;
     int rc = ps_map(o, &kv, &n, err, "usage");
     for (uint32_t i = 0; rc == DERAS_OK && i < n; i++) {
-        int f = ps_lookup(&kv[i].key, usage_names, 5);
+        int f = ps_lookup(&kv[i].key, usage_names, N_USAGE);
         if (f < 0)
             return bad_key(&kv[i].key, "usage", err);
         if ((rc = ps_seen(&seen, f, usage_names[f], err)) != DERAS_OK)
@@ -452,13 +455,20 @@ static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *er
             break;
         case 2: rc = ps_double(val, 0, 1e300, &u->queue_ms, err, "usage.%s", name); break;
         case 3: rc = ps_double(val, 0, 1e300, &u->ttft_ms, err, "usage.%s", name); break;
-        default: rc = ps_double(val, 0, 1e300, &u->total_ms, err, "usage.%s", name); break;
+        case 4: rc = ps_double(val, 0, 1e300, &u->total_ms, err, "usage.%s", name); break;
+        case 5: rc = ps_u64(val, &u->spec_proposed, err, "usage.%s", name); break;
+        case 6: rc = ps_u64(val, &u->spec_accepted, err, "usage.%s", name); break;
+        default: rc = ps_u64(val, &u->spec_verifications, err, "usage.%s", name); break;
         }
     }
-    if (rc == DERAS_OK && seen != 0x1f)
+    if (rc == DERAS_OK && (seen & USAGE_REQUIRED) != USAGE_REQUIRED)
         for (int f = 0; f < 5; f++)
             if (!(seen & BIT(f)))
                 return ps_fail(err, PE_MISSING_FIELD, "usage.%s is required", usage_names[f]);
+    if (rc == DERAS_OK && (u->spec_accepted > u->spec_proposed ||
+                           u->spec_verifications > u->spec_proposed))
+        return ps_fail(err, PE_VALUE_OUT_OF_RANGE, "usage: spec_accepted and "
+                       "spec_verifications must not exceed spec_proposed");
     return rc;
 }
 
@@ -734,12 +744,17 @@ int proto_encode_final(proto_encoder *e, const char *id, int index, const char *
     rc |= KEY(pk, "id") | pack_cstr(pk, id);
     rc |= KEY(pk, "index") | msgpack_pack_int(pk, index);
     rc |= KEY(pk, "finish_reason") | pack_cstr(pk, finish_reason);
-    rc |= KEY(pk, "usage") | msgpack_pack_map(pk, 5);
+    bool spec = u->spec_verifications > 0;
+    rc |= KEY(pk, "usage") | msgpack_pack_map(pk, spec ? 8 : 5);
     rc |= KEY(pk, "prompt_tokens") | msgpack_pack_int(pk, u->prompt_tokens);
     rc |= KEY(pk, "completion_tokens") | msgpack_pack_int(pk, u->completion_tokens);
     rc |= KEY(pk, "queue_ms") | msgpack_pack_double(pk, u->queue_ms);
     rc |= KEY(pk, "ttft_ms") | msgpack_pack_double(pk, u->ttft_ms);
     rc |= KEY(pk, "total_ms") | msgpack_pack_double(pk, u->total_ms);
+    if (spec)
+        rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, u->spec_proposed) |
+              KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, u->spec_accepted) |
+              KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, u->spec_verifications);
     if (text)
         rc |= KEY(pk, "text") | pack_str(pk, text, text_len);
     if (ids)

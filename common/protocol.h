@@ -137,6 +137,9 @@ typedef struct proto_logprob {
 typedef struct proto_usage {
     int prompt_tokens, completion_tokens;
     double queue_ms, ttft_ms, total_ms; /* receipt to dispatch, to first token, to the end */
+    /* the sample's speculative decoding: drafts verified, drafts accepted, verifications
+     * (steps that checked drafts); all 0, and absent on the wire, when it had none */
+    uint64_t spec_proposed, spec_accepted, spec_verifications;
 } proto_usage;
 
 typedef struct proto_encoder proto_encoder;

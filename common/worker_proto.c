@@ -11,7 +11,8 @@
  *                      an array of ints would cost 1-5 bytes and a branch per id)
  *   STEP tokens        [[rid, index, token_id], ...] or, with logprobs,
  *                      [rid, index, token_id, logprob, [[id, logprob], ...]]
- *   STEP finishes      [[rid, index, reason, n_prompt, n_generated], ...]
+ *   STEP finishes      [[rid, index, reason, n_prompt, n_generated(, spec_proposed,
+ *                       spec_accepted, spec_verifications)], ...]
  * Positional arrays keep a STEP of a 256-sequence batch at a few KB; a token without
  * logprobs (logprob 0 and no alternatives) takes the 3-element form.
  *
@@ -46,7 +47,7 @@ enum wp_field {
     WF_LOAD, WF_RID, WF_PROMPT_IDS, WF_MAX_TOKENS, WF_N, WF_TOP_K, WF_LOGPROBS,
     WF_TEMPERATURE, WF_TOP_P, WF_MIN_P, WF_REPETITION_PENALTY, WF_PRESENCE_PENALTY,
     WF_FREQUENCY_PENALTY, WF_SEED, WF_STOP_TOKEN_IDS, WF_IGNORE_EOS, WF_TOKENS, WF_FINISHES,
-    WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_N_FIELDS
+    WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_SPEC, WF_N_FIELDS
 };
 
 static const char *const wf_names[WF_N_FIELDS] = {
@@ -55,6 +56,7 @@ static const char *const wf_names[WF_N_FIELDS] = {
     "rid", "prompt_ids", "max_tokens", "n", "top_k", "logprobs", "temperature", "top_p",
     "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
     "stop_token_ids", "ignore_eos", "tokens", "finishes", "code", "message", "spec_tokens",
+    "spec",
 };
 
 /* Indexed by enum wproto_type - 1. */
@@ -68,6 +70,7 @@ static const char *const wp_types[] = {"hello", "welcome", "refuse", "heartbeat"
 /* Keys a type may carry beyond its required ones and "v": added after version 1's
  * first release, so a peer that omits them still speaks the protocol. */
 static const uint64_t wp_optional[N_TYPES] = {
+    [WP_HELLO - 1] = BIT(WF_SPEC),
     [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS),
 };
 
@@ -336,19 +339,21 @@ static int decode_tokens(wp_decoder *d, const msgpack_object *o, wp_msg *m, prot
     return DERAS_OK;
 }
 
-/* One STEP finish: [rid, index, reason, n_prompt, n_generated]. */
+/* One STEP finish: [rid, index, reason, n_prompt, n_generated], and when the sample
+ * speculated, [..., spec_proposed, spec_accepted, spec_verifications]. */
 static int decode_finish(const msgpack_object *o, uint32_t i, wp_finish *f, proto_error *err)
 {
     const msgpack_object *a;
     uint32_t n;
     int64_t index, reason, n_prompt, n_gen;
-    int rc = ps_array(o, 5, &a, &n, err, "finishes[%u]", i);
+    int rc = ps_array(o, 8, &a, &n, err, "finishes[%u]", i);
     if (rc != DERAS_OK)
         return rc;
-    if (n != 5)
+    if (n != 5 && n != 8)
         return ps_fail(err, PE_INVALID_FIELD,
-                       "finishes[%u] must be [rid, index, reason, n_prompt, n_generated], got "
-                       "%u elements", i, n);
+                       "finishes[%u] must be [rid, index, reason, n_prompt, n_generated] "
+                       "(+ [spec_proposed, spec_accepted, spec_verifications]), got %u "
+                       "elements", i, n);
     if ((rc = ps_u64(&a[0], &f->rid, err, "finishes[%u].rid", i)) != DERAS_OK ||
         (rc = ps_int(&a[1], 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
                      "finishes[%u].index", i)) != DERAS_OK ||
@@ -363,6 +368,20 @@ static int decode_finish(const msgpack_object *o, uint32_t i, wp_finish *f, prot
     f->reason = (int)reason;
     f->n_prompt = (int)n_prompt;
     f->n_generated = (int)n_gen;
+    f->spec_proposed = f->spec_accepted = f->spec_verifications = 0;
+    if (n == 5)
+        return DERAS_OK;
+    if ((rc = ps_u64(&a[5], &f->spec_proposed, err, "finishes[%u].spec_proposed", i)) !=
+            DERAS_OK ||
+        (rc = ps_u64(&a[6], &f->spec_accepted, err, "finishes[%u].spec_accepted", i)) !=
+            DERAS_OK ||
+        (rc = ps_u64(&a[7], &f->spec_verifications, err, "finishes[%u].spec_verifications",
+                     i)) != DERAS_OK)
+        return rc;
+    if (f->spec_accepted > f->spec_proposed || f->spec_verifications > f->spec_proposed)
+        return ps_fail(err, PE_VALUE_OUT_OF_RANGE,
+                       "finishes[%u]: spec_accepted and spec_verifications must not exceed "
+                       "spec_proposed", i);
     return DERAS_OK;
 }
 
@@ -407,6 +426,7 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
     case WF_NAME: return ps_cstr(v, 1, WPROTO_MAX_NAME, h->name, err, "name");
     case WF_DEVICE: return ps_cstr(v, 1, sizeof h->device - 1, h->device, err, "device");
     case WF_MODEL: return ps_cstr(v, 1, sizeof h->model - 1, h->model, err, "model");
+    case WF_SPEC: return ps_cstr(v, 1, sizeof h->spec - 1, h->spec, err, "spec");
     case WF_VOCAB_SIZE: return int_field(v, 1, INT32_MAX, &h->vocab_size, err, name);
     case WF_MAX_MODEL_LEN: return int_field(v, 1, INT32_MAX, &h->max_model_len, err, name);
     case WF_TP_SIZE: return int_field(v, 1, 4096, &h->tp_size, err, name);
@@ -567,7 +587,7 @@ int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *
 {
     BEGIN(e, h);
     msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "hello", 11);
+    int rc = pack_head(pk, "hello", 11 + (h->spec[0] != 0));
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, WPROTO_VERSION);
     rc |= KEY(pk, "name") | pack_text(pk, h->name, WPROTO_MAX_NAME);
     rc |= KEY(pk, "device") | pack_text(pk, h->device, sizeof h->device - 1);
@@ -579,6 +599,8 @@ int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *
     rc |= KEY(pk, "block_size") | msgpack_pack_int(pk, h->block_size);
     rc |= KEY(pk, "max_seqs") | msgpack_pack_int(pk, h->max_seqs);
     rc |= KEY(pk, "pid") | msgpack_pack_int32(pk, h->pid);
+    if (h->spec[0])
+        rc |= KEY(pk, "spec") | pack_text(pk, h->spec, sizeof h->spec - 1);
     return done_enc(e, rc, "hello", buf, len);
 }
 
@@ -782,7 +804,8 @@ int wp_step_add_token(wp_encoder *e, const wp_token *t)
 int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
 {
     if (!e || !f || f->index < 0 || f->index >= PROTO_MAX_N || f->reason < 0 || f->reason > 2 ||
-        f->n_prompt < 0 || f->n_generated < 0)
+        f->n_prompt < 0 || f->n_generated < 0 || f->spec_accepted > f->spec_proposed ||
+        f->spec_verifications > f->spec_proposed)
         return deras_fail(DERAS_EINVAL, "wp_step_add_finish: bad arguments");
     if (e->n_finishes >= WP_MAX_STEP_ENTRIES)
         return deras_fail(DERAS_ERANGE, "a STEP holds at most %u finishes", WP_MAX_STEP_ENTRIES);
@@ -820,9 +843,14 @@ int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
     rc |= KEY(pk, "finishes") | msgpack_pack_array(pk, e->n_finishes);
     for (size_t i = 0; i < e->n_finishes; i++) {
         const wp_finish *f = &e->finishes[i];
-        rc |= msgpack_pack_array(pk, 5) | msgpack_pack_uint64(pk, f->rid) |
+        bool spec = f->spec_verifications > 0;
+        rc |= msgpack_pack_array(pk, spec ? 8 : 5) | msgpack_pack_uint64(pk, f->rid) |
               msgpack_pack_int(pk, f->index) | msgpack_pack_int(pk, f->reason) |
               msgpack_pack_int(pk, f->n_prompt) | msgpack_pack_int(pk, f->n_generated);
+        if (spec)
+            rc |= msgpack_pack_uint64(pk, f->spec_proposed) |
+                  msgpack_pack_uint64(pk, f->spec_accepted) |
+                  msgpack_pack_uint64(pk, f->spec_verifications);
     }
     rc |= KEY(pk, "load") | pack_load(pk, l);
     e->n_tokens = 0;

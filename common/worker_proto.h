@@ -63,6 +63,8 @@ typedef struct wp_hello {
     int vocab_size, max_model_len, tp_size;
     int kv_blocks_total, block_size, max_seqs;
     int32_t pid;
+    char spec[16];                    /* speculative proposer kind: "none", "ngram", "self",
+                                         "draft"; optional on the wire ("" when absent) */
 } wp_hello;
 
 /* What a worker is doing, in every load report. A worker is ready only after its model is
@@ -110,6 +112,9 @@ typedef struct wp_finish {
     int index;
     int reason;                       /* enum engine_finish: 0 stop, 1 length, 2 abort */
     int n_prompt, n_generated;
+    /* the sample's speculation (0 when it had none): drafts verified, drafts accepted,
+     * verifications; accepted and verifications never exceed proposed */
+    uint64_t spec_proposed, spec_accepted, spec_verifications;
 } wp_finish;
 
 typedef struct wp_msg {

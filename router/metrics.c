@@ -201,7 +201,8 @@ static void render_hist(metrics_t *m, const hist *h)
 }
 
 typedef enum { WV_REQUESTS, WV_RUNNING, WV_WAITING, WV_KV, WV_TPS, WV_PREEMPT, WV_PQUERY,
-               WV_PHIT, WV_SERVED, WV_N } worker_value;
+               WV_PHIT, WV_SERVED, WV_SPEC_PROPOSED, WV_SPEC_ACCEPTED, WV_SPEC_VERIFIED,
+               WV_N } worker_value;
 
 static const struct {
     const char *name, *type, *help;
@@ -224,6 +225,14 @@ static const struct {
      "Prompt tokens found in the worker's prefix cache, since it started."},
     {"deras_worker_requests_dispatched_total", "counter",
      "Requests the router dispatched to the worker since it registered."},
+    {"deras_spec_draft_tokens_total", "counter",
+     "Speculative draft tokens the worker verified, by proposer, since it started."},
+    {"deras_spec_accepted_tokens_total", "counter",
+     "Speculative draft tokens that stood (acceptance rate: accepted / draft), since it "
+     "started."},
+    {"deras_spec_verifications_total", "counter",
+     "Sequence-steps that verified drafts (mean accepted length: accepted / verifications), "
+     "since it started."},
 };
 
 static void render_worker_value(metrics_t *m, const worker *k, worker_value v, const char *name)
@@ -254,6 +263,15 @@ static void render_worker_value(metrics_t *m, const worker *k, worker_value v, c
         break;
     case WV_SERVED:
         put(m, "%s{worker=\"%s\"} %llu\n", series, name, (unsigned long long)k->served);
+        break;
+    case WV_SPEC_PROPOSED:
+    case WV_SPEC_ACCEPTED:
+    case WV_SPEC_VERIFIED:
+        put(m, "%s{worker=\"%s\",proposer=\"%s\"} %llu\n", series, name,
+            workers_spec_name(k),
+            (unsigned long long)(v == WV_SPEC_PROPOSED   ? l->spec_proposed
+                                 : v == WV_SPEC_ACCEPTED ? l->spec_accepted
+                                                         : l->spec_verifications));
         break;
     case WV_N: break;
     }

@@ -44,6 +44,9 @@ static void usage_of(const rq *r, const rq_sample *s, int64_t now_us, proto_usag
     u->queue_ms = ((r->t_dispatch_us ? r->t_dispatch_us : now_us) - r->t_recv_us) / 1e3;
     u->ttft_ms = s->t_first_us ? (s->t_first_us - r->t_recv_us) / 1e3 : 0.0;
     u->total_ms = (now_us - r->t_recv_us) / 1e3;
+    u->spec_proposed = s->spec_proposed;
+    u->spec_accepted = s->spec_accepted;
+    u->spec_verifications = s->spec_verifications;
 }
 
 static void send_to(router_t *rt, rq *r, const void *buf, size_t len)
@@ -271,6 +274,11 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
             continue;
         rq_sample *s = &r->samples[f->index];
         s->worker_done = true;
+        /* kept even when the router ended the sample first (a stop string in this STEP):
+         * its final goes out below */
+        s->spec_proposed = f->spec_proposed;
+        s->spec_accepted = f->spec_accepted;
+        s->spec_verifications = f->spec_verifications;
         if (s->done)
             continue;
         end_sample(r, f->index, finish_name(f->reason), f->reason == 2 ? "worker_aborted" : NULL);

@@ -40,6 +40,9 @@ typedef struct rq_sample {
     int64_t t_first_us;         /* first token, 0 before */
     int64_t t_last_us;          /* latest token */
     bool touched;               /* in the current STEP's list of samples to flush */
+    /* the worker's speculation for it (drafts verified, accepted, verifications), from its
+     * finish; 0 before */
+    uint64_t spec_proposed, spec_accepted, spec_verifications;
 } rq_sample;
 
 typedef struct rq {

@@ -122,6 +122,17 @@ const char *workers_state_name(const worker *k)
     }
 }
 
+const char *workers_spec_name(const worker *k)
+{
+    static const char *const known[] = {"ngram", "self", "draft"};
+    if (!k->hello.spec[0] || !strcmp(k->hello.spec, "none"))
+        return "none";
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(k->hello.spec, known[i]))
+            return known[i];
+    return "other";
+}
+
 worker *workers_at(workers_t *w, int slot)
 {
     return slot >= 0 && slot < WORKERS_MAX ? &w->w[slot] : NULL;

@@ -99,6 +99,10 @@ worker *workers_lookup(workers_t *w, const void *name, int name_len);
 worker *workers_at(workers_t *w, int slot);
 /* "starting", "ready", "draining", "drained", "stuck", "dead". */
 const char *workers_state_name(const worker *k);
+/* The worker's speculative proposer as its HELLO named it: "none" (also when it named
+ * none), "ngram", "self", "draft", or "other" for a name this router does not know (so it
+ * is always safe as a metrics label). */
+const char *workers_spec_name(const worker *k);
 
 /* Heard from: refresh its clock and connection. */
 void workers_seen(worker *k, int fd, int64_t now_us);

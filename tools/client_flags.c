@@ -11,7 +11,7 @@
 
 enum {
     F_ADDRESS = 1000, F_CURVE, F_CURVE_KEY, F_TIMEOUT, F_MAXTOK, F_N, F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP,
-    F_PRES, F_FREQ, F_SEED, F_STOP, F_STOPID, F_IGNEOS, F_NOSPECIAL, F_DEADLINE
+    F_PRES, F_FREQ, F_SEED, F_STOP, F_STOPID, F_IGNEOS, F_NOSPECIAL, F_DEADLINE, F_SPEC
 };
 
 static const struct option shared[] = {
@@ -34,6 +34,7 @@ static const struct option shared[] = {
     {"ignore-eos", no_argument, 0, F_IGNEOS},
     {"no-special-tokens", no_argument, 0, F_NOSPECIAL},
     {"deadline-ms", required_argument, 0, F_DEADLINE},
+    {"num-speculative-tokens", required_argument, 0, F_SPEC},
     {0, 0, 0, 0},
 };
 
@@ -61,9 +62,11 @@ static const char *const help[] = {
     "do not stop at the model's end-of-generation tokens",
     "tokenize the prompt without BOS/special tokens",
     "the router ends the request after MS milliseconds",
+    "speculative drafts per step at most, 0 = no\n"
+    "                          speculation (default: the worker's)",
 };
 static const char *const arg_names[] = {
-    "A", "K", "FILE", "S", "N", "N", "T", "K", "P", "P", "R", "P", "F", "N", "TEXT", "ID", "", "", "MS",
+    "A", "K", "FILE", "S", "N", "N", "T", "K", "P", "P", "R", "P", "F", "N", "TEXT", "ID", "", "", "MS", "K",
 };
 
 static bool listed(const char *name, const struct option *own, const char *const *exclude)
@@ -188,6 +191,11 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
         if (cli_int("--deadline-ms", arg, 1, 24L * 3600 * 1000, &l))
             return -1;
         r->deadline_ms = l;
+        return 1;
+    case F_SPEC: /* the wire's 0 (no speculation) is the request's -1 */
+        if (cli_int("--num-speculative-tokens", arg, 0, PROTO_MAX_SPEC_TOKENS, &l))
+            return -1;
+        r->num_speculative_tokens = l == 0 ? -1 : (int)l;
         return 1;
     default: return 0;
     }

@@ -18,6 +18,10 @@
  * sent), finish_error or aborted (a final said so). Output tokens/s counts every token
  * received, also from requests that failed later; latencies are of successful requests.
  *
+ * Speculative decoding is summed from the finals' usage (drafts verified and accepted,
+ * verifications of each sample the worker speculated for; a sample the router ended itself,
+ * at a stop string or a cancel, reports none).
+ *
  * Report: a table on stderr, or with --json one JSON object on stdout; progress on stderr.
  * Ctrl-C stops sending, cancels what is in flight, and reports what finished. Exit status:
  * 0 when at least one request succeeded (failures are in the report), 1 when none did or
@@ -105,6 +109,9 @@ typedef struct bench {
     int next, n_live, cap, n_done, n_ok, n_failed, n_stray; /* cap: most in flight */
     int n_err[N_ERR];
     long long out_tokens, in_tokens;
+    /* speculative decoding, summed over the finals' usage: drafts verified, accepted,
+     * verifications, and samples that speculated */
+    unsigned long long spec_proposed, spec_accepted, spec_verifications, spec_samples;
     double t0, t_progress;
 } bench;
 
@@ -424,6 +431,10 @@ static void on_event(bench *b, const deras_event *ev, double t)
         break;
     case PROTO_FINAL:
         r->prompt_tokens = m->usage.prompt_tokens;
+        b->spec_proposed += m->usage.spec_proposed;
+        b->spec_accepted += m->usage.spec_accepted;
+        b->spec_verifications += m->usage.spec_verifications;
+        b->spec_samples += m->usage.spec_verifications > 0;
         if (m->finish_reason && !strcmp(m->finish_reason, "error"))
             r->bad_finish = ERR_FINISH;
         else if (m->finish_reason && !strcmp(m->finish_reason, "abort") && !r->bad_finish)
@@ -594,6 +605,9 @@ static int report(bench *b, double duration)
     double req_s = duration > 0 ? b->n_ok / duration : 0;
     double out_s = duration > 0 ? b->out_tokens / duration : 0;
     double in_s = duration > 0 ? b->in_tokens / duration : 0;
+    double acc_rate = b->spec_proposed ? (double)b->spec_accepted / (double)b->spec_proposed : 0;
+    double acc_len = b->spec_verifications
+                         ? (double)b->spec_accepted / (double)b->spec_verifications : 0;
     if (a->json) {
         json_t *by = json_object();
         for (int e = 0; e < N_ERR; e++)
@@ -611,8 +625,18 @@ static int report(bench *b, double duration)
             "max_tokens", a->tok_lo, a->tok_hi, "prompts",
             a->ids_hi ? "random_ids" : a->prompts_file ? a->prompts_file : "builtin",
             "ignore_eos", (int)a->f.req.ignore_eos);
-        if (!o)
+        json_t *spec = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f}", "samples",
+                                 (json_int_t)b->spec_samples, "draft_tokens",
+                                 (json_int_t)b->spec_proposed, "accepted_tokens",
+                                 (json_int_t)b->spec_accepted, "verifications",
+                                 (json_int_t)b->spec_verifications, "acceptance_rate", acc_rate,
+                                 "mean_accepted_length", acc_len);
+        if (!o || !spec || json_object_set(o, "speculation", spec)) {
+            json_decref(o);
+            json_decref(spec);
             return deras_fail(DERAS_ENOMEM, "building the JSON report failed");
+        }
+        json_decref(spec);
         json_dumpf(o, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
         fputc('\n', stdout);
         fflush(stdout);
@@ -639,6 +663,13 @@ static int report(bench *b, double duration)
     for (int i = 0; i < 4; i++)
         fprintf(stderr, "  %-15s %8d %8.2f %8.2f %8.2f %8.2f\n", names[i], ds[i]->n, ds[i]->mean,
                 ds[i]->p50, ds[i]->p90, ds[i]->p99);
+    if (b->spec_samples)
+        fprintf(stderr, "speculation     %llu samples: %llu draft tokens, %llu accepted "
+                        "(%.1f%%), %.2f accepted per verification (%llu verifications)\n",
+                b->spec_samples, b->spec_proposed, b->spec_accepted, 100.0 * acc_rate, acc_len,
+                b->spec_verifications);
+    else
+        fprintf(stderr, "speculation     none\n");
     if (b->n_stray)
         fprintf(stderr, "(%d messages for unknown request ids ignored)\n", b->n_stray);
     return DERAS_OK;

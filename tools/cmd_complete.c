@@ -139,6 +139,16 @@ static void print_summary(const sample_out *s, int n, double t_send, double t_fi
         fprintf(stderr, "%s%s", i ? "," : " ", s[i].finished ? s[i].finish : "?");
     fprintf(stderr, "\nrouter: queue %.1f ms, first token %.1f ms, total %.1f ms\n", u->queue_ms,
             u->ttft_ms, u->total_ms);
+    unsigned long long proposed = 0, accepted = 0, verifications = 0;
+    for (int i = 0; i < n; i++) {
+        proposed += s[i].usage.spec_proposed;
+        accepted += s[i].usage.spec_accepted;
+        verifications += s[i].usage.spec_verifications;
+    }
+    if (verifications)
+        fprintf(stderr, "speculation: %llu draft tokens, %llu accepted (%.0f%%) in %llu "
+                        "verifications\n", proposed, accepted, 100.0 * (double)accepted /
+                        (double)proposed, verifications);
     if (!t_first) {
         fprintf(stderr, "client: total %.1f ms\n", (t_end - t_send) * 1e3);
         return;

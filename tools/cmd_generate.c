@@ -276,12 +276,11 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     g->stopped_by_string = stop >= 0; /* the caller aborts the request after this step */
 }
 
-static void on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt,
-                      int n_generated)
+static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
     gen_stream *g = ctx;
     g->finished = true;
-    g->why = why;
+    g->why = end->why;
 }
 
 /* Release what the detokenizer and the stop matcher still hold (natural end). */

@@ -263,17 +263,27 @@ static const char *duration(double s, char *buf, size_t cap)
 static void print_workers(const msgpack_object *root)
 {
     const msgpack_object *ws = get(root, "workers");
-    printf("%-16s %-9s %-8s %-32s %5s %5s %5s %13s %8s %8s\n", "WORKER", "STATE", "DEVICE",
-           "MODEL", "RUN", "WAIT", "REQS", "KV USED/TOTAL", "TOK/S", "UPTIME");
+    printf("%-16s %-9s %-8s %-32s %5s %5s %5s %13s %8s %-11s %8s\n", "WORKER", "STATE",
+           "DEVICE", "MODEL", "RUN", "WAIT", "REQS", "KV USED/TOTAL", "TOK/S", "SPEC ACCEPT",
+           "UPTIME");
     for (uint32_t i = 0; ws && ws->type == MSGPACK_OBJECT_ARRAY && i < ws->via.array.size; i++) {
         const msgpack_object *w = &ws->via.array.ptr[i];
-        char name[80], state[16], device[40], model[260], kv[32], up[32];
+        char name[80], state[16], device[40], model[260], kv[32], up[32], spec[16], acc[40];
         snprintf(kv, sizeof kv, "%.0f/%.0f", num(w, "kv_blocks_used"), num(w, "kv_blocks_total"));
-        printf("%-16s %-9s %-8s %-32.32s %5.0f %5.0f %5.0f %13s %8.1f %8s\n",
+        /* the proposer and its acceptance so far: "ngram 71%", "-" without speculation */
+        double proposed = num(w, "spec_proposed");
+        str(w, "spec", spec, sizeof spec);
+        if (!spec[0] || !strcmp(spec, "none"))
+            snprintf(acc, sizeof acc, "-");
+        else if (proposed > 0)
+            snprintf(acc, sizeof acc, "%s %.0f%%", spec, 100.0 * num(w, "spec_accepted") / proposed);
+        else
+            snprintf(acc, sizeof acc, "%s", spec);
+        printf("%-16s %-9s %-8s %-32.32s %5.0f %5.0f %5.0f %13s %8.1f %-11s %8s\n",
                str(w, "name", name, sizeof name), str(w, "state", state, sizeof state),
                str(w, "device", device, sizeof device), str(w, "model", model, sizeof model),
                num(w, "running"), num(w, "waiting"), num(w, "requests"), kv,
-               num(w, "tokens_per_s"), duration(num(w, "uptime_s"), up, sizeof up));
+               num(w, "tokens_per_s"), acc, duration(num(w, "uptime_s"), up, sizeof up));
     }
 }
 

@@ -42,6 +42,7 @@ typedef struct eseq {
     sampler_rng rng;
     sampler_rng draft_rng; /* the proposer's draws (speculative.h) */
     spec_adapt adapt;
+    spec_stats spec;       /* this sample's drafts verified, accepted, verifications */
     const float *q;        /* this step's draft distributions, NULL: point masses */
     bool live, parked, done;
     int next_free;         /* free-stack link */
@@ -336,6 +337,7 @@ int engine_add(engine_t *e, const engine_request *r)
         sampler_rng_seed(&s->rng, r->seed + (uint64_t)i);
         sampler_rng_seed(&s->draft_rng, (r->seed + (uint64_t)i) ^ SPEC_DRAFT_STREAM);
         spec_adapt_reset(&s->adapt);
+        s->spec = (spec_stats){0};
         s->q = NULL;
         q->seq[i] = slot;
     }
@@ -364,8 +366,10 @@ static void finish_seq(engine_t *e, eseq *s, engine_finish why)
     s->done = true;
     s->parked = false;
     q->n_done++;
-    if (e->o.cb.on_finish)
-        e->o.cb.on_finish(e->o.cb.ctx, q->id, s->index, why, q->n_prompt, s->n_generated);
+    if (e->o.cb.on_finish) {
+        engine_sample_end end = {why, q->n_prompt, s->n_generated, s->spec};
+        e->o.cb.on_finish(e->o.cb.ctx, q->id, s->index, &end);
+    }
     if (q->n_done == q->n) {
         for (int i = 0; i < q->n; i++)
             release_seq(e, &e->seqs[q->seq[i]]);
@@ -527,6 +531,9 @@ static int verify(engine_t *e, eseq *s, const float *lg, sample_result *res, int
         a++;
     }
     *n_res = a + 1;
+    s->spec.proposed += (uint64_t)k;
+    s->spec.accepted += (uint64_t)a;
+    s->spec.verifications++;
     e->st.spec.proposed += (uint64_t)k;
     e->st.spec.accepted += (uint64_t)a;
     e->st.spec.verifications++;

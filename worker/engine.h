@@ -60,12 +60,18 @@ typedef struct engine_request {
     int spec_k;               /* drafts per step at most: 0 the engine's k, -1 no speculation */
 } engine_request;
 
+/* How a sample ended, as on_finish reports it. */
+typedef struct engine_sample_end {
+    engine_finish why;
+    int n_prompt, n_generated;
+    spec_stats spec;          /* this sample's drafts verified, drafts accepted, verifications */
+} engine_sample_end;
+
 typedef struct engine_callbacks {
     /* a new token of sample `index`; r->token is already appended */
     void (*on_token)(void *ctx, uint64_t id, int index, const sample_result *r);
     /* sample `index` ended; called exactly once per sample */
-    void (*on_finish)(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt,
-                      int n_generated);
+    void (*on_finish)(void *ctx, uint64_t id, int index, const engine_sample_end *end);
     void *ctx;
 } engine_callbacks;
 

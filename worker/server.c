@@ -181,15 +181,16 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     s->cb_err = wp_step_add_token(s->step_enc, &t);
 }
 
-static void on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt,
-                      int n_generated)
+static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
     worker_server *s = ctx;
     live_finish_one(s, id);
     if (s->silent || s->cb_err)
         return;
-    wp_finish f = {.rid = id, .index = index, .reason = (int)why, .n_prompt = n_prompt,
-                   .n_generated = n_generated};
+    wp_finish f = {.rid = id, .index = index, .reason = (int)end->why, .n_prompt = end->n_prompt,
+                   .n_generated = end->n_generated, .spec_proposed = end->spec.proposed,
+                   .spec_accepted = end->spec.accepted,
+                   .spec_verifications = end->spec.verifications};
     s->cb_err = wp_step_add_finish(s->step_enc, &f);
 }
 
@@ -893,6 +894,7 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     h->block_size = bs;
     h->max_seqs = s->o.max_seqs;
     h->pid = (int32_t)getpid();
+    snprintf(h->spec, sizeof h->spec, "%s", spec_kind_name(so.kind));
     log_info("engine ready: %d sequences per step, %d tokens per step, %d live at most, context "
              "%d tokens, prefix caching %s",
              s->o.max_seqs, s->o.max_batch_tokens, s->o.max_live_seqs, max_model_len,

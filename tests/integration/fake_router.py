@@ -26,7 +26,8 @@ import time
 import msgpack
 import zmq
 
-INT_FIELDS = {"max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms", "v"}
+INT_FIELDS = {"max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms", "v",
+              "num_speculative_tokens"}
 FLOAT_FIELDS = {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                 "frequency_penalty"}
 BOOL_FIELDS = {"stream", "ignore_eos", "add_special_tokens"}

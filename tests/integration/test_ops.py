@@ -13,7 +13,10 @@ What the operations issue (router side) asks to see, each test printing its figu
     it, nothing hangs; after SIGCONT it registers again;
   - a worker that heartbeats (its pulse) but completes no step while busy is "stuck" after
     --stuck-timeout-ms, its requests re-run elsewhere or fail, and "dead" once silent;
-  - the admin socket: mode 0600, strict decoding, tcp only with CURVE keys.
+  - the admin socket: mode 0600, strict decoding, tcp only with CURVE keys;
+  - speculative decoding (n-gram proposer): each final's usage carries its sample's drafts
+    and acceptances, and they add up to the worker's counters in /metrics (labelled with
+    the proposer), in `derasctl status` and in `deras bench`; greedy output is unchanged.
 
 Model: tests/data/tiny-chat (random weights, real tokenizer: fast and deterministic); the
 stuck worker is fake_worker.py (a real engine cannot be made to hang on demand).
@@ -45,8 +48,8 @@ except ImportError as e:
     print("SKIPPED: %s (install python3-prometheus-client)" % e)
     sys.exit(77)
 
-from cluster import (ROUTER, TINY, VOCAB, Chunk, Client, Cluster, DerasError,  # noqa: E402
-                     free_port)
+from cluster import (DERAS, ROUTER, TINY, VOCAB, Chunk, Client, Cluster,  # noqa: E402
+                     DerasError, free_port)
 import msgpack  # noqa: E402  (after cluster, which skips (exit 77) where it is missing)
 import zmq  # noqa: E402
 
@@ -450,6 +453,92 @@ class Failures(unittest.TestCase):
         finally:
             codes = c.stop()
         self.assertEqual(codes[-1], 0)
+
+
+class Speculation(unittest.TestCase):
+    SPEC = ("proposer", "ngram"), ("worker", "w0")
+
+    def spec_metrics(self, c):
+        m = samples(http_get(c.metrics_url + "/metrics")[1])
+        return [int(m[("deras_spec_%s_total" % k, self.SPEC)])
+                for k in ("draft_tokens", "accepted_tokens", "verifications")]
+
+    def test_speculation_counts_reach_usage_metrics_status_and_bench(self):
+        c = Cluster(n_workers=1, worker_args=("--spec-proposer", "ngram"))
+        try:
+            # repeated text: the n-gram proposer finds earlier occurrences to copy from
+            prompt = "one two three four five six seven eight nine ten " * 6
+            params = dict(max_tokens=48, temperature=0, ignore_eos=True)
+            plain = c.client.complete(prompt, num_speculative_tokens=0, **params)
+            self.assertEqual((plain.usage.spec_proposed, plain.usage.spec_verifications), (0, 0))
+            self.assertEqual(self.spec_metrics(c), [0, 0, 0])
+            total = [0, 0, 0]
+            for i in range(3):
+                r = c.client.complete(prompt, **params)
+                self.assertEqual(r.token_ids[0], plain.token_ids[0], "greedy output changed")
+                u = r.usage
+                self.assertLessEqual(u.spec_accepted, u.spec_proposed)
+                self.assertLessEqual(u.spec_verifications, u.spec_proposed)
+                total = [a + b for a, b in zip(total, (u.spec_proposed, u.spec_accepted,
+                                                       u.spec_verifications))]
+            finals = [ev for ev in c.client.stream(prompt, n=2, **params)
+                      if not isinstance(ev, Chunk)]
+            for f in finals:
+                total = [a + b for a, b in zip(total, (f.usage.spec_proposed,
+                                                       f.usage.spec_accepted,
+                                                       f.usage.spec_verifications))]
+            self.assertGreater(total[2], 0, "no sample speculated")
+            # the STEP that carried each finish carried the worker's counters too
+            self.assertEqual(self.spec_metrics(c), total)
+            rc, st = ctl_json(c, "status")
+            w = worker_row(st, "w0")
+            self.assertEqual((w["spec"], w["spec_proposed"], w["spec_accepted"]),
+                             ("ngram", total[0], total[1]))
+            rc, text, _ = c.ctl("status")
+            self.assertIn("ngram %.0f%%" % (100.0 * total[1] / total[0]), text)
+
+            # deras complete: the flag reaches the worker, the summary shows the drafts
+            cmd = [DERAS, "complete", "--address", c.address, "--max-tokens", "48",
+                   "--temperature", "0", "--ignore-eos", prompt]
+            on = subprocess.run(cmd, capture_output=True, timeout=120)
+            off = subprocess.run(cmd[:2] + ["--num-speculative-tokens", "0"] + cmd[2:],
+                                 capture_output=True, timeout=120)
+            self.assertEqual((on.returncode, off.returncode), (0, 0), on.stderr + off.stderr)
+            self.assertEqual(on.stdout, off.stdout)
+            self.assertIn(b"speculation: ", on.stderr)
+            self.assertNotIn(b"speculation: ", off.stderr)
+            bad = subprocess.run(cmd[:2] + ["--num-speculative-tokens", "17"] + cmd[2:],
+                                 capture_output=True, timeout=120)
+            self.assertEqual(bad.returncode, 2)
+            by_usage, total = total, self.spec_metrics(c)
+
+            prompts = os.path.join(c.dir, "prompts.txt")
+            with open(prompts, "w") as f:
+                f.write(prompt + "\n" + "red green blue " * 8 + "\n")
+            r = subprocess.run([DERAS, "bench", "--address", c.address, "--requests", "6",
+                                "--prompts", prompts, "--max-tokens", "32", "--temperature",
+                                "0", "--ignore-eos", "--json", "--quiet"], capture_output=True,
+                               timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            sp = json.loads(r.stdout)["speculation"]
+            after = self.spec_metrics(c)
+            self.assertEqual([sp["draft_tokens"], sp["accepted_tokens"], sp["verifications"]],
+                             [a - b for a, b in zip(after, total)])
+            self.assertEqual(sp["samples"], 6)
+            self.assertAlmostEqual(sp["acceptance_rate"],
+                                   sp["accepted_tokens"] / sp["draft_tokens"], places=5)
+            print("n-gram speculation on tiny-chat, greedy output unchanged: 5 samples "
+                  "verified %d drafts, accepted %d (%.0f%%) in %d verifications by their "
+                  "usage; /metrics and derasctl status say the same; deras complete "
+                  "--num-speculative-tokens 0 prints the same text without drafts; deras "
+                  "bench (6 requests) reports %d drafts, %.0f%% accepted, %.2f per "
+                  "verification, equal to the counters' growth"
+                  % (by_usage[0], by_usage[1], 100.0 * by_usage[1] / by_usage[0], by_usage[2],
+                     sp["draft_tokens"], 100 * sp["acceptance_rate"],
+                     sp["mean_accepted_length"]))
+        finally:
+            codes = c.stop()
+        self.assertEqual(codes, [0, 0])
 
 
 class AdminSocket(unittest.TestCase):

@@ -97,7 +97,8 @@ class ClientTest(unittest.TestCase):
         params = dict(max_tokens=4, n=2, top_k=5, logprobs=3, seed=7, deadline_ms=1000,
                       temperature=0, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
                       presence_penalty=0.5, frequency_penalty=-0.5, ignore_eos=True,
-                      add_special_tokens=False, stop="END", stop_token_ids=[5, 6])
+                      add_special_tokens=False, stop="END", stop_token_ids=[5, 6],
+                      num_speculative_tokens=0)
         self.assertEqual(set(params), set(PARAMS), "the test must cover every parameter")
         self.client.complete("p", **params)
         sent = self.requests_received()[0]
@@ -109,6 +110,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(sent["stop"], ["END"], "a single stop string is sent as a list")
         self.assertEqual(sent["stop_token_ids"], [5, 6])
         self.assertIs(sent["ignore_eos"], True)
+        self.assertEqual(sent["num_speculative_tokens"], 0, "0 (speculation off) is sent")
 
     def test_unknown_or_mistyped_parameter_is_refused_before_sending(self):
         with self.assertRaises(TypeError):

@@ -53,14 +53,14 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     s->n++;
 }
 
-static void on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt,
-                      int n_generated)
+static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
     outputs *o = ctx;
     out_seq *s = &o->s[id][index];
     s->finished++;
-    s->why = why;
-    assert_int_equal(n_generated, s->n);
+    s->why = end->why;
+    assert_int_equal(end->n_generated, s->n);
+    assert_true(end->spec.proposed == 0 && end->spec.verifications == 0); /* no proposer */
 }
 
 typedef struct workload {

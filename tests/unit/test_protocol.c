@@ -216,6 +216,19 @@ static void replies_round_trip(void **state)
     assert_int_equal(m.usage.prompt_tokens, 7);
     assert_int_equal(m.usage.completion_tokens, 3);
     assert_true(m.usage.queue_ms == 0.25 && m.usage.ttft_ms == 12.5 && m.usage.total_ms == 40);
+    assert_true(m.usage.spec_proposed == 0 && m.usage.spec_accepted == 0 &&
+                m.usage.spec_verifications == 0);
+    /* a sample that speculated carries its counters */
+    proto_usage us = u;
+    us.spec_proposed = 12;
+    us.spec_accepted = 9;
+    us.spec_verifications = 4;
+    assert_int_equal(proto_encode_final(e, "f1", 0, "length", NULL, &us, NULL, 0, NULL, 0, NULL,
+                                        &buf, &len),
+                     DERAS_OK);
+    assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
+    assert_true(m.usage.spec_proposed == 12 && m.usage.spec_accepted == 9 &&
+                m.usage.spec_verifications == 4 && m.usage.completion_tokens == 3);
     assert_int_equal(proto_encode_final(e, "f2", 1, "abort", "client cancelled", &u, "whole", 5,
                                         ids, 3, lps, &buf, &len),
                      DERAS_OK);
@@ -737,6 +750,14 @@ static void server_replies_are_checked_as_strictly(void **state)
         {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"stop\", usage: "
          "{prompt_tokens: 1, completion_tokens: 1, queue_ms: nan, ttft_ms: 0, total_ms: 0}}",
          PE_VALUE_OUT_OF_RANGE, "usage.queue_ms"},
+        {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"stop\", usage: "
+         "{prompt_tokens: 1, completion_tokens: 1, queue_ms: 0, ttft_ms: 0, total_ms: 0, "
+         "spec_proposed: 2, spec_accepted: 3}}",
+         PE_VALUE_OUT_OF_RANGE, "spec_accepted and spec_verifications must not exceed"},
+        {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"stop\", usage: "
+         "{prompt_tokens: 1, completion_tokens: 1, queue_ms: 0, ttft_ms: 0, total_ms: 0, "
+         "spec_verifications: -1}}",
+         PE_VALUE_OUT_OF_RANGE, "usage.spec_verifications"},
         {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"\", usage: {}}",
          PE_INVALID_FIELD, "finish_reason must be 1..31 bytes"},
         {"{type: \"error\", id: \"a\", code: 3, message: \"m\"}", PE_INVALID_FIELD,

@@ -245,6 +245,28 @@ static void worker_series_cover_live_workers_with_escaped_names(void **state)
     assert_true(has_line("# TYPE deras_time_to_first_token_seconds histogram"));
 }
 
+static void speculation_series_carry_the_proposer_label(void **state)
+{
+    (void)state;
+    worker *a = add_worker("w0", 100, 100), *b = add_worker("w1", 100, 100);
+    add_worker("w2", 100, 100); /* named no proposer */
+    snprintf(a->hello.spec, sizeof a->hello.spec, "ngram");
+    snprintf(b->hello.spec, sizeof b->hello.spec, "x\"}y"); /* unknown: never a raw label */
+    a->load.spec_proposed = 40;
+    a->load.spec_accepted = 30;
+    a->load.spec_verifications = 12;
+    b->load.spec_proposed = 5;
+    render();
+    expect_series("deras_spec_draft_tokens_total{worker=\"w0\",proposer=\"ngram\"}", 40);
+    expect_series("deras_spec_accepted_tokens_total{worker=\"w0\",proposer=\"ngram\"}", 30);
+    expect_series("deras_spec_verifications_total{worker=\"w0\",proposer=\"ngram\"}", 12);
+    expect_series("deras_spec_draft_tokens_total{worker=\"w1\",proposer=\"other\"}", 5);
+    expect_series("deras_spec_draft_tokens_total{worker=\"w2\",proposer=\"none\"}", 0);
+    assert_true(has_line("# TYPE deras_spec_accepted_tokens_total counter"));
+    if (strstr(text, "x\"}y"))
+        fail_msg("the unknown proposer name reached the metrics text");
+}
+
 static void a_warm_render_reuses_its_buffer(void **state)
 {
     (void)state;
@@ -271,6 +293,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(histograms_are_cumulative_and_a_bound_belongs_to_its_bucket,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(worker_series_cover_live_workers_with_escaped_names, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(speculation_series_carry_the_proposer_label, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_warm_render_reuses_its_buffer, setup, teardown),
     };

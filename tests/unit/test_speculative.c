@@ -213,6 +213,7 @@ typedef struct out_seq {
     float margin[MAX_GEN];
     int n, finished;
     engine_finish why;
+    spec_stats spec;   /* as on_finish reported it */
 } out_seq;
 
 typedef struct outputs {
@@ -230,17 +231,16 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     s->n++;
 }
 
-static void on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt,
-                      int n_generated)
+static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
-    (void)n_prompt;
     outputs *o = ctx;
     out_seq *s = &o->s[id % MAX_REQS][index];
     s->finished++;
-    s->why = why;
-    if (n_generated != s->n)
+    s->why = end->why;
+    s->spec = end->spec;
+    if (end->n_generated != s->n)
         fail_msg("request %llu sample %d: on_finish says %d tokens, on_token reported %d",
-                 (unsigned long long)id, index, n_generated, s->n);
+                 (unsigned long long)id, index, end->n_generated, s->n);
 }
 
 typedef struct rig {
@@ -357,6 +357,20 @@ static void run_greedy(rig *g, const prompts *pr, const spec_opts *so, int max_o
     engine_get_stats(e, st);
     engine_destroy(&e);
     model_destroy(&drafter);
+    /* each sample's own counters (on_finish) add up to the engine's */
+    spec_stats sum = {0};
+    for (int r = 0; r < pr->n; r++) {
+        sum.proposed += o->s[r][0].spec.proposed;
+        sum.accepted += o->s[r][0].spec.accepted;
+        sum.verifications += o->s[r][0].spec.verifications;
+    }
+    if (sum.proposed != st->spec.proposed || sum.accepted != st->spec.accepted ||
+        sum.verifications != st->spec.verifications)
+        fail_msg("per-sample speculation counters add up to %llu/%llu/%llu, the engine's are "
+                 "%llu/%llu/%llu", (unsigned long long)sum.proposed,
+                 (unsigned long long)sum.accepted, (unsigned long long)sum.verifications,
+                 (unsigned long long)st->spec.proposed, (unsigned long long)st->spec.accepted,
+                 (unsigned long long)st->spec.verifications);
 }
 
 /* Compare with the reference; returns near-tie divergences, fails on any other. */

@@ -81,6 +81,12 @@ static void every_message_round_trips(void **state)
     assert_int_equal(m.hello.block_size, 16);
     assert_int_equal(m.hello.max_seqs, 256);
     assert_int_equal(m.hello.pid, 4242);
+    assert_string_equal(m.hello.spec, ""); /* optional: absent when the worker names none */
+    snprintf(h.spec, sizeof h.spec, "ngram");
+    assert_int_equal(wp_encode_hello(e, &h, &buf, &len), DERAS_OK);
+    decode_ok(d, buf, len, &m);
+    assert_string_equal(m.hello.spec, "ngram");
+    assert_int_equal(m.hello.pid, 4242);
 
     assert_int_equal(wp_encode_welcome(e, 500, &buf, &len), DERAS_OK);
     decode_ok(d, buf, len, &m);
@@ -198,6 +204,10 @@ static void step_carries_what_was_added(void **state)
         }
         wp_finish f = {.rid = 5, .index = 2, .reason = 1, .n_prompt = 10, .n_generated = 20};
         assert_int_equal(wp_step_add_finish(e, &f), DERAS_OK);
+        wp_finish fs = {.rid = 6, .index = 0, .reason = 0, .n_prompt = 3, .n_generated = 40,
+                        .spec_proposed = UINT64_MAX - 1, .spec_accepted = 77,
+                        .spec_verifications = 19};
+        assert_int_equal(wp_step_add_finish(e, &fs), DERAS_OK);
         assert_false(wp_step_empty(e));
         assert_int_equal(wp_step_end(e, &l, &buf, &len), DERAS_OK);
         decode_ok(d, buf, len, &m);
@@ -218,12 +228,17 @@ static void step_carries_what_was_added(void **state)
                 assert_true(t->lp.top_logprobs[k] == -(float)k);
             }
         }
-        assert_int_equal(m.n_finishes, 1);
+        assert_int_equal(m.n_finishes, 2);
         assert_true(m.finishes[0].rid == 5);
         assert_int_equal(m.finishes[0].index, 2);
         assert_int_equal(m.finishes[0].reason, 1);
         assert_int_equal(m.finishes[0].n_prompt, 10);
         assert_int_equal(m.finishes[0].n_generated, 20);
+        assert_true(m.finishes[0].spec_proposed == 0 && m.finishes[0].spec_accepted == 0 &&
+                    m.finishes[0].spec_verifications == 0);
+        assert_true(m.finishes[1].rid == 6 && m.finishes[1].n_generated == 40);
+        assert_true(m.finishes[1].spec_proposed == UINT64_MAX - 1 &&
+                    m.finishes[1].spec_accepted == 77 && m.finishes[1].spec_verifications == 19);
         assert_load_equal(&m.load, &l);
     }
     /* bad entries are refused at the source */
@@ -236,6 +251,8 @@ static void step_carries_what_was_added(void **state)
     bad = (wp_token){.lp = {.token_id = 1, .n_top = 21}};
     assert_int_equal(wp_step_add_token(e, &bad), DERAS_EINVAL);
     wp_finish badf = {.reason = 3};
+    assert_int_equal(wp_step_add_finish(e, &badf), DERAS_EINVAL);
+    badf = (wp_finish){.spec_proposed = 4, .spec_accepted = 5, .spec_verifications = 1};
     assert_int_equal(wp_step_add_finish(e, &badf), DERAS_EINVAL);
     wp_encoder_destroy(&e);
     wp_decoder_destroy(&d);
@@ -272,6 +289,7 @@ static const vcase cases[] = {
     {"{type: \"hello\", v: 1, name: str(65)}", PE_LIMIT_EXCEEDED, "name must be 1..64 bytes, got 65"},
     {"{type: \"hello\", v: 1, model: str(256)}", PE_LIMIT_EXCEEDED, "model must be 1..255 bytes"},
     {"{type: \"hello\", v: 1, device: \"cu\\xffda\"}", PE_INVALID_UTF8, "device is not valid UTF-8"},
+    {"{type: \"hello\", v: 1, spec: str(16)}", PE_LIMIT_EXCEEDED, "spec must be 1..15 bytes"},
     {"{type: \"hello\", v: 1, vocab_size: 0}", PE_VALUE_OUT_OF_RANGE, "vocab_size must be in [1, "},
     {"{type: \"welcome\", v: 1, heartbeat_ms: 0}", PE_VALUE_OUT_OF_RANGE, "heartbeat_ms"},
     {"{type: \"welcome\", heartbeat_ms: 100}", PE_MISSING_FIELD, "v is required in welcome"},
@@ -322,6 +340,9 @@ static const vcase cases[] = {
     {"{type: \"step\", tokens: [], finishes: [[1, 0, 3, 0, 0]]}", PE_VALUE_OUT_OF_RANGE, "finishes[0].reason must be in [0, 2], got 3"},
     {"{type: \"step\", tokens: [], finishes: [[1, 0, 0, 0]]}", PE_INVALID_FIELD, "finishes[0] must be"},
     {"{type: \"step\", tokens: [], finishes: [[1, 0, 0, 0, -1]]}", PE_VALUE_OUT_OF_RANGE, "finishes[0].n_generated"},
+    {"{type: \"step\", tokens: [], finishes: [[1, 0, 0, 0, 1, 2, 1]]}", PE_INVALID_FIELD, "finishes[0] must be"},
+    {"{type: \"step\", tokens: [], finishes: [[1, 0, 0, 0, 1, 2, 3, 1]]}", PE_VALUE_OUT_OF_RANGE, "spec_accepted and spec_verifications must not exceed"},
+    {"{type: \"step\", tokens: [], finishes: [[1, 0, 0, 0, 1, 2, -1, 1]]}", PE_VALUE_OUT_OF_RANGE, "finishes[0].spec_accepted"},
     {"{type: \"step\", tokens: [], finishes: []}", PE_MISSING_FIELD, "load is required in step"},
     {"{type: \"stepp\"}", PE_UNKNOWN_TYPE, "unknown message type 'stepp'"},
     {"{type: \"request\", id: \"x\", prompt: \"y\"}", PE_UNKNOWN_TYPE, "'request'"},

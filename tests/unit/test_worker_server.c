@@ -131,10 +131,9 @@ static void ref_on_token(void *ctx, uint64_t id, int index, const sample_result 
     o->n[index]++;
 }
 
-static void ref_on_finish(void *ctx, uint64_t id, int index, engine_finish why, int n_prompt,
-                          int n_generated)
+static void ref_on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
-    ((ref_out *)ctx)->why[index] = why;
+    ((ref_out *)ctx)->why[index] = end->why;
 }
 
 /* Run one SUBMIT through an engine built as the worker builds its own. */

@@ -34,7 +34,8 @@ DEFAULT_TIMEOUT = 120.0
 # Request fields by wire name (common/protocol.h, docs/protocol.md) and the Python type
 # they must have. Anything else passed to complete()/stream() is a TypeError, raised before
 # a byte is sent.
-INT_PARAMS = ("max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms")
+INT_PARAMS = ("max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms",
+              "num_speculative_tokens")
 FLOAT_PARAMS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                 "frequency_penalty")
 BOOL_PARAMS = ("ignore_eos", "add_special_tokens")
@@ -90,7 +91,9 @@ def _usage(d):
     return Usage(prompt_tokens=d.get("prompt_tokens", 0),
                  completion_tokens=d.get("completion_tokens", 0),
                  queue_ms=float(d.get("queue_ms", 0.0)), ttft_ms=float(d.get("ttft_ms", 0.0)),
-                 total_ms=float(d.get("total_ms", 0.0)))
+                 total_ms=float(d.get("total_ms", 0.0)),
+                 spec_proposed=d.get("spec_proposed", 0), spec_accepted=d.get("spec_accepted", 0),
+                 spec_verifications=d.get("spec_verifications", 0))
 
 
 def _event(msg):

@@ -35,6 +35,11 @@ class Usage:
     queue_ms: float = 0.0     # router receipt to dispatch
     ttft_ms: float = 0.0      # router receipt to first token
     total_ms: float = 0.0     # router receipt to the end
+    # speculative decoding of the sample (0 when it had none): draft tokens the worker
+    # verified, drafts that stood, and verification steps
+    spec_proposed: int = 0
+    spec_accepted: int = 0
+    spec_verifications: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,4 +109,7 @@ class Completion:
         return Usage(prompt_tokens=max(c.usage.prompt_tokens for c in self.choices),
                      completion_tokens=sum(len(c.token_ids) for c in self.choices),
                      queue_ms=last.queue_ms, ttft_ms=min(c.usage.ttft_ms for c in self.choices),
-                     total_ms=last.total_ms)
+                     total_ms=last.total_ms,
+                     spec_proposed=sum(c.usage.spec_proposed for c in self.choices),
+                     spec_accepted=sum(c.usage.spec_accepted for c in self.choices),
+                     spec_verifications=sum(c.usage.spec_verifications for c in self.choices))
