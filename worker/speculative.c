@@ -147,8 +147,10 @@ int32_t spec_accept_or_resample(const float *p, const float *q, int vocab, int32
 
 void spec_adapt_reset(spec_adapt *a)
 {
-    a->examined = 0;
-    a->accepted = 0;
+    /* a prior of 2 accepted out of 3 examined: start optimistic; it decays with the real
+     * counts, so a run of rejections can bring the rate below SPEC_MIN_RATE */
+    a->examined = 3.0;
+    a->accepted = 2.0;
     a->pause = 0;
 }
 
@@ -158,8 +160,7 @@ int spec_adapt_k(spec_adapt *a, int k_max)
         a->pause--;
         return a->pause == 0 ? 1 : 0;
     }
-    /* a prior of 2 accepted out of 3 examined: start optimistic, learn fast */
-    double rate = (a->accepted + 2.0) / (a->examined + 3.0);
+    double rate = a->accepted / a->examined;
     if (rate < SPEC_MIN_RATE) {
         a->pause = SPEC_PAUSE_STEPS;
         a->examined *= 0.5; /* the probe after the pause is judged on fresher counts */

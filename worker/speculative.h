@@ -54,7 +54,7 @@
 #define SPEC_MAX_K 16
 #define SPEC_DRAFT_STREAM 0x5eedd4a9f7c3b1e5ull
 #define SPEC_TAIL_P 0.3
-#define SPEC_MIN_RATE 0.15
+#define SPEC_MIN_RATE 0.3
 #define SPEC_PAUSE_STEPS 16
 
 typedef enum spec_kind {

@@ -565,12 +565,19 @@ static int env_int(const char *name, int dflt, int lo, int hi)
     return x < lo ? lo : x > hi ? hi : x;
 }
 
-/* The test model: 16 requests by default (CI); DERAS_ENGINE_REQUESTS / _MAX_PROMPT /
+/* The test model: 16 requests by default (CI; 8 under AddressSanitizer, several times
+ * slower, where the point is the memory checks); DERAS_ENGINE_REQUESTS / _MAX_PROMPT /
  * _MAX_OUTPUT scale it up to the full 64 x 1..1000 x 1..300 workload by hand. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MODEL_REQUESTS 8
+#else
+#define MODEL_REQUESTS 16
+#endif
 static void test_model_batched_matches_alone(void **state)
 {
     (void)state;
-    scenario sc = {.model = test_model_path(), .max_seqs = env_int("DERAS_ENGINE_REQUESTS", 16, 4, 64),
+    scenario sc = {.model = test_model_path(),
+                   .max_seqs = env_int("DERAS_ENGINE_REQUESTS", MODEL_REQUESTS, 4, 64),
                    .max_tokens = 256, .max_prompt = env_int("DERAS_ENGINE_MAX_PROMPT", 300, 4, 1000),
                    .max_out = env_int("DERAS_ENGINE_MAX_OUTPUT", 48, 4, 300), .seed = 0x5A011ull,
                    .prefix_caching = true};

@@ -15,7 +15,7 @@
  *    the KV accounting exact with drafts rolled back every step.
  *
  * Model: tests/data/engine-llama (2 layers, vocabulary 256); `model` runs the greedy
- * comparison on the test model (50 prompts, each proposer).
+ * comparison on the test model (50 prompts, each proposer; 10 under AddressSanitizer).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -685,6 +685,41 @@ static void random_workload_keeps_accounting_exact_with_rollbacks(void **state)
     rig_close(&g);
 }
 
+/* Adaptive k: drafts that stand grow k to its maximum; a run of rejections pauses the
+ * sequence for SPEC_PAUSE_STEPS steps, then it probes with one draft (and pauses again if
+ * that fails too); a fresh start is optimistic. */
+static void adaptive_k_grows_on_acceptance_and_pauses_on_rejections(void **state)
+{
+    (void)state;
+    spec_adapt a;
+    spec_adapt_reset(&a);
+    int k = spec_adapt_k(&a, 4);
+    assert_true(k >= 1 && k <= 4);
+    for (int i = 0; i < 8; i++) {
+        k = spec_adapt_k(&a, 4);
+        spec_adapt_update(&a, k, k); /* every draft stood */
+    }
+    assert_int_equal(spec_adapt_k(&a, 4), 4);
+    assert_int_equal(spec_adapt_k(&a, 16), 16);
+    /* now every first draft is rejected: within a few verifications it pauses */
+    int verifications = 0;
+    while ((k = spec_adapt_k(&a, 4)) > 0) {
+        spec_adapt_update(&a, k, 0);
+        if (++verifications > 12)
+            fail_msg("still asking for %d drafts after %d verifications that all failed", k,
+                     verifications);
+    }
+    for (int i = 1; i < SPEC_PAUSE_STEPS; i++)
+        if ((k = spec_adapt_k(&a, 4)) != 0)
+            fail_msg("paused step %d asked for %d drafts", i, k);
+    assert_int_equal(spec_adapt_k(&a, 4), 1); /* the probe */
+    spec_adapt_update(&a, 1, 0);
+    assert_int_equal(spec_adapt_k(&a, 4), 0); /* it failed: paused again */
+    printf("adaptive k: grows to k_max on accepted drafts, pauses after %d verifications "
+           "that all failed, probes with 1 draft after %d steps\n", verifications,
+           SPEC_PAUSE_STEPS);
+}
+
 static void bad_speculation_settings_get_clear_errors(void **state)
 {
     (void)state;
@@ -755,7 +790,13 @@ static void test_model_greedy_is_token_identical(void **state)
     if (!gg || tokenizer_from_gguf(gg, &tok))
         fail_msg("tokenizer: %s", deras_errmsg());
     prompts *pr = malloc(sizeof *pr);
+#if defined(__SANITIZE_ADDRESS__)
+    /* under the sanitizers (several times slower) the same paths on 10 prompts: the
+     * 50-prompt figures come from the release run */
+    pr->n = 10;
+#else
     pr->n = 50;
+#endif
     for (int r = 0; r < pr->n; r++) {
         char buf[512];
         snprintf(buf, sizeof buf, "%s%s", tasks[r % 5], texts[r / 5]);
@@ -800,6 +841,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(ngram_copies_what_followed_the_latest_match),
         cmocka_unit_test(rejection_rule_gives_the_target_distribution),
         cmocka_unit_test(a_wrong_acceptance_rule_fails_the_same_test),
+        cmocka_unit_test(adaptive_k_grows_on_acceptance_and_pauses_on_rejections),
         cmocka_unit_test(bad_speculation_settings_get_clear_errors),
         cmocka_unit_test(greedy_is_token_identical_for_every_proposer),
         cmocka_unit_test(sampled_tokens_follow_the_target_distribution),
