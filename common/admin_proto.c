@@ -118,9 +118,7 @@ int admin_decode_request(admin_codec *c, const void *buf, size_t len, admin_requ
     for (uint32_t i = 0; i < n; i++) {
         int f = ps_lookup(&kv[i].key, af_names, AF_N);
         if (f < 0 || !(allowed & BIT(f))) {
-            char name[48];
-            ps_key_text(&kv[i].key, name, sizeof name);
-            rc = ps_fail(err, PE_INVALID_FIELD, "unknown key '%s' in %s", name, admin_types[type]);
+            rc = ps_unknown_key(&kv[i].key, admin_types[type], err);
             goto done;
         }
         if ((rc = ps_seen(&seen, f, af_names[f], err)) != DERAS_OK ||
@@ -136,8 +134,7 @@ int admin_decode_request(admin_codec *c, const void *buf, size_t len, admin_requ
                          admin_types[type]);
     }
 done:
-    mp_frame_trim(c->frame);
-    return rc == DERAS_ENOMEM ? rc : rc != DERAS_OK ? DERAS_EFORMAT : DERAS_OK;
+    return ps_close(c->frame, rc);
 }
 
 #define KEY(pk, lit) msgpack_pack_str_with_body(pk, lit, sizeof(lit) - 1)

@@ -356,6 +356,32 @@ int ps_seen(uint64_t *seen, int i, const char *name, proto_error *err)
     return DERAS_OK;
 }
 
+int ps_unknown_key(const msgpack_object *key, const char *where, proto_error *err)
+{
+    if (key->type != MSGPACK_OBJECT_STR)
+        return ps_fail(err, PE_INVALID_FIELD, "keys must be strings, got %s in %s",
+                       ps_type_name(key), where);
+    char name[48];
+    ps_key_text(key, name, sizeof name);
+    return ps_fail(err, PE_INVALID_FIELD, "unknown key '%s' in %s", name, where);
+}
+
+int ps_required(uint64_t required, uint64_t seen, const char *const *names, int n,
+                const char *where, proto_error *err)
+{
+    uint64_t missing = required & ~seen;
+    for (int f = 0; missing && f < n; f++)
+        if (missing & (1ull << f))
+            return ps_fail(err, PE_MISSING_FIELD, "%s is required in %s", names[f], where);
+    return DERAS_OK;
+}
+
+int ps_close(mp_frame *f, int rc)
+{
+    mp_frame_trim(f);
+    return rc == DERAS_ENOMEM ? rc : rc != DERAS_OK ? DERAS_EFORMAT : DERAS_OK;
+}
+
 int ps_grow(void **p, size_t *cap, size_t need, size_t elem, size_t retain)
 {
     if (*cap >= need && (*cap <= retain || need > retain))

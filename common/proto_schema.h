@@ -116,6 +116,20 @@ int ps_header(const msgpack_object_kv *kv, uint32_t n, int version, const char *
 /* Duplicate-key guard for a map walk: bit i of *seen marks field i (i < 64). */
 int ps_seen(uint64_t *seen, int i, const char *name, proto_error *err);
 
+/* A key the schema of `where` (a message type or sub-map name) does not have:
+ * invalid_field, "unknown key 'K' in WHERE" ("keys must be strings, got T in WHERE" for a
+ * key that is not a str). */
+int ps_unknown_key(const msgpack_object *key, const char *where, proto_error *err);
+
+/* After a map walk: the first field of `required` (bits over names[0..n)) not in `seen`
+ * is missing_field, "NAME is required in WHERE"; DERAS_OK when none is. */
+int ps_required(uint64_t required, uint64_t seen, const char *const *names, int n,
+                const char *where, proto_error *err);
+
+/* The end of every decode: trim the frame's zone back to its retained size and map rc to
+ * the decoders' contract (DERAS_ENOMEM stays, any other failure is DERAS_EFORMAT). */
+int ps_close(mp_frame *f, int rc);
+
 /* Decoder storage: make *p (capacity *cap elements of elem bytes) hold need elements,
  * growing geometrically (so a warm decoder stops allocating) and shrinking back to retain
  * after an outsized message. Contents are not kept: they belong to the previous message.

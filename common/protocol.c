@@ -162,17 +162,6 @@ static int id_array(proto_decoder *d, const msgpack_object *o, const char *field
     return DERAS_OK;
 }
 
-/* An unknown key, or a key that is not a string. */
-static int bad_key(const msgpack_object *key, const char *where, proto_error *err)
-{
-    if (key->type != MSGPACK_OBJECT_STR)
-        return ps_fail(err, PE_INVALID_FIELD, "keys must be strings, got %s in %s",
-                       ps_type_name(key), where);
-    char name[48];
-    ps_key_text(key, name, sizeof name);
-    return ps_fail(err, PE_INVALID_FIELD, "unknown key '%s' in %s", name, where);
-}
-
 /* ---- client -> router ---- */
 
 enum req_field {
@@ -368,7 +357,7 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
     for (uint32_t i = 0; i < n; i++) {
         int f = ps_lookup(&kv[i].key, req_names, RF_N_FIELDS);
         if (f < 0 || !(client_allowed[type] & BIT(f))) {
-            rc = bad_key(&kv[i].key, client_types[type], err);
+            rc = ps_unknown_key(&kv[i].key, client_types[type], err);
             goto done;
         }
         if ((rc = ps_seen(&seen, f, req_names[f], err)) != DERAS_OK ||
@@ -392,8 +381,7 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
         request_defaults(r);
     }
 done:
-    mp_frame_trim(d->frame);
-    return rc == DERAS_ENOMEM ? rc : rc != DERAS_OK ? DERAS_EFORMAT : DERAS_OK;
+    return ps_close(d->frame, rc);
 }
 
 /* ---- router -> client (decoding, for the C client) ---- */
@@ -441,7 +429,7 @@ static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *er
     for (uint32_t i = 0; rc == DERAS_OK && i < n; i++) {
         int f = ps_lookup(&kv[i].key, usage_names, N_USAGE);
         if (f < 0)
-            return bad_key(&kv[i].key, "usage", err);
+            return ps_unknown_key(&kv[i].key, "usage", err);
         if ((rc = ps_seen(&seen, f, usage_names[f], err)) != DERAS_OK)
             return rc;
         int64_t v = 0;
@@ -487,7 +475,7 @@ static int decode_worker(const msgpack_object *o, uint32_t k, proto_worker_statu
     for (uint32_t i = 0; rc == DERAS_OK && i < n; i++) {
         int f = ps_lookup(&kv[i].key, worker_names, 7);
         if (f < 0)
-            return bad_key(&kv[i].key, where, err);
+            return ps_unknown_key(&kv[i].key, where, err);
         if ((rc = ps_seen(&seen, f, worker_names[f], err)) != DERAS_OK)
             return rc;
         int64_t v = 0;
@@ -612,24 +600,17 @@ int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_ser
     for (uint32_t i = 0; i < n; i++) {
         int f = ps_lookup(&kv[i].key, srv_names, SF_N_FIELDS);
         if (f < 0 || !(server_allowed[type] & BIT(f))) {
-            rc = bad_key(&kv[i].key, server_types[type], err);
+            rc = ps_unknown_key(&kv[i].key, server_types[type], err);
             goto done;
         }
         if ((rc = ps_seen(&seen, f, srv_names[f], err)) != DERAS_OK ||
             (rc = server_field(d, f, &kv[i].val, out, err)) != DERAS_OK)
             goto done;
     }
-    uint64_t missing = server_required[type] & ~seen;
-    if (missing)
-        for (int f = 0; f < SF_N_FIELDS; f++)
-            if (missing & BIT(f)) {
-                rc = ps_fail(err, PE_MISSING_FIELD, "%s is required in %s", srv_names[f],
-                             server_types[type]);
-                break;
-            }
+    rc = ps_required(server_required[type], seen, srv_names, SF_N_FIELDS, server_types[type],
+                     err);
 done:
-    mp_frame_trim(d->frame);
-    return rc == DERAS_ENOMEM ? rc : rc != DERAS_OK ? DERAS_EFORMAT : DERAS_OK;
+    return ps_close(d->frame, rc);
 }
 
 /* ---- encoders ---- */

@@ -143,15 +143,6 @@ static int nomem(proto_error *err, const char *what, size_t n)
     return DERAS_ENOMEM;
 }
 
-static int bad_key(const msgpack_object *key, const char *where, proto_error *err)
-{
-    char name[48];
-    ps_key_text(key, name, sizeof name);
-    if (key->type != MSGPACK_OBJECT_STR)
-        return ps_fail(err, PE_INVALID_FIELD, "keys must be strings, got %s in %s",
-                       ps_type_name(key), where);
-    return ps_fail(err, PE_INVALID_FIELD, "unknown key '%s' in %s", name, where);
-}
 
 static const char *const phase_names[] = {"starting", "ready", "draining"};
 
@@ -182,7 +173,7 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
     for (uint32_t i = 0; rc == DERAS_OK && i < n; i++) {
         int f = ps_lookup(&kv[i].key, load_names, N_LOAD);
         if (f < 0)
-            return bad_key(&kv[i].key, "load", err);
+            return ps_unknown_key(&kv[i].key, "load", err);
         if ((rc = ps_seen(&seen, f, load_names[f], err)) != DERAS_OK)
             return rc;
         const msgpack_object *v = &kv[i].val;
@@ -499,23 +490,16 @@ int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_err
     for (uint32_t i = 0; i < n; i++) {
         int f = ps_lookup(&kv[i].key, wf_names, WF_N_FIELDS);
         if (f < 0 || !(allowed & BIT(f))) {
-            rc = bad_key(&kv[i].key, wp_types[type], err);
+            rc = ps_unknown_key(&kv[i].key, wp_types[type], err);
             goto done;
         }
         if ((rc = ps_seen(&seen, f, wf_names[f], err)) != DERAS_OK ||
             (rc = wp_field(d, f, &kv[i].val, out, err)) != DERAS_OK)
             goto done;
     }
-    uint64_t missing = wp_required[type] & ~seen;
-    for (int f = 0; missing && f < WF_N_FIELDS; f++)
-        if (missing & BIT(f)) {
-            rc = ps_fail(err, PE_MISSING_FIELD, "%s is required in %s", wf_names[f],
-                         wp_types[type]);
-            break;
-        }
+    rc = ps_required(wp_required[type], seen, wf_names, WF_N_FIELDS, wp_types[type], err);
 done:
-    mp_frame_trim(d->frame);
-    return rc == DERAS_ENOMEM ? rc : rc != DERAS_OK ? DERAS_EFORMAT : DERAS_OK;
+    return ps_close(d->frame, rc);
 }
 
 /* ---- encoder ---- */

@@ -398,7 +398,7 @@ def s_flood(e):
     c = e.start_router("--max-queued-requests", "64", "--max-queued-tokens", "100000")
     e.start_worker("w0", *(["--max-seqs", "1"] if e.args.fake else ["--max-seqs", "1", "--max-live-seqs", "4"]))
     rss = []
-    for round_ in range(4):
+    for round_ in range(6):
         ids = {}
         for i in range(5000):
             rid = f"f{round_}-{i}"
@@ -412,9 +412,14 @@ def s_flood(e):
         check(busy > 0 and done > 0 and busy + done == 5000, f"busy {busy}, done {done}")
         with open(f"/proc/{e.router.p.pid}/status") as f:
             rss.append(int([l for l in f if l.startswith("VmRSS")][0].split()[1]))
-    # AddressSanitizer's quarantine keeps freed memory: only a plain build can tell
+    # AddressSanitizer's quarantine keeps freed memory: only a plain build can tell. A leak
+    # grows RSS in every round (13 bytes per request is 64 kB a round); buffers sized by
+    # the peak backlog (socket queues, decoder storage) step up once when a round happens
+    # to back up further than the earlier ones, then stay. Round 0 warms up.
     if not sanitized(e):
-        check(rss[3] <= rss[1] * 1.05 + 256, f"router RSS grows under floods: {rss} kB")
+        steps = [b - a for a, b in zip(rss[1:], rss[2:])]
+        check(not all(d > 64 for d in steps) and rss[-1] <= rss[1] + 8192,
+              f"router RSS grows under floods: {rss} kB")
         print(f"     flood: router RSS after each round {rss} kB")
     wait_kv_back(c, "w0")
 

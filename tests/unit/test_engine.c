@@ -23,6 +23,7 @@
 
 #include "common/checkpoint.h"
 #include "common/status.h"
+#include "engine_workload.h"
 #include "test_util.h"
 #include "worker/engine.h"
 
@@ -509,39 +510,12 @@ static void random_add_abort_fork_finish_keeps_accounting_exact(void **state)
     for (uint64_t seed = 1; seed <= 3; seed++) {
         outputs *o = calloc(1, sizeof *o);
         engine_t *e = engine_for(&g, o, 16, 128, seed != 2, false);
-        rng_state = seed * 7919;
-        int32_t prompts[MAX_REQS][300];
-        int n_added = 0, steps = 0, aborts = 0, live_ids[MAX_REQS], n_live = 0;
-        while (n_added < MAX_REQS || engine_has_work(e)) {
-            int action = rnd(0, 9);
-            if (action < 4 && n_added < MAX_REQS) {
-                int len = rnd(1, 280);
-                for (int i = 0; i < len; i++) /* a small alphabet: prefixes repeat */
-                    prompts[n_added][i] = i < 32 && rnd(0, 1) ? 3 + i : rnd(3, 12);
-                engine_request q = {.id = (uint64_t)n_added, .prompt = prompts[n_added],
-                                    .n_prompt = len, .max_tokens = rnd(1, 60), .n = rnd(1, 4),
-                                    .seed = seed};
-                sampling_params_default(&q.sp);
-                q.sp.temperature = rnd(0, 1) ? 0.8f : 0.0f;
-                int rc = engine_add(e, &q);
-                if (rc != DERAS_OK && rc != DERAS_EBUSY)
-                    fail_msg("engine_add: %s", deras_errmsg());
-                if (rc == DERAS_OK)
-                    live_ids[n_live++] = n_added++;
-            } else if (action == 4 && n_live > 0) {
-                int k = rnd(0, n_live - 1);
-                if (engine_abort(e, (uint64_t)live_ids[k]) == DERAS_OK)
-                    aborts++;
-                live_ids[k] = live_ids[--n_live];
-            } else if (engine_has_work(e)) {
-                if (engine_step(e, NULL))
-                    fail_msg("engine_step: %s", deras_errmsg());
-                steps++;
-            }
-            if (engine_check(e))
-                fail_msg("seed %llu after %d steps: %s", (unsigned long long)seed, steps, deras_errmsg());
-        }
-        for (int r = 0; r < n_added; r++)
+        ew_result w;
+        char what[32];
+        snprintf(what, sizeof what, "seed %llu", (unsigned long long)seed);
+        ew_shape shape = {.max_prompt = 280, .alphabet_hi = 12, .seed = seed};
+        ew_run(e, MAX_REQS, seed * 7919, ew_make_request, &shape, what, &w);
+        for (int r = 0; r < w.added; r++)
             for (int i = 0; i < 4; i++)
                 if (o->s[r][i].n > 0 && o->s[r][i].finished != 1)
                     fail_msg("request %d sample %d finished %d times", r, i, o->s[r][i].finished);
@@ -549,7 +523,8 @@ static void random_add_abort_fork_finish_keeps_accounting_exact(void **state)
         engine_get_stats(e, &st);
         printf("stress seed %llu: %d requests, %d aborts, %d steps, %llu preemptions, %llu "
                "copy-on-write copies, %llu prefix-hit tokens; blocks all returned\n",
-               (unsigned long long)seed, n_added, aborts, steps, (unsigned long long)st.preemptions,
+               (unsigned long long)seed, w.added, w.aborts, w.steps,
+               (unsigned long long)st.preemptions,
                (unsigned long long)st.cow_copies, (unsigned long long)st.prefix_hit_tokens);
         assert_int_equal(st.kv_blocks_used, 0);
         engine_destroy(&e);

@@ -29,6 +29,7 @@
 #include "common/checkpoint.h"
 #include "common/status.h"
 #include "common/tokenizer.h"
+#include "engine_workload.h"
 #include "test_util.h"
 #include "worker/engine.h"
 #include "worker/spec_draft.h"
@@ -631,40 +632,13 @@ static void random_workload_keeps_accounting_exact_with_rollbacks(void **state)
         outputs *o = calloc(1, sizeof *o);
         model_t *drafter;
         engine_t *e = engine_for(&g, o, &cases[c], true, &drafter);
-        rng_state = 31 + (uint64_t)c;
-        static int32_t pr[MAX_REQS][300];
-        int n_added = 0, steps = 0, aborts = 0, live[MAX_REQS], n_live = 0;
-        while (n_added < MAX_REQS || engine_has_work(e)) {
-            int action = rnd(0, 9);
-            if (action < 4 && n_added < MAX_REQS) {
-                int len = rnd(1, 200);
-                for (int i = 0; i < len; i++)
-                    pr[n_added][i] = i < 32 && rnd(0, 1) ? 3 + i : rnd(3, 8);
-                engine_request q = {.id = (uint64_t)n_added, .prompt = pr[n_added],
-                                    .n_prompt = len, .max_tokens = rnd(1, 60), .n = rnd(1, 4),
-                                    .seed = (uint64_t)n_added, .spec_k = rnd(0, 5) - 1};
-                sampling_params_default(&q.sp);
-                q.sp.temperature = rnd(0, 1) ? 0.8f : 0.0f;
-                int rc = engine_add(e, &q);
-                if (rc != DERAS_OK && rc != DERAS_EBUSY)
-                    fail_msg("engine_add: %s", deras_errmsg());
-                if (rc == DERAS_OK)
-                    live[n_live++] = n_added++;
-            } else if (action == 4 && n_live > 0) {
-                int k = rnd(0, n_live - 1);
-                if (engine_abort(e, (uint64_t)live[k]) == DERAS_OK)
-                    aborts++;
-                live[k] = live[--n_live];
-            } else if (engine_has_work(e)) {
-                if (engine_step(e, NULL))
-                    fail_msg("engine_step: %s", deras_errmsg());
-                steps++;
-            }
-            if (engine_check(e))
-                fail_msg("%s, after %d steps: %s", spec_kind_name(cases[c].kind), steps,
-                         deras_errmsg());
-        }
-        for (int r = 0; r < n_added; r++)
+        ew_result w;
+        /* repeats in the prompts give the n-gram proposer matches */
+        ew_shape shape = {.max_prompt = 200, .alphabet_hi = 8, .seed_per_request = true,
+                          .random_spec_k = true};
+        ew_run(e, MAX_REQS, 31 + (uint64_t)c, ew_make_request, &shape,
+               spec_kind_name(cases[c].kind), &w);
+        for (int r = 0; r < w.added; r++)
             for (int i = 0; i < 4; i++)
                 if (o->s[r][i].n > 0 && o->s[r][i].finished != 1)
                     fail_msg("request %d sample %d finished %d times, expected once", r, i,
@@ -673,7 +647,7 @@ static void random_workload_keeps_accounting_exact_with_rollbacks(void **state)
         engine_get_stats(e, &st);
         printf("  %s: %d requests (n up to 4), %d aborts, %d steps, %llu preemptions, %llu "
                "drafts (%llu accepted); accounting exact after every step, all blocks "
-               "returned\n", spec_kind_name(cases[c].kind), n_added, aborts, steps,
+               "returned\n", spec_kind_name(cases[c].kind), w.added, w.aborts, w.steps,
                (unsigned long long)st.preemptions, (unsigned long long)st.spec.proposed,
                (unsigned long long)st.spec.accepted);
         assert_int_equal(st.kv_blocks_used, 0);
