@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "gpu_test.h"
+#include "ref_attention.h"
 
 static backend_t *cpu;
 
@@ -37,13 +38,6 @@ typedef struct acase {
     int seqs[8][2];           /* explicit (ctx, n_q) pairs when n_seqs <= 8 and [0][0] > 0 */
     int q_head0, q_per_kv;    /* a tensor-parallel rank's slice of the heads; 0, 0: all */
 } acase;
-
-/* Local KV head read by local query head h (backend.h). */
-static int kv_of(const acase *c, int h)
-{
-    const int rep = c->q_per_kv ? c->q_per_kv : c->n_heads / c->n_kv_heads;
-    return (c->q_head0 + h) / rep - c->q_head0 / rep;
-}
 
 static const acase cases[] = {
     /* decode */
@@ -77,41 +71,6 @@ static const acase cases[] = {
     {"tp slice prefill hd64", 5, 1, 64, 16, 0, 2, 0, 0, 0, 0, {{300, 300}, {90, 20}}, 3, 8},
     {"tp slice generic hd16", 6, 4, 16, 8, 0, 2, 0, 0, 0, 0, {{40, 40}, {25, 1}}, 5, 2},
 };
-
-/* Dense double softmax(q k^T scale) v for sequence s's query rows. */
-static void naive(const acase *c, const float *q, int q_stride, const float *k, const float *v,
-                  int ctx, int n_q, double *out)
-{
-    const int hd = c->head_dim;
-    double *p = malloc((size_t)ctx * sizeof(double));
-    for (int i = 0; i < n_q; i++) {
-        const int pos = ctx - n_q + i;
-        const int lo = c->window > 0 && pos - c->window + 1 > 0 ? pos - c->window + 1 : 0;
-        for (int h = 0; h < c->n_heads; h++) {
-            const int g = kv_of(c, h);
-            const float *qi = q + (size_t)i * q_stride + (size_t)h * hd;
-            double mx = -INFINITY, z = 0;
-            for (int t = lo; t <= pos; t++) {
-                const float *kt = k + ((size_t)t * c->n_kv_heads + g) * hd;
-                double sc = 0;
-                for (int d = 0; d < hd; d++)
-                    sc += (double)qi[d] * kt[d];
-                p[t] = sc / sqrt((double)hd);
-                mx = p[t] > mx ? p[t] : mx;
-            }
-            for (int t = lo; t <= pos; t++)
-                z += (p[t] = exp(p[t] - mx));
-            double *o = out + ((size_t)i * c->n_heads + h) * hd;
-            for (int d = 0; d < hd; d++) {
-                double acc = 0;
-                for (int t = lo; t <= pos; t++)
-                    acc += p[t] * v[((size_t)t * c->n_kv_heads + g) * hd + d];
-                o[d] = acc / z;
-            }
-        }
-    }
-    free(p);
-}
 
 static void check_rows(const char *what, int dt, const float *got, const float *want,
                        const double *dense, int n_rows, int n_heads, int hd)
@@ -251,12 +210,14 @@ static void run_case(const acase *c, int dt, uint64_t seed)
     for (int s = 0; s < S; s++)
         work += (double)nq[s] * ctx[s] * c->n_heads * hd;
     if (work < 2e8) {
+        const ref_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, c->window, c->q_head0,
+                                      c->q_per_kv};
         dense = malloc(out.n * sizeof(double));
         long kv0 = 0;
         for (int s = 0; s < S; s++) {
-            naive(c, qh + (size_t)q_start[s] * q_stride, q_stride, kh + (size_t)kv0 * kvw,
-                  vh + (size_t)kv0 * kvw, ctx[s], nq[s],
-                  dense + (size_t)q_start[s] * c->n_heads * hd);
+            ref_attention(&shape, qh + (size_t)q_start[s] * q_stride, (size_t)q_stride,
+                          kh + (size_t)kv0 * kvw, vh + (size_t)kv0 * kvw, ctx[s], nq[s],
+                          dense + (size_t)q_start[s] * c->n_heads * hd);
             kv0 += ctx[s];
         }
     }

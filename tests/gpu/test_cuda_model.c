@@ -26,25 +26,8 @@
 
 #include "common/checkpoint.h"
 #include "gpu_test.h"
+#include "ref_json.h"
 #include "worker/model.h"
-
-static json_t *load_json(const char *path)
-{
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    if (!j)
-        fail_msg("%s: %s (line %d)", path, err.text, err.line);
-    return j;
-}
-
-static int32_t *json_ids(json_t *arr, int *n)
-{
-    *n = (int)json_array_size(arr);
-    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
-    for (int i = 0; i < *n; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
-    return ids;
-}
 
 typedef struct runner {
     checkpoint_t *ck;
@@ -83,7 +66,7 @@ static void tiny_models_on_cuda_match_transformers(void **state)
     char *dir = test_data_path("tiny");
     char path[4096];
     snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = load_json(path), *models = json_object_get(ref, "models");
+    json_t *ref = ref_json_load(path), *models = json_object_get(ref, "models");
     assert_true(json_array_size(models) >= 5);
     for (int dt = 0; dt < 2; dt++) {
         backend_t *g = NULL;
@@ -93,8 +76,8 @@ static void tiny_models_on_cuda_match_transformers(void **state)
         json_array_foreach(models, i, mj) {
             const char *name = json_string_value(json_object_get(mj, "name"));
             int n, n_greedy, vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
-            int32_t *ids = json_ids(json_object_get(mj, "input_ids"), &n);
-            int32_t *greedy = json_ids(json_object_get(mj, "greedy"), &n_greedy);
+            int32_t *ids = ref_json_ids(json_object_get(mj, "input_ids"), &n);
+            int32_t *greedy = ref_json_ids(json_object_get(mj, "greedy"), &n_greedy);
             json_t *margins = json_object_get(mj, "greedy_margins");
             snprintf(path, sizeof path, "%s/%s", dir,
                      json_string_value(json_object_get(mj, "logits_file")));

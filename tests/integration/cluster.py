@@ -79,7 +79,44 @@ def collect_stream(client, prompt, **params):
     return "".join(text), ids, finals[0].finish_reason
 
 
-class Cluster:
+class ProcessSet:
+    """Processes started in a private directory (self.dir) with their logs (self.logs) and
+    a client (self.client). A subclass lists its processes, workers first, in processes()."""
+
+    log_tail = 4000  # bytes of each log that log_text() shows
+
+    def processes(self):
+        raise NotImplementedError
+
+    def log_text(self):
+        out = []
+        for f in self.logs:
+            f.flush()
+            f.seek(0)
+            out.append("---- %s\n%s" % (os.path.basename(f.name), f.read()[-self.log_tail:]))
+        return "\n".join(out)
+
+    def stop(self):
+        """SIGTERM to every process still running; their exit codes, workers first."""
+        self.client.close()
+        procs = self.processes()
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes = []
+        for p in procs:
+            try:
+                codes.append(p.wait(30))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes.append(p.wait())
+        for f in self.logs:
+            f.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return codes
+
+
+class Cluster(ProcessSet):
     """A router and n workers on ipc sockets in a private directory (the admin socket too:
     its default follows DERAS_RUNTIME_DIR), HTTP metrics on a free loopback port."""
 
@@ -137,13 +174,8 @@ class Cluster:
                            timeout=timeout)
         return r.returncode, r.stdout, r.stderr
 
-    def log_text(self, tail=4000):
-        out = []
-        for f in self.logs:
-            f.flush()
-            f.seek(0)
-            out.append("---- %s\n%s" % (os.path.basename(f.name), f.read()[-tail:]))
-        return "\n".join(out)
+    def processes(self):
+        return self.workers + [self.router]
 
     def router_log(self):
         """Everything the routers of this cluster logged so far."""
@@ -204,21 +236,3 @@ class Cluster:
             time.sleep(0.05)
         raise AssertionError("KV usage did not return to baseline: %r" % (self.pong(),))
 
-    def stop(self):
-        """SIGTERM to every process still running; their exit codes, workers first."""
-        self.client.close()
-        procs = self.workers + [self.router]
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        codes = []
-        for p in procs:
-            try:
-                codes.append(p.wait(30))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes.append(p.wait())
-        for f in self.logs:
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return codes

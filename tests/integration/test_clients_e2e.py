@@ -22,30 +22,13 @@ import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "clients", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# cluster checks pyzmq/msgpack and the built binaries (exit 77 where they are missing)
+from cluster import DERAS, ROUTER, WORKER, Chunk, Client, DerasError  # noqa: E402
+from cluster import TINY as MODEL  # noqa: E402
+from deras_client import Final  # noqa: E402  (cluster put the client on the path)
 
-try:
-    import msgpack  # noqa: F401
-    import zmq  # noqa: F401
-except ImportError as e:
-    print("SKIPPED: %s (install python3-zmq and python3-msgpack)" % e)
-    sys.exit(77)
-
-from deras_client import Chunk, Client, DerasError, Final  # noqa: E402
-
-BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
-ROUTER = os.path.join(BUILD, "router", "deras-router")
-WORKER = os.path.join(BUILD, "worker", "deras-worker")
-DERAS = os.path.join(BUILD, "tools", "deras")
-MODEL = os.path.join(os.environ.get("DERAS_TEST_DATA", os.path.join(ROOT, "tests", "data")),
-                     "tiny-chat")
-
-for exe in (ROUTER, WORKER, DERAS):
-    if not os.access(exe, os.X_OK):
-        print("SKIPPED: %s not built" % exe)
-        sys.exit(77)
+import zmq  # noqa: E402
 
 
 class Servers(unittest.TestCase):

@@ -110,6 +110,17 @@ def served(cluster):
     return {w["name"]: w["served"] for w in cluster.pong()}
 
 
+def serve_eight(cluster):
+    """8 requests sent together must all complete; {worker: how many of them it served}."""
+    before = served(cluster)
+    load = Load(cluster.address, 8, 300)
+    load.join()
+    after = served(cluster)
+    if load.count() != {"final:length": 8}:
+        raise AssertionError("8 requests ended %r, expected 8 final:length" % load.count())
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
 def load_of(cluster, name):
     """The pong entry of worker `name` (running, waiting, served, ...)."""
     return next(w for w in cluster.pong() if w["name"] == name)
@@ -166,19 +177,15 @@ class WorkerDeath(unittest.TestCase):
             # w0 again, same name: registers and gets work
             c.workers[0] = c.start_worker(0)
             back_s = c.wait_states({"w0": "ready"}, timeout=60)
-            before = served(c)
-            again = Load(c.address, 8, 300)
-            again.join()
-            after = served(c)
-            self.assertEqual(again.count(), {"final:length": 8})
-            self.assertGreater(after["w0"] - before["w0"], 0, "the restarted w0 got no request")
+            w0_got = serve_eight(c)["w0"]
+            self.assertGreater(w0_got, 0, "the restarted w0 got no request")
             print("kill -9 of w0 (pid %d) with 8 requests streaming or queued on 2 workers: w0 "
                   "dead %.2f s after the kill (timeout %.0f s), router and w1 up; 8/8 "
                   "accounted: %d completed with the same tokens as alone (%d of them re-run "
                   "from w0's queue), %d ended worker_failed naming w0, 0 hung (all in %.1f s); "
                   "w0 restarted: ready in %.2f s, served %d of 8 new requests"
                   % (pid0, dead_s, DEAD_TIMEOUT_S, counts.get("final:length", 0), requeued,
-                     failed, time.monotonic() - t0, back_s, after["w0"] - before["w0"]))
+                     failed, time.monotonic() - t0, back_s, w0_got))
         finally:
             c.stop()
 
@@ -198,12 +205,8 @@ class WorkerDeath(unittest.TestCase):
             self.assertEqual(counts, {"final:length": 7, "error:worker_failed": 1})
             os.kill(c.workers[0].pid, signal.SIGCONT)
             back_s = c.wait_states({"w0": "ready"}, timeout=10)
-            before = served(c)
-            again = Load(c.address, 8, 300)
-            again.join()
-            after = served(c)
-            self.assertEqual(again.count(), {"final:length": 8})
-            self.assertGreater(after["w0"] - before["w0"], 0, "w0 got no request after SIGCONT")
+            w0_got = serve_eight(c)["w0"]
+            self.assertGreater(w0_got, 0, "w0 got no request after SIGCONT")
             c.wait_kv_baseline()  # what w0 ran before it stopped was dropped there
             self.assertLessEqual(dead_s, DEAD_TIMEOUT_S + 0.5)
             self.assertTrue(c.alive())
@@ -211,7 +214,7 @@ class WorkerDeath(unittest.TestCase):
                   "its streaming request ended worker_failed, %d queued ones re-ran on w1, 7/8 "
                   "completed; SIGCONT: w0 registered again by itself in %.2f s, served %d of 8 "
                   "new requests, KV back to baseline" % (dead_s, DEAD_TIMEOUT_S, requeued, back_s,
-                                                         after["w0"] - before["w0"]))
+                                                         w0_got))
         finally:
             c.stop()
 
@@ -219,19 +222,10 @@ class WorkerDeath(unittest.TestCase):
 class RouterRestart(unittest.TestCase):
     """Workers outlive their router and register with the next one by themselves."""
 
-    def check_serves(self, c):
-        """8 requests sent together complete; how many each worker served (4 and 4)."""
-        before = served(c)
-        load = Load(c.address, 8, 300)
-        load.join()
-        after = served(c)
-        self.assertEqual(load.count(), {"final:length": 8})
-        return {k: after[k] - before.get(k, 0) for k in after}
-
     def test_workers_register_again_after_a_drained_and_a_killed_router(self):
         c = Cluster(n_workers=2, worker_args=ONE_SEQ)
         try:
-            self.check_serves(c)
+            serve_eight(c)
             # drained restart: the workers get DRAIN from the stopping router
             c.router.send_signal(signal.SIGTERM)
             self.assertEqual(c.router.wait(30), 0)
@@ -239,7 +233,7 @@ class RouterRestart(unittest.TestCase):
             c.router = c.start_router()
             c.wait_states({"w0": "ready", "w1": "ready"}, timeout=30)
             drained_s = time.monotonic() - t0
-            per_worker = self.check_serves(c)
+            per_worker = serve_eight(c)
             self.assertTrue(all(n > 0 for n in per_worker.values()),
                             "after the drained router's restart: %r (a worker kept its DRAIN?)"
                             % per_worker)
@@ -259,7 +253,7 @@ class RouterRestart(unittest.TestCase):
             load.join()  # these clients lost their router: their own timeout ends them
             self.assertEqual(load.count(), {"error:timeout": 4})
             kv_s = c.wait_kv_baseline()
-            per_worker2 = self.check_serves(c)
+            per_worker2 = serve_eight(c)
             self.assertTrue(all(n > 0 for n in per_worker2.values()), per_worker2)
             self.assertTrue(c.alive())
             print("router restarts: after SIGTERM (drain) both workers registered again in %.2f s "

@@ -20,7 +20,6 @@ Exit 77 (skipped) without pyzmq/msgpack or the built binaries.
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +30,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # cluster checks pyzmq/msgpack and the built binaries (exit 77 where they are missing)
-from cluster import ROUTER, TINY, WORKER, Chunk, Client, DerasError, proc_status  # noqa: E402
+from cluster import (ROUTER, TINY, WORKER, Client, DerasError, ProcessSet,  # noqa: E402
+                     collect_stream, proc_status)
 
 EXIT_BOUND_S = 5.0  # how soon the surviving ranks of a group must exit after a kill
 
@@ -44,8 +44,10 @@ def segment(group):
     return "/dev/shm/deras-%d-%s" % (os.getuid(), group)
 
 
-class Cluster:
+class Cluster(ProcessSet):
     """A router, tensor-parallel groups {name: size} and TP=1 workers, on ipc sockets."""
+
+    log_tail = 3000
 
     def __init__(self, groups, singles, model=TINY):
         self.model = model
@@ -82,13 +84,8 @@ class Cluster:
                                    "%s-r%d.log" % (g, r))
         self.ranks[g] = procs
 
-    def log_text(self):
-        out = []
-        for f in self.logs:
-            f.flush()
-            f.seek(0)
-            out.append("---- %s\n%s" % (os.path.basename(f.name), f.read()[-3000:]))
-        return "\n".join(out)
+    def processes(self):
+        return [p for ps in self.ranks.values() for p in ps] + self.singles + [self.router]
 
     def states(self):
         return {w["name"]: w for w in self.client.ping(timeout=5)["workers"]}
@@ -106,40 +103,10 @@ class Cluster:
             time.sleep(0.05)
         raise RuntimeError("workers not %r:\n%s" % (want, self.log_text()))
 
-    def stop(self):
-        self.client.close()
-        procs = [p for ps in self.ranks.values() for p in ps] + self.singles + [self.router]
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        codes = []
-        for p in procs:
-            try:
-                codes.append(p.wait(30))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes.append(p.wait())
-        for f in self.logs:
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return codes
-
 
 PROMPTS = ["Request %d: %s" % (i, " ".join(["alpha", "beta", "gamma", "delta", "epsilon",
                                             "zeta", "eta", "theta"][: 1 + i % 8]) * (1 + i % 4))
            for i in range(36)]
-
-
-def collect_stream(client, prompt, **params):
-    text, ids, finals = [], [], []
-    for ev in client.stream(prompt, **params):
-        if isinstance(ev, Chunk):
-            text.append(ev.text)
-            ids.extend(ev.token_ids)
-        else:
-            finals.append(ev)
-    assert len(finals) == 1, finals
-    return "".join(text), ids, finals[0].finish_reason
 
 
 def run_concurrently(address, jobs, timeout=120):

@@ -1,4 +1,4 @@
-/* test_attention.c - paged causal attention (CPU backend) against naive dense attention.
+/* test_attention.c - paged causal attention (CPU backend) against dense attention (ref_attention.h).
  *
  * Each case builds several sequences with random Q/K/V (fresh seeds per case, never
  * zeros), scatters their K/V into a paged cache through a shuffled block table with
@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "kernels/backend.h"
+#include "ref_attention.h"
 #include "test_util.h"
 
 typedef struct seq_spec {
@@ -49,45 +50,12 @@ static const attn_case cases[] = {
     {"block size 1", 4, 2, 64, 1, 0, 2, {{13, 13}, {7, 1}}},
 };
 
-static void naive_attention(const attn_case *c, const float *q, const float *k, const float *v,
-                            int ctx, int n_q, double *out)
-{
-    const int hd = c->head_dim, rep = c->n_heads / c->n_kv_heads;
-    double *p = malloc((size_t)ctx * sizeof(double));
-    for (int i = 0; i < n_q; i++) {
-        int pos = ctx - n_q + i;
-        int lo = c->window > 0 && pos - c->window + 1 > 0 ? pos - c->window + 1 : 0;
-        for (int h = 0; h < c->n_heads; h++) {
-            int g = h / rep;
-            const float *qi = q + ((size_t)i * c->n_heads + h) * hd;
-            double mx = -INFINITY, z = 0;
-            for (int t = lo; t <= pos; t++) {
-                const float *kt = k + ((size_t)t * c->n_kv_heads + g) * hd;
-                double s = 0;
-                for (int d = 0; d < hd; d++)
-                    s += (double)qi[d] * kt[d];
-                p[t] = s / sqrt((double)hd);
-                mx = p[t] > mx ? p[t] : mx;
-            }
-            for (int t = lo; t <= pos; t++)
-                z += (p[t] = exp(p[t] - mx));
-            double *o = out + ((size_t)i * c->n_heads + h) * hd;
-            for (int d = 0; d < hd; d++) {
-                double acc = 0;
-                for (int t = lo; t <= pos; t++)
-                    acc += p[t] * v[((size_t)t * c->n_kv_heads + g) * hd + d];
-                o[d] = acc / z;
-            }
-        }
-    }
-    free(p);
-}
-
 static void run_case(const attn_case *c, uint64_t seed)
 {
     backend_t *b = NULL;
     assert_int_equal(backend_new("cpu", 2, &b), DERAS_OK);
     const int hd = c->head_dim, bs = c->block_size, kvd = c->n_kv_heads * hd;
+    const ref_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, c->window, 0, 0};
     int max_blocks = 0, total_blocks = 0, n_tokens = 0, max_q = 0, max_ctx = 0;
     for (int s = 0; s < c->n_seqs; s++) {
         int nb = (c->seqs[s].ctx + bs - 1) / bs;
@@ -141,8 +109,8 @@ static void run_case(const attn_case *c, uint64_t seed)
         free(slots);
         float *qs = q_all + (size_t)row * c->n_heads * hd;
         test_fill_random(qs, (size_t)nq * c->n_heads * hd, &seed, 1.5f);
-        naive_attention(c, qs, dense_k[s], dense_v[s], ctx, nq,
-                        ref + (size_t)row * c->n_heads * hd);
+        ref_attention(&shape, qs, (size_t)c->n_heads * hd, dense_k[s], dense_v[s], ctx, nq,
+                      ref + (size_t)row * c->n_heads * hd);
         row += nq;
         q_start[s + 1] = row;
         ctx_len[s] = ctx;

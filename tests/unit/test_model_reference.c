@@ -29,6 +29,7 @@
 #include "common/checkpoint.h"
 #include "common/status.h"
 #include "common/tokenizer.h"
+#include "ref_json.h"
 #include "test_util.h"
 #include "worker/model.h"
 
@@ -47,15 +48,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static json_t *load_json(const char *path)
-{
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    if (!j)
-        fail_msg("%s: %s (line %d)", path, err.text, err.line);
-    return j;
-}
-
 static float *load_f32(const char *path, size_t n)
 {
     size_t len = 0;
@@ -65,15 +57,6 @@ static float *load_f32(const char *path, size_t n)
     if (len != n * sizeof(float))
         fail_msg("%s: %zu bytes, expected %zu", path, len, n * sizeof(float));
     return (float *)buf;
-}
-
-static int32_t *json_ids(json_t *arr, int *n)
-{
-    *n = (int)json_array_size(arr);
-    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
-    for (int i = 0; i < *n; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
-    return ids;
 }
 
 /* A model with a cache for one sequence of up to `cap` tokens, blocks in order. */
@@ -150,16 +133,16 @@ static void tiny_models_match_transformers(void **state)
     char *dir = test_data_path("tiny");
     char path[4096];
     snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = load_json(path), *models = json_object_get(ref, "models");
+    json_t *ref = ref_json_load(path), *models = json_object_get(ref, "models");
     assert_true(json_array_size(models) >= 5);
     size_t i;
     json_t *mj;
     json_array_foreach(models, i, mj) {
         const char *name = json_string_value(json_object_get(mj, "name"));
         int n, vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
-        int32_t *ids = json_ids(json_object_get(mj, "input_ids"), &n);
+        int32_t *ids = ref_json_ids(json_object_get(mj, "input_ids"), &n);
         int n_greedy;
-        int32_t *greedy = json_ids(json_object_get(mj, "greedy"), &n_greedy);
+        int32_t *greedy = ref_json_ids(json_object_get(mj, "greedy"), &n_greedy);
         snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "logits_file")));
         float *want = load_f32(path, (size_t)n * vocab);
         snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "path")));
@@ -248,7 +231,7 @@ static void test_model_matches_transformers(void **state)
     char *dir = test_data_path("smollm2");
     char path[4096];
     snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = load_json(path), *prompts = json_object_get(ref, "prompts");
+    json_t *ref = ref_json_load(path), *prompts = json_object_get(ref, "prompts");
     int vocab = (int)json_integer_value(json_object_get(ref, "vocab_size"));
     size_t n_prompts = json_array_size(prompts);
     assert_true(n_prompts >= 8);
@@ -275,8 +258,8 @@ static void test_model_matches_transformers(void **state)
         const char *name = json_string_value(json_object_get(pj, "name"));
         const char *text = json_string_value(json_object_get(pj, "text"));
         int n, n_greedy;
-        int32_t *ids = json_ids(json_object_get(pj, "ids"), &n);
-        int32_t *greedy = json_ids(json_object_get(pj, "greedy"), &n_greedy);
+        int32_t *ids = ref_json_ids(json_object_get(pj, "ids"), &n);
+        int32_t *greedy = ref_json_ids(json_object_get(pj, "greedy"), &n_greedy);
         assert_int_equal(n_greedy, 32);
         json_t *margins = json_object_get(pj, "greedy_margins");
 
@@ -322,7 +305,7 @@ static void test_model_matches_transformers(void **state)
     json_t *all = json_object_get(ref, "logits_all_p0_file");
     if (json_is_string(all)) {
         int n;
-        int32_t *ids = json_ids(json_object_get(json_array_get(prompts, 0), "ids"), &n);
+        int32_t *ids = ref_json_ids(json_object_get(json_array_get(prompts, 0), "ids"), &n);
         snprintf(path, sizeof path, "%s/%s", dir, json_string_value(all));
         float *want_all = load_f32(path, (size_t)n * vocab);
         float *got_all = malloc((size_t)n * vocab * sizeof(float));
