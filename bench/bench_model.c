@@ -3,6 +3,7 @@
  *
  *   bench_model [--model PATH] [--threads N] [--prompt-lens 16,128,512]
  *               [--decode-tokens 128] [--repeat 3]
+ *               [--device cuda:0 --bandwidth GBPS --flops TFLOPS]
  *
  * Prefill: a prompt of L random (fixed-seed) token ids in one forward pass, logits for the
  * last position; tokens/s = L / time. Decode: after a 128-token prompt, one token per
@@ -12,10 +13,15 @@
  * Hardware floor, measured here too: read bandwidth (summing a 1 GiB array) gives the
  * fastest decode possible when every weight byte is read once per token
  * (weight_bytes / bandwidth); the OpenBLAS sgemm rate on a large square product gives the
- * fastest prefill (2 x matmul params FLOPs per token / rate). Results are JSON lines on
- * stdout, progress on stderr.
+ * fastest prefill (2 x matmul params FLOPs per token / rate). On another device (--device,
+ * any backend_new spec) the caller gives that device's measured ceilings instead
+ * (tools/gpu_check passes the copy bandwidth, read + write, and the cuBLAS bf16 rate that
+ * bench_cuda_kernels measured in the same run); the weight bytes are then the device's
+ * (bf16: 2 per parameter). Decode timing includes the logits' download and the host
+ * argmax, as the engine's step does. Results are JSON lines on stdout, progress on stderr.
  */
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,12 +117,15 @@ int main(int argc, char **argv)
     char model_path[4096];
     cli_default_model(model_path, sizeof model_path);
     int threads = 0, lens[MAX_LENS] = {16, 128, 512}, n_lens = 3, decode_tokens = 128, repeat = 3;
+    const char *device = "cpu";
+    double given_bw = 0, given_flops = 0;
     for (int i = 1; i < argc; i += 2) {
         long v;
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_model [--model PATH] [--threads N] "
-                            "[--prompt-lens a,b,c] [--decode-tokens N] [--repeat N]\n");
+                            "[--prompt-lens a,b,c] [--decode-tokens N] [--repeat N] "
+                            "[--device SPEC --bandwidth GBPS --flops TFLOPS]\n");
             return 2;
         }
         if (!strcmp(arg, "--model"))
@@ -129,17 +138,29 @@ int main(int argc, char **argv)
             decode_tokens = (int)v;
         else if (!strcmp(arg, "--repeat") && !cli_int(arg, val, 1, 100, &v))
             repeat = (int)v;
+        else if (!strcmp(arg, "--device"))
+            device = val;
+        else if (!strcmp(arg, "--bandwidth") && (given_bw = atof(val)) > 0)
+            given_bw *= 1e9;
+        else if (!strcmp(arg, "--flops") && (given_flops = atof(val)) > 0)
+            given_flops *= 1e12;
         else {
             fprintf(stderr, "bench_model: bad option %s %s\n", arg, val);
             return 2;
         }
     }
 
+    const bool on_cpu = !strcmp(device, "cpu");
+    if (!on_cpu && (given_bw <= 0 || given_flops <= 0)) {
+        fprintf(stderr, "bench_model: --device %s needs the device's --bandwidth and --flops\n",
+                device);
+        return 2;
+    }
     checkpoint_t *ck = NULL;
     backend_t *be = NULL;
     model_t *m = NULL;
     int rc;
-    if ((rc = checkpoint_open(model_path, &ck)) || (rc = backend_new("cpu", threads, &be))) {
+    if ((rc = checkpoint_open(model_path, &ck)) || (rc = backend_new(device, threads, &be))) {
         fprintf(stderr, "bench_model: %s\n", deras_errmsg());
         return 1;
     }
@@ -168,17 +189,18 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_blocks; i++)
         table[i] = i;
 
-    fprintf(stderr, "measuring memory bandwidth and sgemm rate...\n");
-    double bw = read_bandwidth(), flops = sgemm_rate();
+    if (on_cpu)
+        fprintf(stderr, "measuring memory bandwidth and sgemm rate...\n");
+    double bw = on_cpu ? read_bandwidth() : given_bw, flops = on_cpu ? sgemm_rate() : given_flops;
     uint64_t wbytes = model_weight_bytes(m);
     /* matrix parameters per token: every linear layer plus the LM head for one row */
     double mm_params = (double)c->n_layers *
                            ((double)c->d_model * (c->n_heads + 2 * c->n_kv_heads) * c->head_dim +
                             (double)c->n_heads * c->head_dim * c->d_model +
                             3.0 * c->d_model * c->d_ff);
-    printf("{\"bench\":\"machine\",\"threads\":%d,\"read_bandwidth_GBps\":%.2f,"
+    printf("{\"bench\":\"machine\",\"device\":\"%s\",\"threads\":%d,\"read_bandwidth_GBps\":%.2f,"
            "\"sgemm_GFLOPs\":%.2f,\"weight_bytes\":%llu,\"matmul_params\":%.0f}\n",
-           threads, bw / 1e9, flops / 1e9, (unsigned long long)wbytes, mm_params);
+           device, threads, bw / 1e9, flops / 1e9, (unsigned long long)wbytes, mm_params);
     fflush(stdout);
 
     for (int li = 0; li < n_lens; li++) {

@@ -48,6 +48,13 @@ static inline double gpu_ulp_rel(int dtype)
     return dtype == CUDA_DTYPE_FP16 ? 1.0 / 1024 : 1.0 / 128;
 }
 
+/* The spacing of the type's subnormals (its smallest positive value): fp16 2^-24, bf16
+ * 2^-133. Under the smallest normal the rounding error is half of this, not relative. */
+static inline double gpu_subnormal_step(int dtype)
+{
+    return dtype == CUDA_DTYPE_FP16 ? ldexp(1.0, -24) : ldexp(1.0, -133);
+}
+
 /* Round to the nearest bf16 / fp16 value (ties to even), returned as f32. */
 static inline float gpu_round(int dtype, float x)
 {

@@ -27,7 +27,7 @@
 #include "test_util.h"
 #include "worker/engine.h"
 
-#define NEAR_TIE 1e-3
+#define NEAR_TIE test_near_tie()
 #define MAX_REQS 96
 #define MAX_GEN 320
 
@@ -124,7 +124,7 @@ static void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, in
     memset(g, 0, sizeof *g);
     if (checkpoint_open(path, &g->ck))
         fail_msg("%s", deras_errmsg());
-    assert_int_equal(backend_new("cpu", 2, &g->be), DERAS_OK);
+    assert_int_equal(backend_new(test_backend_spec(), 2, &g->be), DERAS_OK);
     model_opts mo = {.max_batch_tokens = max_tokens, .max_seqs = max_seqs, .max_logits = max_seqs,
                      .block_size = 16, .n_kv_blocks = n_kv_blocks, .max_blocks_per_seq = 96,
                      .max_copies = max_seqs};
