@@ -1,4 +1,4 @@
-/* bench_allreduce.c - the shared-memory all-reduce (worker/comm.h) against memcpy.
+/* bench_allreduce.c - the shared-memory all-reduce (engine/comm.h) against memcpy.
  *
  *   bench_allreduce [--ranks 2] [--min 4096] [--max 67108864] [--chunk 1048576]
  *
@@ -24,8 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/status.h"
-#include "worker/comm.h"
+#include "common/base/status.h"
+#include "worker/comm_shm.h"
 #include "worker/shm_sync.h"
 
 #define MAX_RANKS 16

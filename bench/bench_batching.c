@@ -21,10 +21,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
-#include "tools/cli_util.h"
-#include "worker/engine.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
+#include "engine/engine.h"
 
 typedef struct req_state {
     double arrival, first_token, done;

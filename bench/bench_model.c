@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
-#include "tools/cli_util.h"
-#include "worker/model.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
+#include "engine/model.h"
 
 #define MAX_LENS 8
 

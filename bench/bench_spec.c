@@ -21,12 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
-#include "common/tokenizer.h"
-#include "tools/cli_util.h"
-#include "worker/engine.h"
-#include "worker/spec_draft.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/cli/cli_util.h"
+#include "engine/engine.h"
+#include "engine/spec_draft.h"
 
 #define MAX_PROMPT 512
 #define MAX_LIST 16

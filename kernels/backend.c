@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/cuda/cuda_ops.h"
 
 /* "N", "N:bf16" or "N:fp16" after "cuda:"; N a decimal device index below 1024. */

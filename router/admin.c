@@ -3,7 +3,7 @@
  * A ZeroMQ ROUTER separate from the client socket, so operations never share a queue or
  * a permission with clients: ipc:// by default (the socket file is chmod 0600 after bind:
  * only the router's user may connect), tcp only as a CURVE server whose allowed keys are
- * --admin-curve-allow (curve.c). Requests are decoded strictly (common/admin_proto.h);
+ * --admin-curve-allow (curve.c). Requests are decoded strictly (common/wire/admin_proto.h);
  * each gets one reply map, built here with msgpack in a buffer the module keeps.
  *
  *   status   every known worker (state, device, model, load, KV, tokens/s, uptime) and
@@ -29,10 +29,10 @@
 
 #include <msgpack.h>
 
-#include "common/admin_proto.h"
-#include "common/log.h"
-#include "common/status.h"
-#include "common/zmq_check.h"
+#include "common/wire/admin_proto.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define ADMIN_MAX_WAITERS 32

@@ -21,9 +21,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/log.h"
-#include "common/status.h"
-#include "common/zmq_check.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define ZAP_ADDR "inproc://zeromq.zap.01"

@@ -29,7 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/protocol.h"
+#include "common/wire/protocol.h"
 #include "router/requests.h"
 #include "router/workers.h"
 

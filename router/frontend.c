@@ -36,9 +36,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/status.h"
-#include "common/zmq_check.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define CLIENT_MON_ADDR "inproc://deras-client-monitor"

@@ -28,8 +28,8 @@
 
 #include <microhttpd.h>
 
-#include "common/log.h"
-#include "common/status.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
 #include "router/router.h"
 
 #define HTTP_MAX_CONNECTIONS 32

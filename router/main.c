@@ -16,7 +16,7 @@
  * them at the workers and exits 1, the socket files removed; should the loop not answer
  * it, a third signal exits from the handler itself (status 1, socket files removed).
  *
- * Under systemd (common/sdnotify.h): READY=1 once both sockets are bound (the router is
+ * Under systemd (common/service/sdnotify.h): READY=1 once both sockets are bound (the router is
  * useful before any worker comes), STOPPING=1 when the drain begins, and WATCHDOG=1 from
  * this loop (the poll wakes for it), so a loop that hangs gets the router restarted.
  */
@@ -32,11 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/endpoints.h"
-#include "common/log.h"
-#include "common/sdnotify.h"
-#include "common/status.h"
-#include "common/zmq_check.h"
+#include "common/wire/endpoints.h"
+#include "common/base/log.h"
+#include "common/service/sdnotify.h"
+#include "common/base/status.h"
+#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define CLIENT_BUDGET 256   /* client frames per loop turn */

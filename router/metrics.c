@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 enum { F_STOP, F_LENGTH, F_ABORT, F_ERROR, F_N };
 static const char *const finish_names[F_N] = {"stop", "length", "abort", "error"};

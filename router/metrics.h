@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/protocol.h"
+#include "common/wire/protocol.h"
 #include "router/workers.h"
 
 #define METRICS_MAX_BUCKETS 24

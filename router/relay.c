@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/status.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
 #include "router/router.h"
 
 static const char *finish_name(int reason)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 /* Buffers a finished request may keep for the next one in its slot. */
 #define RQ_KEEP_BYTES (256u << 10)

@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/protocol.h"
-#include "common/tokenizer.h"
+#include "common/wire/protocol.h"
+#include "common/tokenizer/tokenizer.h"
 #include "router/stream.h"
 
 #define RQ_MAX_IDENTITY 255 /* ZeroMQ routing ids are 1..255 bytes */

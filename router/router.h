@@ -20,10 +20,10 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "common/checkpoint.h"
-#include "common/protocol.h"
-#include "common/tokenizer.h"
-#include "common/worker_proto.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/wire/protocol.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/wire/worker_proto.h"
 #include "router/dispatch.h"
 #include "router/metrics.h"
 #include "router/requests.h"

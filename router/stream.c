@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "common/stop_matcher.h"
+#include "common/base/status.h"
+#include "common/tokenizer/stop_matcher.h"
 
 struct stream {
     const tokenizer_t *tok;

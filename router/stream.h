@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/protocol.h"
-#include "common/tokenizer.h"
+#include "common/wire/protocol.h"
+#include "common/tokenizer/tokenizer.h"
 
 typedef struct stream stream_t;
 

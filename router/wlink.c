@@ -25,9 +25,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/status.h"
-#include "common/zmq_check.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define WORKER_MON_ADDR "inproc://deras-worker-monitor"

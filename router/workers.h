@@ -33,8 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/protocol.h"
-#include "common/worker_proto.h"
+#include "common/wire/protocol.h"
+#include "common/wire/worker_proto.h"
 
 #define WORKERS_MAX PROTO_MAX_WORKERS
 #define WORKERS_INFLIGHT_FACTOR 4

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "tools/cli_util.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
 
 enum {
     F_ADDRESS = 1000, F_CURVE, F_CURVE_KEY, F_TIMEOUT, F_MAXTOK, F_N, F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP,

@@ -12,7 +12,7 @@
 #include <getopt.h>
 #include <stdio.h>
 
-#include "common/protocol.h"
+#include "common/wire/protocol.h"
 #include "tools/client/deras_client.h"
 
 #define CLIENT_FLAGS_MAX_OPTIONS 64

@@ -37,8 +37,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/status.h"
-#include "tools/cli_util.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
 #include "tools/client/deras_client.h"
 #include "tools/client_flags.h"
 #include "tools/commands.h"

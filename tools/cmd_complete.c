@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "tools/cli_util.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
 #include "tools/client/deras_client.h"
 #include "tools/client_flags.h"
 #include "tools/commands.h"

@@ -16,17 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/chat.h"
-#include "common/checkpoint.h"
-#include "common/status.h"
-#include "common/stop_matcher.h"
-#include "common/tokenizer.h"
-#include "tools/cli_util.h"
+#include "common/tokenizer/chat.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
+#include "common/tokenizer/stop_matcher.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/cli/cli_util.h"
 #include "tools/commands.h"
-#include "worker/engine.h"
-#include "worker/kv_sizing.h"
-#include "worker/model.h"
-#include "worker/sampler.h"
+#include "engine/engine.h"
+#include "engine/kv_sizing.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
 
 #define MAX_STOPS 16
 #define PREFILL_CHUNK 512

@@ -7,7 +7,7 @@
  * --seq-len tokens (rounded up to whole blocks), per batch, the weights per
  * tensor-parallel rank and, given --device-memory, the KV budget left after the weights
  * and how many blocks, tokens and sequences it holds. --json prints the same numbers as
- * one JSON object. The arithmetic is common/kv_math.c; this file parses, composes and
+ * one JSON object. The arithmetic is common/checkpoint/kv_math.c; this file parses, composes and
  * prints. Exit status: 0 done, 1 a model that cannot be read, 2 a bad option or value.
  */
 #include <errno.h>
@@ -19,11 +19,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/gguf.h"
-#include "common/kv_math.h"
-#include "common/model_config.h"
-#include "common/status.h"
-#include "tools/cli_util.h"
+#include "common/checkpoint/gguf.h"
+#include "common/checkpoint/kv_math.h"
+#include "common/checkpoint/model_config.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
 #include "tools/commands.h"
 
 typedef struct kvc_args {

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tools/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "tools/commands.h"
 
 #define MAX_WORKERS 16

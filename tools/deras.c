@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "tools/commands.h"
 
 static void usage(FILE *f)

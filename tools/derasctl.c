@@ -6,7 +6,7 @@
  *   derasctl health [--json]                       exit 0 ready, 1 not ready
  *   derasctl metrics                               the Prometheus text of GET /metrics
  *
- * One DEALER to the admin socket (common/admin_proto.h; default from common/endpoints.h,
+ * One DEALER to the admin socket (common/wire/admin_proto.h; default from common/wire/endpoints.h,
  * $DERAS_ADMIN or --admin), one request, one reply. A drain's reply comes when the worker
  * is empty or at the drain's timeout (the router aborts what is left then); while it
  * waits, derasctl asks a second socket for `health` every few seconds, so a router that
@@ -28,11 +28,11 @@
 #include <msgpack.h>
 #include <zmq.h>
 
-#include "common/admin_proto.h"
-#include "common/endpoints.h"
-#include "common/msgpack_scan.h"
-#include "common/status.h"
-#include "tools/cli_util.h"
+#include "common/wire/admin_proto.h"
+#include "common/wire/endpoints.h"
+#include "common/wire/msgpack_scan.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
 
 #define HEALTH_EVERY_S 2.0 /* while a drain waits: is the router still there? */
 

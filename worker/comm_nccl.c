@@ -10,9 +10,10 @@
  * bounded too. NOT YET RUN: the CUDA model backend does not exist, so this file is built
  * and linked in CI but has never executed on a GPU.
  */
-#include "comm.h"
+#include "worker/comm_nccl.h"
+#include "worker/shm_sync.h"
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 #ifdef DERAS_HAVE_NCCL
 
@@ -23,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm_impl.h"
+#include "engine/comm_impl.h"
 
 _Static_assert(sizeof(ncclUniqueId) == COMM_NCCL_ID_BYTES, "NCCL unique id size");
 

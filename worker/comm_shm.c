@@ -23,8 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_impl.h"
-#include "common/status.h"
+#include "engine/comm_impl.h"
+#include "worker/comm_shm.h"
+#include "common/base/status.h"
 
 #define COMM_SHM_MAGIC 0x4d4d4f43u /* "COMM" */
 #define ALIGN64(x) (((x) + 63u) & ~(size_t)63u)

@@ -12,12 +12,12 @@
 #include <signal.h>
 #include <time.h>
 
-#include "common/checkpoint.h"
-#include "common/log.h"
-#include "common/status.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
 #include "kernels/backend.h"
 #include "worker/group.h"
-#include "worker/model.h"
+#include "engine/model.h"
 
 int worker_follower_run(const worker_opts *o)
 {

@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/status.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
 #include "worker/plan_ring.h"
 
 #define GROUP_MAGIC 0x50524744u /* "DGRP" */

@@ -6,7 +6,7 @@
  * are all dead is removed too), writes into it what followers must agree on (model
  * config, the model options with the KV cache size it chose, the NCCL unique id on GPUs)
  * and lays out the plan ring (worker/plan_ring.h) and the shared-memory communicator
- * (worker/comm.h). Followers wait for the segment (up to the group timeout), check that
+ * (engine/comm.h). Followers wait for the segment (up to the group timeout), check that
  * their checkpoint has the same config, load their shard and say so; the leader waits
  * for all of them, then serves: each step's plan goes into the ring before the forward
  * pass, and a STOP goes in when it exits cleanly. Only the leader talks to the router,
@@ -25,10 +25,11 @@
 
 #include <stddef.h>
 
-#include "common/model_config.h"
-#include "worker/comm.h"
-#include "worker/model.h"
-#include "worker/step_plan.h"
+#include "common/checkpoint/model_config.h"
+#include "worker/comm_nccl.h"
+#include "worker/comm_shm.h"
+#include "engine/model.h"
+#include "engine/step_plan.h"
 
 typedef struct group group_t;
 

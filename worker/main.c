@@ -24,10 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/endpoints.h"
-#include "common/log.h"
-#include "common/status.h"
-#include "tools/cli_util.h"
+#include "common/wire/endpoints.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/cli/cli_util.h"
 #include "worker/follower.h"
 #include "worker/server.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 #define RING_MAGIC 0x474e4952u /* "RING" */
 #define ALIGN64(x) (((x) + 63u) & ~(size_t)63u)

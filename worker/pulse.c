@@ -10,10 +10,10 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "common/log.h"
-#include "common/status.h"
-#include "common/worker_proto.h"
-#include "common/zmq_check.h"
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/wire/worker_proto.h"
+#include "common/wire/zmq_check.h"
 
 struct pulse {
     pthread_t th;

@@ -28,7 +28,7 @@
  * BYE, re-dispatches those whose client heard nothing yet and ends the others with
  * worker_failed naming the reason - at once, not after its silence timeout.
  *
- * systemd (common/sdnotify.h): READY=1 at the first WELCOME, STOPPING=1 when a stop
+ * systemd (common/service/sdnotify.h): READY=1 at the first WELCOME, STOPPING=1 when a stop
  * begins, WATCHDOG=1 from this loop between steps (never from the pulse thread: a step
  * that never ends must get the process killed).
  */
@@ -45,22 +45,22 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/checkpoint.h"
-#include "common/endpoints.h"
-#include "common/kv_math.h"
-#include "common/log.h"
-#include "common/sdnotify.h"
-#include "common/status.h"
-#include "common/tokenizer.h"
-#include "common/worker_proto.h"
-#include "common/zmq_check.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/wire/endpoints.h"
+#include "common/checkpoint/kv_math.h"
+#include "common/base/log.h"
+#include "common/service/sdnotify.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/wire/worker_proto.h"
+#include "common/wire/zmq_check.h"
 #include "kernels/backend.h"
-#include "worker/engine.h"
+#include "engine/engine.h"
 #include "worker/group.h"
-#include "worker/model.h"
+#include "engine/model.h"
 #include "worker/pulse.h"
-#include "worker/spec_draft.h"
-#include "worker/step_plan.h"
+#include "engine/spec_draft.h"
+#include "engine/step_plan.h"
 
 #define MAX_FRAME (16u << 20) /* bound on a frame from the router */
 #define RECV_BATCH 256        /* router messages handled between two engine steps */

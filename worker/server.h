@@ -2,7 +2,7 @@
  *
  * worker_server_new() loads everything a worker needs - backend, checkpoint, the
  * tokenizer's end-of-generation ids, a KV cache sized from a budget (logged), the engine -
- * and worker_server_run() speaks common/worker_proto.h to deras-router until told to stop:
+ * and worker_server_run() speaks common/wire/worker_proto.h to deras-router until told to stop:
  *
  *   connect a DEALER (routing id = name) -> HELLO -> WELCOME within the handshake timeout
  *   loop: poll the socket and the stop fd (timeout 0 while the engine has work, else until
@@ -29,7 +29,7 @@
 #ifndef DERAS_WORKER_SERVER_H
 #define DERAS_WORKER_SERVER_H
 
-#include "worker/kv_sizing.h"
+#include "engine/kv_sizing.h"
 #include "worker/worker_opts.h"
 
 typedef struct worker_server worker_server;

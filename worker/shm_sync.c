@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 #define SPIN_ROUNDS 256
 

@@ -3,11 +3,11 @@
 
 #include <string.h>
 
-#include "common/endpoints.h"
-#include "common/status.h"
-#include "common/worker_proto.h"
-#include "worker/kv_sizing.h"
-#include "worker/speculative.h"
+#include "common/wire/endpoints.h"
+#include "common/base/status.h"
+#include "common/wire/worker_proto.h"
+#include "engine/kv_sizing.h"
+#include "engine/speculative.h"
 
 void worker_opts_default(worker_opts *o)
 {

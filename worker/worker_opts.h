@@ -28,7 +28,7 @@ typedef struct worker_opts {
     int heartbeat_ms;            /* until WELCOME says otherwise */
     int stop_fd;                 /* readable fd: each byte is one stop request; -1: none */
     const char *spec_proposer;   /* speculative decoding: none, ngram, self:L, draft:PATH
-                                    (worker/speculative.h); NULL: none */
+                                    (engine/speculative.h); NULL: none */
     int spec_k;                  /* most drafts per sequence per step */
     int spec_max_batch;          /* greedy speculation only while running <= this; 0: always */
 } worker_opts;

@@ -16,7 +16,7 @@
 #include <float.h>
 #include <math.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #define ATTN_MAX_HEAD_DIM 256

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/backend_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 

@@ -3,7 +3,7 @@
  * Lets a quantized checkpoint be uploaded as it is stored (a quarter to a half of the
  * bytes over the bus) and expanded on the GPU. One thread per output element: it finds
  * its block and its place in the block's layout and computes the value with the same
- * f32 operations, in the same order, as the reference decoders in common/dtype.c (which
+ * f32 operations, in the same order, as the reference decoders in common/base/dtype.c (which
  * match ggml bit for bit); the products and sums use the _rn intrinsics so the compiler
  * cannot fuse them into FMAs, which would round differently. The f32 result is then
  * rounded once to bf16/fp16. Block headers are re-read by each thread of a block and hit
@@ -12,7 +12,7 @@
 #include "kernels/cuda/cuda_internal.cuh"
 
 extern "C" {
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 }
 
 #define DQ_THREADS 256

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/backend_impl.h"
 #include "kernels/cuda/cuda_ops.h"
 }

@@ -5,7 +5,7 @@
  */
 #include <stdio.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/cuda/cuda_ops.h"
 
 #define NO_CUDA "this build has no CUDA backend (nvcc was not found at configure time)"

@@ -68,7 +68,7 @@ int backend_cuda_sample(backend_t *b, int32_t *tokens, const void *logits,
 /* dst (n_elems) element-type buffer = dequantized GGUF data `src` (device buffer holding
  * n_elems / block_elems blocks of `dtype`, an enum deras_dtype id: F32, F16, BF16, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K). Each element is computed in f32 exactly as
- * common/dtype.c does, then rounded to the element type. DERAS_EUNSUPPORTED for other
+ * common/base/dtype.c does, then rounded to the element type. DERAS_EUNSUPPORTED for other
  * types, DERAS_EFORMAT if n_elems is not a whole number of blocks. */
 int backend_cuda_dequant(backend_t *b, void *dst, const void *src, int dtype, int64_t n_elems);
 

@@ -15,7 +15,7 @@
  * (which stay in L2) and no sort, and the result depends only on the row and u: u comes
  * from the request's own random stream on the host.
  *
- * Semantics against worker/sampler.c (the CPU sampler): the same cuts in the same order
+ * Semantics against engine/sampler.c (the CPU sampler): the same cuts in the same order
  * (min-p, then top-k, then top-p over the top-k mass); ties at a cut keep every tied
  * token, where the CPU keeps the lowest ids; the draw walks the kept tokens in id order
  * rather than rank order, which is the same distribution. Greedy rows (temperature 0)

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/admin_proto.h"
-#include "common/status.h"
-#include "common/utf8.h"
+#include "common/wire/admin_proto.h"
+#include "common/base/status.h"
+#include "common/base/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

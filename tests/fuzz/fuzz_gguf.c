@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/gguf.h"
-#include "common/model_config.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/checkpoint/gguf.h"
+#include "common/checkpoint/model_config.h"
+#include "common/base/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/protocol.h"
-#include "common/status.h"
-#include "common/utf8.h"
+#include "common/wire/protocol.h"
+#include "common/base/status.h"
+#include "common/base/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

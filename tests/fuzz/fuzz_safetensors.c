@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "common/dtype.h"
-#include "common/safetensors.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/checkpoint/safetensors.h"
+#include "common/base/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "common/tokenizer.h"
-#include "common/utf8.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/base/utf8.h"
 
 #ifndef DERAS_DATA_DIR
 #error "DERAS_DATA_DIR must name tests/data"

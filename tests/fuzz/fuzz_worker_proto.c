@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "common/utf8.h"
-#include "common/worker_proto.h"
+#include "common/base/status.h"
+#include "common/base/utf8.h"
+#include "common/wire/worker_proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,10 +10,10 @@
 
 #include <msgpack.h>
 
-#include "common/admin_proto.h"
-#include "common/protocol.h"
-#include "common/status.h"
-#include "common/worker_proto.h"
+#include "common/wire/admin_proto.h"
+#include "common/wire/protocol.h"
+#include "common/base/status.h"
+#include "common/wire/worker_proto.h"
 
 static const char *root;
 

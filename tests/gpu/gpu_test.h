@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "test_util.h"

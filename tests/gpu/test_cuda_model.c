@@ -1,4 +1,4 @@
-/* test_cuda_model.c - the whole forward pass on the CUDA backend (worker/model.c unchanged)
+/* test_cuda_model.c - the whole forward pass on the CUDA backend (engine/model.c unchanged)
  * against Hugging Face transformers' logits for the tiny reference models in tests/data/tiny
  * (GQA, MQA, MHA, llama3 and linear RoPE scaling, Qwen2 biases, Mistral sliding window,
  * tied and separate heads, F32/BF16/F16 safetensors, GGUF F32/Q8_0/Q4_1).
@@ -35,10 +35,10 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "common/checkpoint.h"
+#include "common/checkpoint/checkpoint.h"
 #include "gpu_test.h"
 #include "ref_json.h"
-#include "worker/model.h"
+#include "engine/model.h"
 
 typedef struct runner {
     checkpoint_t *ck;

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 #include "gpu_test.h"
 
 static backend_t *cpu;

@@ -12,7 +12,7 @@
  * ties to the lowest id, exactly.
  *
  * Dequantization: random blocks of every GGUF type (scales patched to finite f16 values)
- * against common/dtype.c's reference decoders, rounded to the element type on the host:
+ * against common/base/dtype.c's reference decoders, rounded to the element type on the host:
  * the device computes the same f32 operations in the same order, so results are equal
  * bit for bit (NaN only where the reference is NaN).
  */
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "gpu_test.h"
 
 static int cmp_desc(const void *a, const void *b)

@@ -1,6 +1,6 @@
 """fake_router.py - a tiny stand-in for deras-router, for testing clients.
 
-Speaks the client protocol (common/protocol.h) on a ZeroMQ ROUTER socket from a thread:
+Speaks the client protocol (common/wire/protocol.h) on a ZeroMQ ROUTER socket from a thread:
 requests, cancels and pings in; chunks, finals, errors and pongs out. It generates no real
 text: sample k of a request yields token ids 100 + 10*k + i with text "w<i> ". Prompts steer
 it, so tests can reach every path:

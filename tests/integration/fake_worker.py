@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fake_worker.py - a deras worker without a model, for testing the router.
 
-Speaks common/worker_proto.h over ZeroMQ like deras-worker does (DEALER, routing id =
+Speaks common/wire/worker_proto.h over ZeroMQ like deras-worker does (DEALER, routing id =
 name, HELLO -> WELCOME, HEARTBEAT, SUBMIT/ABORT/DRAIN, STEP, REJECT), but instead of
 running a model it "generates" each sample by replaying the request's prompt ids in a
 loop, one token per sample per step, every --step-ms. So the router's detokenized output

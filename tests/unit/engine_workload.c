@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 int ew_rnd(uint64_t *rng, int lo, int hi)

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/engine.h"
+#include "engine/engine.h"
 
 #define EW_MAX_PROMPT 300
 

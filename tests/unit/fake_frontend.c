@@ -15,8 +15,8 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "common/protocol.h"
-#include "common/status.h"
+#include "common/wire/protocol.h"
+#include "common/base/status.h"
 
 #define MAX_LIVE 1024
 

@@ -1,5 +1,5 @@
 /* fake_router.h - a router for worker tests: a ZeroMQ ROUTER bound on an ipc path in a
- * fresh temporary directory, speaking common/worker_proto.h, and a record of what the
+ * fresh temporary directory, speaking common/wire/worker_proto.h, and a record of what the
  * worker sent (every STEP's tokens and finishes by request, REJECTs, the last load).
  *
  * One worker at a time (the routing id of the last frame received from the worker's own
@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/worker_proto.h"
+#include "common/wire/worker_proto.h"
 
 #define FR_MAX_REQS 16
 #define FR_MAX_N 4

@@ -1,4 +1,4 @@
-/* test_admin_proto.c - the admin protocol's requests (common/admin_proto.h): what
+/* test_admin_proto.c - the admin protocol's requests (common/wire/admin_proto.h): what
  * derasctl encodes decodes to the same request, every hostile frame gets its stable code
  * and a message naming the problem, and the encoder refuses what the decoder would.
  */
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/admin_proto.h"
-#include "common/status.h"
+#include "common/wire/admin_proto.h"
+#include "common/base/status.h"
 #include "mp_text.h"
 
 static msgpack_sbuffer sb;

@@ -10,8 +10,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "common/chat.h"
-#include "common/status.h"
+#include "common/tokenizer/chat.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 static void test_renders_match_jinja(void **s)

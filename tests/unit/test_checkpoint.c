@@ -16,10 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/checkpoint.h"
-#include "common/gguf.h"
-#include "common/model_config.h"
-#include "common/status.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/checkpoint/gguf.h"
+#include "common/checkpoint/model_config.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 /* ---- small helpers: files and temporary directories ---- */

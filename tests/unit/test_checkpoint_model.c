@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 static void test_model_config_is_smollm2_135m(void **state)

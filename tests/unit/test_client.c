@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "fake_frontend.h"
 #include "test_util.h"
 #include "tools/client/deras_client.h"

@@ -19,9 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "test_util.h"
-#include "worker/comm.h"
+#include "worker/comm_shm.h"
 #include "worker/shm_sync.h"
 
 #define MAXR 4

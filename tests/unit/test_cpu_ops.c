@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/backend.h"
 #include "test_util.h"
 

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 static uint32_t f2u(float f)

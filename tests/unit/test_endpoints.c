@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/endpoints.h"
-#include "common/status.h"
+#include "common/wire/endpoints.h"
+#include "common/base/status.h"
 
 static void default_is_per_user_ipc_in_tmp(void **state)
 {

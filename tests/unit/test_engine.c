@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
 #include "engine_workload.h"
 #include "test_util.h"
-#include "worker/engine.h"
+#include "engine/engine.h"
 
 #define NEAR_TIE test_near_tie()
 #define MAX_REQS 96

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/dtype.h"
-#include "common/gguf.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/checkpoint/gguf.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 #define BAD_NAME "corrupt.gguf"

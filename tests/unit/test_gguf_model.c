@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/gguf.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/checkpoint/gguf.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 static void test_model_metadata_and_tensors_read(void **state)

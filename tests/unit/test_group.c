@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "test_util.h"
 #include "worker/group.h"
 #include "worker/plan_ring.h"

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "test_util.h"
-#include "worker/kv_manager.h"
+#include "engine/kv_manager.h"
 
 #define BS 4
 

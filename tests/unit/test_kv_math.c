@@ -1,4 +1,4 @@
-/* test_kv_math.c - KV-cache, parameter and budget arithmetic (common/kv_math.c).
+/* test_kv_math.c - KV-cache, parameter and budget arithmetic (common/checkpoint/kv_math.c).
  *
  * Pins the KV formula on published architectures (Llama-2-7B at 4096 tokens fp16 is
  * exactly 2 GiB; GQA and MQA models), block rounding, parameter counts against the
@@ -13,9 +13,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/kv_math.h"
-#include "common/model_config.h"
-#include "common/status.h"
+#include "common/checkpoint/kv_math.h"
+#include "common/checkpoint/model_config.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 static const model_config *preset(const char *name)

@@ -6,8 +6,8 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "worker/kv_sizing.h"
+#include "common/base/status.h"
+#include "engine/kv_sizing.h"
 
 /* SmolLM2-135M: 30 layers, 3 KV heads x 64 */
 static model_config smollm2(void)

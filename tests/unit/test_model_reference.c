@@ -26,12 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
-#include "common/tokenizer.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
 #include "ref_json.h"
 #include "test_util.h"
-#include "worker/model.h"
+#include "engine/model.h"
 
 static backend_t *be;
 

@@ -28,12 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
 #include "test_util.h"
-#include "worker/comm.h"
-#include "worker/model.h"
-#include "worker/tp_layout.h"
+#include "worker/comm_shm.h"
+#include "engine/model.h"
+#include "engine/tp_layout.h"
 
 #define MAX_TP 4
 #define BS 4

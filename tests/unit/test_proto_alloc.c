@@ -19,9 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/protocol.h"
-#include "common/status.h"
-#include "common/worker_proto.h"
+#include "common/wire/protocol.h"
+#include "common/base/status.h"
+#include "common/wire/worker_proto.h"
 #include "mp_text.h"
 #include "test_util.h"
 

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/msgpack_scan.h"
-#include "common/protocol.h"
-#include "common/status.h"
+#include "common/wire/msgpack_scan.h"
+#include "common/wire/protocol.h"
+#include "common/base/status.h"
 #include "mp_text.h"
 #include "test_util.h"
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "router/dispatch.h"
 #include "router/requests.h"
 #include "router/workers.h"

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "common/utf8.h"
+#include "common/base/status.h"
+#include "common/base/utf8.h"
 #include "router/stream.h"
 #include "test_util.h"
 

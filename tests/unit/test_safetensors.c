@@ -12,9 +12,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/safetensors.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/checkpoint/safetensors.h"
+#include "common/base/status.h"
 #include "test_util.h"
 
 #define BAD_NAME "corrupt.safetensors"

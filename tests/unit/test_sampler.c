@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "test_util.h"
-#include "worker/sampler.h"
+#include "engine/sampler.h"
 
 /* chi-square 0.999 quantiles for df = 1..10 */
 static const double chi2_999[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59};

@@ -1,4 +1,4 @@
-/* test_sdnotify.c - common/sdnotify.h against a fake systemd: an AF_UNIX datagram socket
+/* test_sdnotify.c - common/service/sdnotify.h against a fake systemd: an AF_UNIX datagram socket
  * named by $NOTIFY_SOCKET, as systemd's own is. What arrives there is what systemd would
  * read: READY=1, STOPPING=1, STATUS= lines, and WATCHDOG=1 at half of $WATCHDOG_USEC only
  * when it is due; nothing at all without $NOTIFY_SOCKET or $WATCHDOG_USEC.
@@ -15,7 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "common/sdnotify.h"
+#include "common/service/sdnotify.h"
 
 typedef struct fake_systemd {
     char dir[48], path[96];

@@ -26,14 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
-#include "common/tokenizer.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
 #include "engine_workload.h"
 #include "test_util.h"
-#include "worker/engine.h"
-#include "worker/spec_draft.h"
-#include "worker/spec_ngram.h"
+#include "engine/engine.h"
+#include "engine/spec_draft.h"
+#include "engine/spec_ngram.h"
 
 #define NEAR_TIE test_near_tie()
 #define MAX_REQS 64

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 static void status_names_are_stable_snake_case(void **state)
 {

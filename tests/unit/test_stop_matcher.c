@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "common/stop_matcher.h"
+#include "common/base/status.h"
+#include "common/tokenizer/stop_matcher.h"
 #include "test_util.h"
 
 /* Stream `text` in pieces of the given sizes (cycled); return the released text and the

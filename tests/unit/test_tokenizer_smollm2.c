@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "common/chat.h"
+#include "common/tokenizer/chat.h"
 #include "test_util.h"
 #include "tok_vectors.h"
 

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
-#include "common/worker_proto.h"
+#include "common/base/status.h"
+#include "common/wire/worker_proto.h"
 #include "mp_text.h"
 #include "test_util.h"
 

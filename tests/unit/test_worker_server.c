@@ -16,12 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/checkpoint.h"
-#include "common/status.h"
-#include "common/tokenizer.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
 #include "fake_router.h"
 #include "test_util.h"
-#include "worker/engine.h"
+#include "engine/engine.h"
 #include "worker/server.h"
 
 #define WAIT_S 20.0 /* generous: sanitizer builds on two shared cores */

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/gguf.h"
-#include "common/status.h"
-#include "common/tokenizer.h"
-#include "common/utf8.h"
+#include "common/checkpoint/gguf.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/base/utf8.h"
 
 static inline tokenizer_t *tt_from_gguf(const char *path)
 {

@@ -23,8 +23,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/status.h"
-#include "common/zmq_check.h"
+#include "common/base/status.h"
+#include "common/wire/zmq_check.h"
 
 typedef struct live_req {
     char id[PROTO_MAX_ID + 1]; /* "" = empty slot */

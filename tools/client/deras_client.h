@@ -1,7 +1,7 @@
 /* deras_client.h - the C client of deras-router: requests out, events in, over one socket.
  *
  * A deras_client is one ZeroMQ DEALER socket connected to the router's client endpoint
- * (optionally CURVE-encrypted), the protocol codec (common/protocol.h), and a table of the
+ * (optionally CURVE-encrypted), the protocol codec (common/wire/protocol.h), and a table of the
  * requests in flight. Any number of requests may be in flight; their events (chunks,
  * finals, errors) arrive interleaved through deras_client_recv(), each tagged with the
  * request's id and the user pointer given when it was sent, and flagged `done` on the
@@ -16,7 +16,7 @@
  *   while (deras_client_recv(c, 30000, &ev) == DERAS_OK) { ...; if (ev.done) break; }
  *   deras_client_destroy(&c);
  *
- * Status convention of deras (common/status.h): 0 on success, a negative deras_status on
+ * Status convention of deras (common/base/status.h): 0 on success, a negative deras_status on
  * failure with deras_errmsg() saying what failed; the constructor returns NULL. Every wait
  * takes a timeout, so a dead router surfaces as DERAS_ETIMEOUT, never as a hang.
  *
@@ -31,7 +31,7 @@
 
 #include <stdbool.h>
 
-#include "common/protocol.h"
+#include "common/wire/protocol.h"
 
 #define DERAS_CLIENT_DEFAULT_ADDRESS "tcp://127.0.0.1:5555"
 

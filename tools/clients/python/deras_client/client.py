@@ -31,7 +31,7 @@ from .types import (PROTOCOL_VERSION, Choice, Chunk, Completion, DerasError, Der
 DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
 DEFAULT_TIMEOUT = 120.0
 
-# Request fields by wire name (common/protocol.h, docs/protocol.md) and the Python type
+# Request fields by wire name (common/wire/protocol.h, docs/protocol.md) and the Python type
 # they must have. Anything else passed to complete()/stream() is a TypeError, raised before
 # a byte is sent.
 INT_PARAMS = ("max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms",

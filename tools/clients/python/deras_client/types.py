@@ -5,7 +5,7 @@ from typing import Any, List, Optional
 
 PROTOCOL_VERSION = 1
 
-# Stable error codes of the protocol (common/protocol.h); "timeout" is the client's own.
+# Stable error codes of the protocol (common/wire/protocol.h); "timeout" is the client's own.
 ERROR_CODES = (
     "malformed", "unsupported_version", "unknown_type", "invalid_field", "missing_field",
     "message_too_large", "limit_exceeded", "value_out_of_range", "token_out_of_range",

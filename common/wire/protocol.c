@@ -1,0 +1,863 @@
+/* protocol.c - the client protocol: strict decoding and reusable encoding (see protocol.h).
+ *
+ * Decoding runs in three stages. ps_open() refuses frames over the size limit, scans the
+ * rest without trusting any declared length (msgpack_scan.c) and unpacks it into the
+ * decoder's reusable zone. The header pass then reads "v", "type" and, for the error
+ * report, the id, so a later failure can still name the request. Last, one walk over the
+ * map matches every key against the message's schema: each field's checker returns the
+ * first violation with its code and a message naming the field and the bound.
+ *
+ * A decoded message owns nothing in the caller's buffer: strings and id arrays are copied
+ * into the decoder's storage (sized at the start of each decode from the frame length, so
+ * the copies never move), which lets the caller free the ZeroMQ message right away. That
+ * storage, like the zone, stays allocated between decodes up to a retain size, so a warm
+ * decoder decodes without calling malloc; more than that (a hostile or exceptional frame)
+ * is given back at the next decode.
+ *
+ * Encoding packs into one msgpack_sbuffer per encoder, cleared (not freed) before each
+ * message, so after the first few messages encoding allocates nothing.
+ */
+#include "protocol.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "msgpack_scan.h"
+#include "proto_schema.h"
+#include "common/base/status.h"
+
+static const char *const error_names[PE_N_CODES] = {
+    [PE_NONE] = "none",
+    [PE_MALFORMED] = "malformed",
+    [PE_UNSUPPORTED_VERSION] = "unsupported_version",
+    [PE_UNKNOWN_TYPE] = "unknown_type",
+    [PE_INVALID_FIELD] = "invalid_field",
+    [PE_MISSING_FIELD] = "missing_field",
+    [PE_MESSAGE_TOO_LARGE] = "message_too_large",
+    [PE_LIMIT_EXCEEDED] = "limit_exceeded",
+    [PE_VALUE_OUT_OF_RANGE] = "value_out_of_range",
+    [PE_TOKEN_OUT_OF_RANGE] = "token_out_of_range",
+    [PE_INVALID_UTF8] = "invalid_utf8",
+    [PE_CONTEXT_LENGTH_EXCEEDED] = "context_length_exceeded",
+    [PE_DUPLICATE_ID] = "duplicate_id",
+    [PE_UNKNOWN_REQUEST] = "unknown_request",
+    [PE_BUSY] = "busy",
+    [PE_NO_WORKERS] = "no_workers",
+    [PE_WORKER_FAILED] = "worker_failed",
+    [PE_DEADLINE_EXCEEDED] = "deadline_exceeded",
+    [PE_SHUTTING_DOWN] = "shutting_down",
+    [PE_INTERNAL] = "internal",
+};
+
+const char *proto_error_name(enum proto_error_code c)
+{
+    if ((int)c < 0 || c >= PE_N_CODES)
+        return "internal";
+    return error_names[c];
+}
+
+void proto_limits_default(proto_limits *l)
+{
+    l->max_message_bytes = 4u << 20;
+    l->max_prompt_bytes = 1 << 20;
+    l->max_prompt_ids = 131072;
+    l->max_tokens = 32768;
+    l->max_deadline_ms = 24ll * 3600 * 1000;
+}
+
+/* ---- decoder storage ---- */
+
+#define STORAGE_RETAIN_BYTES (2u << 20)
+
+struct proto_decoder {
+    proto_limits lim;
+    mp_frame *frame;
+    char *bytes;                 /* copied strings of the last message */
+    size_t bytes_cap, bytes_used;
+    int32_t *ids;                /* the one id array of the last message */
+    size_t ids_cap, ids_retain;
+    proto_worker_status workers[PROTO_MAX_WORKERS];
+};
+
+proto_decoder *proto_decoder_new(const proto_limits *lim)
+{
+    proto_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    if (lim)
+        d->lim = *lim;
+    else
+        proto_limits_default(&d->lim);
+    if (d->lim.max_prompt_ids < 0)
+        d->lim.max_prompt_ids = 0;
+    d->ids_retain = (size_t)d->lim.max_prompt_ids + 1024;
+    /* A full-size id prompt should not make the zone thrash: keep what it needs. */
+    d->frame = mp_frame_new(((size_t)d->lim.max_prompt_ids + 1024) * sizeof(msgpack_object) * 2);
+    if (!d->frame) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void proto_decoder_destroy(proto_decoder **dp)
+{
+    if (!dp || !*dp)
+        return;
+    proto_decoder *d = *dp;
+    mp_frame_destroy(&d->frame);
+    free(d->bytes);
+    free(d->ids);
+    free(d);
+    *dp = NULL;
+}
+
+/* Copy n bytes (plus a NUL) into the prepared storage; the caller sized it from the frame,
+ * which contains every copied string, so this cannot run out. */
+static const char *keep(proto_decoder *d, const char *p, size_t n)
+{
+    char *dst = d->bytes + d->bytes_used;
+    if (n)
+        memcpy(dst, p, n);
+    dst[n] = '\0';
+    d->bytes_used += n + 1;
+    return dst;
+}
+
+/* Storage for a frame of len bytes holding at most 32 strings. */
+static int prepare(proto_decoder *d, size_t len, proto_error *err)
+{
+    d->bytes_used = 0;
+    if (ps_grow((void **)&d->bytes, &d->bytes_cap, len + 64, 1, STORAGE_RETAIN_BYTES) !=
+        DERAS_OK) {
+        ps_fail(err, PE_INTERNAL, "out of memory decoding a %zu-byte message", len);
+        return DERAS_ENOMEM;
+    }
+    return DERAS_OK;
+}
+
+/* An array of 1..max token ids (min 0 allows empty) into the decoder's id storage. */
+static int id_array(proto_decoder *d, const msgpack_object *o, const char *field, uint32_t min,
+                    uint32_t max, const int32_t **ids, int *n, proto_error *err)
+{
+    const msgpack_object *items;
+    uint32_t k;
+    int rc = ps_array(o, max, &items, &k, err, "%s", field);
+    if (rc != DERAS_OK)
+        return rc;
+    if (k < min)
+        return ps_fail(err, PE_INVALID_FIELD, "%s must have %u..%u ids, got %u", field, min, max,
+                       k);
+    if (ps_grow((void **)&d->ids, &d->ids_cap, k, sizeof *d->ids, d->ids_retain) != DERAS_OK) {
+        ps_fail(err, PE_INTERNAL, "out of memory for %u token ids", k);
+        return DERAS_ENOMEM;
+    }
+    for (uint32_t i = 0; i < k; i++)
+        if ((rc = ps_token(&items[i], &d->ids[i], err, "%s[%u]", field, i)) != DERAS_OK)
+            return rc;
+    *ids = d->ids;
+    *n = (int)k;
+    return DERAS_OK;
+}
+
+/* ---- client -> router ---- */
+
+enum req_field {
+    RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM,
+    RF_TEMPERATURE, RF_TOP_P, RF_TOP_K, RF_MIN_P, RF_REPETITION_PENALTY, RF_PRESENCE_PENALTY,
+    RF_FREQUENCY_PENALTY, RF_SEED, RF_STOP, RF_STOP_TOKEN_IDS, RF_LOGPROBS, RF_IGNORE_EOS,
+    RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS, RF_NUM_SPECULATIVE_TOKENS, RF_N_FIELDS
+};
+
+static const char *const req_names[RF_N_FIELDS] = {
+    "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "temperature",
+    "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+    "seed", "stop", "stop_token_ids", "logprobs", "ignore_eos", "add_special_tokens",
+    "deadline_ms", "num_speculative_tokens",
+};
+
+static const char *const client_types[] = {"request", "cancel", "ping"};
+
+/* Keys each client message may carry. */
+#define BIT(f) (1ull << (f))
+static const uint64_t client_allowed[] = {
+    ~0ull,                                    /* request: every field */
+    BIT(RF_TYPE) | BIT(RF_V) | BIT(RF_ID),    /* cancel */
+    BIT(RF_TYPE) | BIT(RF_V),                 /* ping */
+};
+
+static void request_defaults(proto_request *r)
+{
+    memset(r, 0, sizeof *r);
+    r->max_tokens = 256;
+    r->n = 1;
+    r->temperature = 1.0f;
+    r->top_p = 1.0f;
+    r->repetition_penalty = 1.0f;
+    r->add_special_tokens = true;
+}
+
+static int request_stops(proto_decoder *d, const msgpack_object *v, proto_request *r,
+                         proto_error *err)
+{
+    const msgpack_object *items;
+    uint32_t k;
+    int rc = ps_array(v, PROTO_MAX_STOPS, &items, &k, err, "stop");
+    for (uint32_t i = 0; rc == DERAS_OK && i < k; i++) {
+        const char *p;
+        size_t n;
+        if ((rc = ps_str(&items[i], 1, PROTO_MAX_STOP_BYTES, &p, &n, err, "stop[%u]", i)) !=
+            DERAS_OK)
+            break;
+        r->stops[i] = keep(d, p, n);
+        r->stop_lens[i] = n;
+    }
+    if (rc == DERAS_OK)
+        r->n_stops = (int)k;
+    return rc;
+}
+
+static int request_stop_ids(const msgpack_object *v, proto_request *r, proto_error *err)
+{
+    const msgpack_object *items;
+    uint32_t k;
+    int rc = ps_array(v, PROTO_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
+    for (uint32_t i = 0; rc == DERAS_OK && i < k; i++)
+        rc = ps_token(&items[i], &r->stop_ids[i], err, "stop_token_ids[%u]", i);
+    if (rc == DERAS_OK)
+        r->n_stop_ids = (int)k;
+    return rc;
+}
+
+/* One request field. */
+static int request_field(proto_decoder *d, int f, const msgpack_object *v, proto_request *r,
+                         bool *has_prompt, proto_error *err)
+{
+    const proto_limits *L = &d->lim;
+    int64_t i64;
+    const char *p;
+    size_t n;
+    int rc = DERAS_OK;
+    switch ((enum req_field)f) {
+    case RF_TYPE:
+    case RF_V:
+        return DERAS_OK; /* checked by ps_header */
+    case RF_ID:
+        return ps_cstr(v, 1, PROTO_MAX_ID, r->id, err, "id");
+    case RF_PROMPT:
+        rc = ps_str(v, 0, (size_t)(L->max_prompt_bytes < 0 ? 0 : L->max_prompt_bytes), &p, &n, err, "prompt");
+        if (rc == DERAS_OK) {
+            r->prompt = keep(d, p, n);
+            r->prompt_len = n;
+            *has_prompt = true;
+        }
+        return rc;
+    case RF_PROMPT_IDS:
+        return id_array(d, v, "prompt_ids", 1, (uint32_t)L->max_prompt_ids, &r->prompt_ids,
+                        &r->n_prompt_ids, err);
+    case RF_MAX_TOKENS:
+        rc = ps_int(v, 1, L->max_tokens, PE_LIMIT_EXCEEDED, &i64, err, "max_tokens");
+        r->max_tokens = (int)i64;
+        return rc;
+    case RF_N:
+        rc = ps_int(v, 1, PROTO_MAX_N, PE_LIMIT_EXCEEDED, &i64, err, "n");
+        r->n = (int)i64;
+        return rc;
+    case RF_STREAM:
+        return ps_bool(v, &r->stream, err, "stream");
+    case RF_TEMPERATURE:
+        return ps_float(v, 0, false, 100, false, &r->temperature, err, "temperature");
+    case RF_TOP_P:
+        return ps_float(v, 0, true, 1, false, &r->top_p, err, "top_p");
+    case RF_TOP_K:
+        rc = ps_int(v, 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &i64, err, "top_k");
+        r->top_k = (int)i64;
+        return rc;
+    case RF_MIN_P:
+        return ps_float(v, 0, false, 1, false, &r->min_p, err, "min_p");
+    case RF_REPETITION_PENALTY:
+        return ps_float(v, 0, true, 10, false, &r->repetition_penalty, err, "repetition_penalty");
+    case RF_PRESENCE_PENALTY:
+        return ps_float(v, -2, false, 2, false, &r->presence_penalty, err, "presence_penalty");
+    case RF_FREQUENCY_PENALTY:
+        return ps_float(v, -2, false, 2, false, &r->frequency_penalty, err, "frequency_penalty");
+    case RF_SEED:
+        rc = ps_u64(v, &r->seed, err, "seed");
+        r->has_seed = rc == DERAS_OK;
+        return rc;
+    case RF_STOP:
+        return request_stops(d, v, r, err);
+    case RF_STOP_TOKEN_IDS:
+        return request_stop_ids(v, r, err);
+    case RF_LOGPROBS:
+        rc = ps_int(v, 0, PROTO_MAX_LOGPROBS, PE_LIMIT_EXCEEDED, &i64, err, "logprobs");
+        r->logprobs = (int)i64;
+        return rc;
+    case RF_IGNORE_EOS:
+        return ps_bool(v, &r->ignore_eos, err, "ignore_eos");
+    case RF_ADD_SPECIAL_TOKENS:
+        return ps_bool(v, &r->add_special_tokens, err, "add_special_tokens");
+    case RF_DEADLINE_MS:
+        return ps_int(v, 1, L->max_deadline_ms, PE_LIMIT_EXCEEDED, &r->deadline_ms, err, "deadline_ms");
+    case RF_NUM_SPECULATIVE_TOKENS:
+        rc = ps_int(v, 0, PROTO_MAX_SPEC_TOKENS, PE_VALUE_OUT_OF_RANGE, &i64, err,
+                    "num_speculative_tokens");
+        r->num_speculative_tokens = i64 == 0 ? -1 : (int)i64;
+        return rc;
+    case RF_N_FIELDS:
+        break;
+    }
+    return ps_fail(err, PE_INTERNAL, "request field %d has no checker", f);
+}
+
+/* The id of a request or cancel, for the error report, when it is a valid id. */
+static void capture_id(const msgpack_object_kv *kv, uint32_t n, proto_error *err)
+{
+    const msgpack_object *id = ps_find(kv, n, "id");
+    proto_error scratch = {0};
+    char tmp[PROTO_MAX_ID + 1];
+    if (id && ps_cstr(id, 1, PROTO_MAX_ID, tmp, &scratch, "id") == DERAS_OK)
+        memcpy(err->id, tmp, sizeof tmp);
+    deras_errclear();
+}
+
+int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_client_msg *out,
+                        proto_error *err)
+{
+    proto_error scratch;
+    if (!err)
+        err = &scratch;
+    memset(err, 0, sizeof *err);
+    if (!d || (!buf && len) || !out) {
+        ps_fail(err, PE_INTERNAL, "proto_decode_client: bad arguments");
+        return DERAS_EINVAL;
+    }
+    mp_scan_limits lim = {.max_depth = 8,
+                          .max_items = (size_t)d->lim.max_prompt_ids + 4 * RF_N_FIELDS +
+                                       PROTO_MAX_STOPS + PROTO_MAX_STOP_IDS + 16};
+    const msgpack_object_kv *kv;
+    uint32_t n;
+    int type, rc;
+    if ((rc = ps_open(d->frame, buf, len, d->lim.max_message_bytes, &lim, &kv, &n, err)) !=
+        DERAS_OK)
+        goto done;
+    capture_id(kv, n, err);
+    if ((rc = ps_header(kv, n, PROTO_VERSION, client_types, 3, &type, err)) != DERAS_OK)
+        goto done;
+    if ((rc = prepare(d, len, err)) != DERAS_OK)
+        goto done;
+    memset(out, 0, sizeof *out);
+    out->type = (enum proto_client_type)(type + 1);
+    proto_request *r = &out->req;
+    request_defaults(r);
+    uint64_t seen = 0;
+    bool has_prompt = false;
+    for (uint32_t i = 0; i < n; i++) {
+        int f = ps_lookup(&kv[i].key, req_names, RF_N_FIELDS);
+        if (f < 0 || !(client_allowed[type] & BIT(f))) {
+            rc = ps_unknown_key(&kv[i].key, client_types[type], err);
+            goto done;
+        }
+        if ((rc = ps_seen(&seen, f, req_names[f], err)) != DERAS_OK ||
+            (rc = request_field(d, f, &kv[i].val, r, &has_prompt, err)) != DERAS_OK)
+            goto done;
+    }
+    if (type != 2 && !(seen & BIT(RF_ID))) {
+        rc = ps_fail(err, PE_MISSING_FIELD, "id is required");
+        goto done;
+    }
+    if (type == 1) {
+        memcpy(out->cancel_id, r->id, sizeof out->cancel_id);
+        request_defaults(r);
+    } else if (type == 0) {
+        bool has_ids = seen & BIT(RF_PROMPT_IDS);
+        if (has_prompt && has_ids)
+            rc = ps_fail(err, PE_INVALID_FIELD, "give exactly one of prompt and prompt_ids, got both");
+        else if (!has_prompt && !has_ids)
+            rc = ps_fail(err, PE_MISSING_FIELD, "prompt or prompt_ids is required");
+    } else {
+        request_defaults(r);
+    }
+done:
+    return ps_close(d->frame, rc);
+}
+
+/* ---- router -> client (decoding, for the C client) ---- */
+
+enum srv_field {
+    SF_TYPE, SF_V, SF_ID, SF_INDEX, SF_TOKEN_IDS, SF_TEXT, SF_LOGPROBS, SF_FINISH_REASON,
+    SF_ABORT_REASON, SF_USAGE, SF_CODE, SF_MESSAGE, SF_WORKERS, SF_N_FIELDS
+};
+
+static const char *const srv_names[SF_N_FIELDS] = {
+    "type", "v", "id", "index", "token_ids", "text", "logprobs", "finish_reason",
+    "abort_reason", "usage", "code", "message", "workers",
+};
+
+static const char *const server_types[] = {"chunk", "final", "error", "pong"};
+
+static const uint64_t server_allowed[] = {
+    BIT(SF_TYPE) | BIT(SF_V) | BIT(SF_ID) | BIT(SF_INDEX) | BIT(SF_TOKEN_IDS) | BIT(SF_TEXT) |
+        BIT(SF_LOGPROBS),
+    BIT(SF_TYPE) | BIT(SF_V) | BIT(SF_ID) | BIT(SF_INDEX) | BIT(SF_TOKEN_IDS) | BIT(SF_TEXT) |
+        BIT(SF_LOGPROBS) | BIT(SF_FINISH_REASON) | BIT(SF_ABORT_REASON) | BIT(SF_USAGE),
+    BIT(SF_TYPE) | BIT(SF_V) | BIT(SF_ID) | BIT(SF_CODE) | BIT(SF_MESSAGE),
+    BIT(SF_TYPE) | BIT(SF_V) | BIT(SF_WORKERS),
+};
+
+static const uint64_t server_required[] = {
+    BIT(SF_TYPE) | BIT(SF_ID) | BIT(SF_INDEX) | BIT(SF_TOKEN_IDS) | BIT(SF_TEXT),
+    BIT(SF_TYPE) | BIT(SF_ID) | BIT(SF_INDEX) | BIT(SF_FINISH_REASON) | BIT(SF_USAGE),
+    BIT(SF_TYPE) | BIT(SF_ID) | BIT(SF_CODE) | BIT(SF_MESSAGE),
+    BIT(SF_TYPE) | BIT(SF_WORKERS),
+};
+
+static const char *const usage_names[] = {"prompt_tokens", "completion_tokens", "queue_ms",
+                                          "ttft_ms", "total_ms", "spec_proposed",
+                                          "spec_accepted", "spec_verifications"};
+#define N_USAGE 8
+#define USAGE_REQUIRED 0x1f /* the speculation counters are optional */
+
+static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *err)
+{
+    const msgpack_object_kv *kv;
+    uint32_t n;
+    uint64_t seen = 0;
+    int rc = ps_map(o, &kv, &n, err, "usage");
+    for (uint32_t i = 0; rc == DERAS_OK && i < n; i++) {
+        int f = ps_lookup(&kv[i].key, usage_names, N_USAGE);
+        if (f < 0)
+            return ps_unknown_key(&kv[i].key, "usage", err);
+        if ((rc = ps_seen(&seen, f, usage_names[f], err)) != DERAS_OK)
+            return rc;
+        int64_t v = 0;
+        const msgpack_object *val = &kv[i].val;
+        const char *name = usage_names[f];
+        switch (f) {
+        case 0:
+        case 1:
+            rc = ps_int(val, 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &v, err, "usage.%s", name);
+            *(f == 0 ? &u->prompt_tokens : &u->completion_tokens) = (int)v;
+            break;
+        case 2: rc = ps_double(val, 0, 1e300, &u->queue_ms, err, "usage.%s", name); break;
+        case 3: rc = ps_double(val, 0, 1e300, &u->ttft_ms, err, "usage.%s", name); break;
+        case 4: rc = ps_double(val, 0, 1e300, &u->total_ms, err, "usage.%s", name); break;
+        case 5: rc = ps_u64(val, &u->spec_proposed, err, "usage.%s", name); break;
+        case 6: rc = ps_u64(val, &u->spec_accepted, err, "usage.%s", name); break;
+        default: rc = ps_u64(val, &u->spec_verifications, err, "usage.%s", name); break;
+        }
+    }
+    if (rc == DERAS_OK && (seen & USAGE_REQUIRED) != USAGE_REQUIRED)
+        for (int f = 0; f < 5; f++)
+            if (!(seen & BIT(f)))
+                return ps_fail(err, PE_MISSING_FIELD, "usage.%s is required", usage_names[f]);
+    if (rc == DERAS_OK && (u->spec_accepted > u->spec_proposed ||
+                           u->spec_verifications > u->spec_proposed))
+        return ps_fail(err, PE_VALUE_OUT_OF_RANGE, "usage: spec_accepted and "
+                       "spec_verifications must not exceed spec_proposed");
+    return rc;
+}
+
+static const char *const worker_names[] = {"name", "state", "running", "waiting",
+                                           "kv_blocks_free", "kv_blocks_total", "served"};
+
+static int decode_worker(const msgpack_object *o, uint32_t k, proto_worker_status *w,
+                         proto_error *err)
+{
+    const msgpack_object_kv *kv;
+    uint32_t n;
+    uint64_t seen = 0;
+    char where[24];
+    snprintf(where, sizeof where, "workers[%u]", k);
+    int rc = ps_map(o, &kv, &n, err, "%s", where);
+    for (uint32_t i = 0; rc == DERAS_OK && i < n; i++) {
+        int f = ps_lookup(&kv[i].key, worker_names, 7);
+        if (f < 0)
+            return ps_unknown_key(&kv[i].key, where, err);
+        if ((rc = ps_seen(&seen, f, worker_names[f], err)) != DERAS_OK)
+            return rc;
+        int64_t v = 0;
+        const msgpack_object *val = &kv[i].val;
+        const char *name = worker_names[f];
+        switch (f) {
+        case 0: rc = ps_cstr(val, 1, sizeof w->name - 1, w->name, err, "%s.%s", where, name); break;
+        case 1: rc = ps_cstr(val, 1, sizeof w->state - 1, w->state, err, "%s.%s", where, name); break;
+        case 6: rc = ps_u64(val, &w->served, err, "%s.%s", where, name); break;
+        default:
+            rc = ps_int(val, 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &v, err, "%s.%s", where, name);
+            *(f == 2   ? &w->running
+              : f == 3 ? &w->waiting
+              : f == 4 ? &w->kv_blocks_free
+                       : &w->kv_blocks_total) = (int)v;
+            break;
+        }
+    }
+    if (rc == DERAS_OK && seen != 0x7f)
+        for (int f = 0; f < 7; f++)
+            if (!(seen & BIT(f)))
+                return ps_fail(err, PE_MISSING_FIELD, "%s.%s is required", where,
+                               worker_names[f]);
+    return rc;
+}
+
+static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_server_msg *m,
+                        proto_error *err)
+{
+    int64_t i64;
+    const char *p;
+    size_t n;
+    int rc = DERAS_OK;
+    char buf[32];
+    switch ((enum srv_field)f) {
+    case SF_TYPE:
+    case SF_V:
+        return DERAS_OK;
+    case SF_ID:
+        return ps_cstr(v, m->type == PROTO_ERROR ? 0 : 1, PROTO_MAX_ID, m->id, err, "id");
+    case SF_INDEX:
+        rc = ps_int(v, 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &i64, err, "index");
+        m->index = (int)i64;
+        return rc;
+    case SF_TOKEN_IDS:
+        return id_array(d, v, "token_ids", 0, UINT32_MAX, &m->token_ids, &m->n_token_ids, err);
+    case SF_TEXT:
+        if ((rc = ps_str(v, 0, SIZE_MAX, &p, &n, err, "text")) == DERAS_OK) {
+            m->text = keep(d, p, n);
+            m->text_len = n;
+        }
+        return rc;
+    case SF_LOGPROBS: {
+        const msgpack_object *items;
+        uint32_t k;
+        return ps_array(v, UINT32_MAX, &items, &k, err, "logprobs"); /* skipped */
+    }
+    case SF_FINISH_REASON:
+    case SF_ABORT_REASON:
+        if ((rc = ps_cstr(v, 1, sizeof buf - 1, buf, err, "%s", srv_names[f])) == DERAS_OK)
+            *(f == SF_FINISH_REASON ? &m->finish_reason : &m->abort_reason) =
+                keep(d, buf, strlen(buf));
+        return rc;
+    case SF_USAGE:
+        return decode_usage(v, &m->usage, err);
+    case SF_CODE:
+        if (v->type != MSGPACK_OBJECT_STR)
+            return ps_fail(err, PE_INVALID_FIELD, "code must be a string, got %s",
+                           ps_type_name(v));
+        m->code = ps_error_code(v);
+        return DERAS_OK;
+    case SF_MESSAGE:
+        if ((rc = ps_str(v, 0, SIZE_MAX, &p, &n, err, "message")) == DERAS_OK)
+            m->message = keep(d, p, n);
+        return rc;
+    case SF_WORKERS: {
+        const msgpack_object *items;
+        uint32_t k;
+        if ((rc = ps_array(v, PROTO_MAX_WORKERS, &items, &k, err, "workers")) != DERAS_OK)
+            return rc;
+        for (uint32_t i = 0; i < k; i++) {
+            memset(&d->workers[i], 0, sizeof d->workers[i]);
+            if ((rc = decode_worker(&items[i], i, &d->workers[i], err)) != DERAS_OK)
+                return rc;
+        }
+        m->workers = d->workers;
+        m->n_workers = (int)k;
+        return DERAS_OK;
+    }
+    case SF_N_FIELDS:
+        break;
+    }
+    return ps_fail(err, PE_INTERNAL, "reply field %d has no checker", f);
+}
+
+int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_server_msg *out,
+                        proto_error *err)
+{
+    proto_error scratch;
+    if (!err)
+        err = &scratch;
+    memset(err, 0, sizeof *err);
+    if (!d || (!buf && len) || !out) {
+        ps_fail(err, PE_INTERNAL, "proto_decode_server: bad arguments");
+        return DERAS_EINVAL;
+    }
+    /* Replies can be large (a non-streaming final with logprobs), so only the inherent
+     * bound applies: at most one object per byte. */
+    mp_scan_limits lim = {.max_depth = 6, .max_items = len};
+    const msgpack_object_kv *kv;
+    uint32_t n;
+    int type, rc;
+    if ((rc = ps_open(d->frame, buf, len, SIZE_MAX, &lim, &kv, &n, err)) != DERAS_OK)
+        goto done;
+    capture_id(kv, n, err);
+    if ((rc = ps_header(kv, n, PROTO_VERSION, server_types, 4, &type, err)) != DERAS_OK ||
+        (rc = prepare(d, len, err)) != DERAS_OK)
+        goto done;
+    memset(out, 0, sizeof *out);
+    out->type = (enum proto_server_type)(type + 1);
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int f = ps_lookup(&kv[i].key, srv_names, SF_N_FIELDS);
+        if (f < 0 || !(server_allowed[type] & BIT(f))) {
+            rc = ps_unknown_key(&kv[i].key, server_types[type], err);
+            goto done;
+        }
+        if ((rc = ps_seen(&seen, f, srv_names[f], err)) != DERAS_OK ||
+            (rc = server_field(d, f, &kv[i].val, out, err)) != DERAS_OK)
+            goto done;
+    }
+    rc = ps_required(server_required[type], seen, srv_names, SF_N_FIELDS, server_types[type],
+                     err);
+done:
+    return ps_close(d->frame, rc);
+}
+
+/* ---- encoders ---- */
+
+struct proto_encoder {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+};
+
+proto_encoder *proto_encoder_new(void)
+{
+    proto_encoder *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    msgpack_sbuffer_init(&e->sb);
+    msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
+    return e;
+}
+
+void proto_encoder_destroy(proto_encoder **ep)
+{
+    if (!ep || !*ep)
+        return;
+    msgpack_sbuffer_destroy(&(*ep)->sb);
+    free(*ep);
+    *ep = NULL;
+}
+
+/* Packing helpers: each returns msgpack-c's 0 / -1 so calls can be or-ed together; the
+ * only way a pack fails is the buffer's realloc. */
+#define KEY(pk, lit) msgpack_pack_str_with_body(pk, lit, sizeof(lit) - 1)
+
+static int pack_str(msgpack_packer *pk, const char *s, size_t n)
+{
+    return msgpack_pack_str_with_body(pk, n ? s : "", n);
+}
+
+static int pack_cstr(msgpack_packer *pk, const char *s)
+{
+    return pack_str(pk, s, strlen(s));
+}
+
+static int pack_ids(msgpack_packer *pk, const int32_t *ids, int n)
+{
+    int rc = msgpack_pack_array(pk, (size_t)n);
+    for (int i = 0; i < n; i++)
+        rc |= msgpack_pack_int32(pk, ids[i]);
+    return rc;
+}
+
+/* "logprobs": [{"token_id", "logprob", "top": [[id, logprob], ...]}, ...] */
+static int pack_logprobs(msgpack_packer *pk, const proto_logprob *lps, int n)
+{
+    int rc = msgpack_pack_array(pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const proto_logprob *lp = &lps[i];
+        int n_top = lp->n_top < 0 ? 0 : lp->n_top > PROTO_MAX_LOGPROBS ? PROTO_MAX_LOGPROBS : lp->n_top;
+        rc |= msgpack_pack_map(pk, 3);
+        rc |= KEY(pk, "token_id") | msgpack_pack_int32(pk, lp->token_id);
+        rc |= KEY(pk, "logprob") | msgpack_pack_float(pk, lp->logprob);
+        rc |= KEY(pk, "top") | msgpack_pack_array(pk, (size_t)n_top);
+        for (int k = 0; k < n_top; k++)
+            rc |= msgpack_pack_array(pk, 2) | msgpack_pack_int32(pk, lp->top_ids[k]) |
+                  msgpack_pack_float(pk, lp->top_logprobs[k]);
+    }
+    return rc;
+}
+
+static int finish(proto_encoder *e, int rc, const char *what, const void **buf, size_t *len)
+{
+    if (rc != 0)
+        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
+    *buf = e->sb.data;
+    *len = e->sb.size;
+    return DERAS_OK;
+}
+
+#define BEGIN(e, ok)                                                                         \
+    do {                                                                                     \
+        if (!(e) || !buf || !len || !(ok))                                                   \
+            return deras_fail(DERAS_EINVAL, "%s: bad arguments", __func__);                  \
+        msgpack_sbuffer_clear(&(e)->sb);                                                     \
+    } while (0)
+
+int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_t *ids, int n_ids,
+                       const char *text, size_t text_len, const proto_logprob *lps,
+                       const void **buf, size_t *len)
+{
+    BEGIN(e, id && n_ids >= 0 && (ids || !n_ids) && (text || !text_len));
+    msgpack_packer *pk = &e->pk;
+    int rc = msgpack_pack_map(pk, lps ? 6 : 5);
+    rc |= KEY(pk, "type") | KEY(pk, "chunk");
+    rc |= KEY(pk, "id") | pack_cstr(pk, id);
+    rc |= KEY(pk, "index") | msgpack_pack_int(pk, index);
+    rc |= KEY(pk, "token_ids") | pack_ids(pk, ids, n_ids);
+    rc |= KEY(pk, "text") | pack_str(pk, text, text_len);
+    if (lps)
+        rc |= KEY(pk, "logprobs") | pack_logprobs(pk, lps, n_ids);
+    return finish(e, rc, "chunk", buf, len);
+}
+
+int proto_encode_final(proto_encoder *e, const char *id, int index, const char *finish_reason,
+                       const char *abort_reason, const proto_usage *u, const char *text,
+                       size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
+                       const void **buf, size_t *len)
+{
+    BEGIN(e, id && finish_reason && u && n_ids >= 0 && (ids || !lps));
+    msgpack_packer *pk = &e->pk;
+    int rc = msgpack_pack_map(pk, 5u + (text != NULL) + (ids != NULL) + (lps != NULL) +
+                                      (abort_reason != NULL));
+    rc |= KEY(pk, "type") | KEY(pk, "final");
+    rc |= KEY(pk, "id") | pack_cstr(pk, id);
+    rc |= KEY(pk, "index") | msgpack_pack_int(pk, index);
+    rc |= KEY(pk, "finish_reason") | pack_cstr(pk, finish_reason);
+    bool spec = u->spec_verifications > 0;
+    rc |= KEY(pk, "usage") | msgpack_pack_map(pk, spec ? 8 : 5);
+    rc |= KEY(pk, "prompt_tokens") | msgpack_pack_int(pk, u->prompt_tokens);
+    rc |= KEY(pk, "completion_tokens") | msgpack_pack_int(pk, u->completion_tokens);
+    rc |= KEY(pk, "queue_ms") | msgpack_pack_double(pk, u->queue_ms);
+    rc |= KEY(pk, "ttft_ms") | msgpack_pack_double(pk, u->ttft_ms);
+    rc |= KEY(pk, "total_ms") | msgpack_pack_double(pk, u->total_ms);
+    if (spec)
+        rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, u->spec_proposed) |
+              KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, u->spec_accepted) |
+              KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, u->spec_verifications);
+    if (text)
+        rc |= KEY(pk, "text") | pack_str(pk, text, text_len);
+    if (ids)
+        rc |= KEY(pk, "token_ids") | pack_ids(pk, ids, n_ids);
+    if (lps)
+        rc |= KEY(pk, "logprobs") | pack_logprobs(pk, lps, n_ids);
+    if (abort_reason)
+        rc |= KEY(pk, "abort_reason") | pack_cstr(pk, abort_reason);
+    return finish(e, rc, "final", buf, len);
+}
+
+#define PROTO_MAX_MESSAGE_TEXT 1024 /* error messages on the wire, bytes */
+
+int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code code,
+                       const char *message, const void **buf, size_t *len)
+{
+    BEGIN(e, id && message);
+    msgpack_packer *pk = &e->pk;
+    size_t n = strlen(message);
+    n = ps_utf8_clip(message, n, PROTO_MAX_MESSAGE_TEXT);
+    int rc = msgpack_pack_map(pk, 4);
+    rc |= KEY(pk, "type") | KEY(pk, "error");
+    rc |= KEY(pk, "id") | pack_cstr(pk, id);
+    rc |= KEY(pk, "code") | pack_cstr(pk, proto_error_name(code));
+    rc |= KEY(pk, "message") | pack_str(pk, message, n);
+    return finish(e, rc, "error", buf, len);
+}
+
+int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_workers,
+                      const void **buf, size_t *len)
+{
+    BEGIN(e, n_workers >= 0 && n_workers <= PROTO_MAX_WORKERS && (w || !n_workers));
+    msgpack_packer *pk = &e->pk;
+    int rc = msgpack_pack_map(pk, 3);
+    rc |= KEY(pk, "type") | KEY(pk, "pong");
+    rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
+    rc |= KEY(pk, "workers") | msgpack_pack_array(pk, (size_t)n_workers);
+    for (int i = 0; i < n_workers; i++) {
+        rc |= msgpack_pack_map(pk, 7);
+        rc |= KEY(pk, "name") | pack_str(pk, w[i].name, strnlen(w[i].name, sizeof w[i].name - 1));
+        rc |= KEY(pk, "state") |
+              pack_str(pk, w[i].state, strnlen(w[i].state, sizeof w[i].state - 1));
+        rc |= KEY(pk, "running") | msgpack_pack_int(pk, w[i].running);
+        rc |= KEY(pk, "waiting") | msgpack_pack_int(pk, w[i].waiting);
+        rc |= KEY(pk, "kv_blocks_free") | msgpack_pack_int(pk, w[i].kv_blocks_free);
+        rc |= KEY(pk, "kv_blocks_total") | msgpack_pack_int(pk, w[i].kv_blocks_total);
+        rc |= KEY(pk, "served") | msgpack_pack_uint64(pk, w[i].served);
+    }
+    return finish(e, rc, "pong", buf, len);
+}
+
+int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len)
+{
+    BEGIN(e, r && (r->prompt || !r->prompt_len) && (r->prompt_ids || r->n_prompt_ids <= 0) &&
+                 r->n_stops >= 0 && r->n_stops <= PROTO_MAX_STOPS && r->n_stop_ids >= 0 &&
+                 r->n_stop_ids <= PROTO_MAX_STOP_IDS);
+    msgpack_packer *pk = &e->pk;
+    bool ids = r->prompt_ids != NULL && !r->prompt;
+    unsigned n = 4u + (r->max_tokens != 256) + (r->n != 1) + r->stream + (r->temperature != 1) +
+                 (r->top_p != 1) + (r->top_k != 0) + (r->min_p != 0) +
+                 (r->repetition_penalty != 1) + (r->presence_penalty != 0) +
+                 (r->frequency_penalty != 0) + r->has_seed + (r->n_stops > 0) +
+                 (r->n_stop_ids > 0) + (r->logprobs != 0) + r->ignore_eos +
+                 !r->add_special_tokens + (r->deadline_ms != 0) +
+                 (r->num_speculative_tokens != 0);
+    int rc = msgpack_pack_map(pk, n);
+    rc |= KEY(pk, "type") | KEY(pk, "request");
+    rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
+    rc |= KEY(pk, "id") | pack_cstr(pk, r->id);
+    if (ids)
+        rc |= KEY(pk, "prompt_ids") | pack_ids(pk, r->prompt_ids, r->n_prompt_ids);
+    else
+        rc |= KEY(pk, "prompt") | pack_str(pk, r->prompt, r->prompt_len);
+    if (r->max_tokens != 256)
+        rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, r->max_tokens);
+    if (r->n != 1)
+        rc |= KEY(pk, "n") | msgpack_pack_int(pk, r->n);
+    if (r->stream)
+        rc |= KEY(pk, "stream") | msgpack_pack_true(pk);
+    if (r->temperature != 1)
+        rc |= KEY(pk, "temperature") | msgpack_pack_float(pk, r->temperature);
+    if (r->top_p != 1)
+        rc |= KEY(pk, "top_p") | msgpack_pack_float(pk, r->top_p);
+    if (r->top_k != 0)
+        rc |= KEY(pk, "top_k") | msgpack_pack_int(pk, r->top_k);
+    if (r->min_p != 0)
+        rc |= KEY(pk, "min_p") | msgpack_pack_float(pk, r->min_p);
+    if (r->repetition_penalty != 1)
+        rc |= KEY(pk, "repetition_penalty") | msgpack_pack_float(pk, r->repetition_penalty);
+    if (r->presence_penalty != 0)
+        rc |= KEY(pk, "presence_penalty") | msgpack_pack_float(pk, r->presence_penalty);
+    if (r->frequency_penalty != 0)
+        rc |= KEY(pk, "frequency_penalty") | msgpack_pack_float(pk, r->frequency_penalty);
+    if (r->has_seed)
+        rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, r->seed);
+    if (r->n_stops > 0) {
+        rc |= KEY(pk, "stop") | msgpack_pack_array(pk, (size_t)r->n_stops);
+        for (int i = 0; i < r->n_stops; i++)
+            rc |= pack_str(pk, r->stops[i], r->stops[i] ? r->stop_lens[i] : 0);
+    }
+    if (r->n_stop_ids > 0)
+        rc |= KEY(pk, "stop_token_ids") | pack_ids(pk, r->stop_ids, r->n_stop_ids);
+    if (r->logprobs != 0)
+        rc |= KEY(pk, "logprobs") | msgpack_pack_int(pk, r->logprobs);
+    if (r->ignore_eos)
+        rc |= KEY(pk, "ignore_eos") | msgpack_pack_true(pk);
+    if (!r->add_special_tokens)
+        rc |= KEY(pk, "add_special_tokens") | msgpack_pack_false(pk);
+    if (r->deadline_ms != 0)
+        rc |= KEY(pk, "deadline_ms") | msgpack_pack_int64(pk, r->deadline_ms);
+    if (r->num_speculative_tokens != 0)
+        rc |= KEY(pk, "num_speculative_tokens") |
+              msgpack_pack_int(pk, r->num_speculative_tokens < 0 ? 0 : r->num_speculative_tokens);
+    return finish(e, rc, "request", buf, len);
+}
+
+int proto_encode_cancel(proto_encoder *e, const char *id, const void **buf, size_t *len)
+{
+    BEGIN(e, id);
+    msgpack_packer *pk = &e->pk;
+    int rc = msgpack_pack_map(pk, 2);
+    rc |= KEY(pk, "type") | KEY(pk, "cancel");
+    rc |= KEY(pk, "id") | pack_cstr(pk, id);
+    return finish(e, rc, "cancel", buf, len);
+}

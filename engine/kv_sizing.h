@@ -1,0 +1,55 @@
+/* kv_sizing.h - how big the KV cache of this process is, and the start-up line that says so.
+ *
+ * The engine's KV cache is given either as a byte budget ("4GiB") or as a fraction of the
+ * memory available now ("0.5": half of MemAvailable on the CPU backend; of the device's
+ * free memory on CUDA, measured after the weights are loaded), or sized exactly for a
+ * number of tokens (`deras generate`). The arithmetic is kv_math's; this module turns a
+ * budget into a block count for model_opts and logs, at start:
+ *   bytes per token, blocks x block size, tokens that fit, and the share of the budget
+ *   the KV blocks use.
+ */
+#ifndef DERAS_KV_SIZING_H
+#define DERAS_KV_SIZING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/checkpoint/model_config.h"
+
+typedef struct kv_sizing {
+    uint64_t token_bytes;  /* 2 x layers x kv_heads x head_dim x element size */
+    uint64_t block_bytes;
+    uint64_t budget_bytes; /* what was allowed */
+    int block_size;
+    int n_blocks;          /* including the null block 0: model_opts.n_kv_blocks */
+    int64_t n_tokens;      /* usable tokens: (n_blocks - 1) x block_size */
+    double budget_used;    /* n_blocks x block_bytes / budget */
+} kv_sizing;
+
+/* From a budget spec: a size with a unit ("512MiB", "4GB") or a fraction in (0, 1] of the
+ * memory available now (MemAvailable from /proc/meminfo; the caller has already loaded
+ * the weights). DERAS_EINVAL naming the spec when it is neither; DERAS_ERANGE when it holds
+ * fewer than 2 blocks. elem_size: bytes per cached element (the backend's). */
+int kv_sizing_from_budget(const model_config *c, size_t elem_size, int block_size,
+                          const char *spec, kv_sizing *out);
+
+/* As kv_sizing_from_budget, for a caller that has not loaded its weights yet (the model
+ * allocates weights and cache together): a fraction applies to MemAvailable less
+ * pending_bytes, the weights about to be loaded. A size with a unit is taken as it is.
+ * DERAS_ERANGE naming both numbers when the weights alone exceed what is available. */
+int kv_sizing_from_budget_before(const model_config *c, size_t elem_size, int block_size,
+                                 const char *spec, uint64_t pending_bytes, kv_sizing *out);
+
+/* Check a budget spec's form without reading memory: DERAS_EINVAL naming the spec and the
+ * accepted forms (for command-line validation before anything is loaded). */
+int kv_sizing_check_spec(const char *spec);
+
+/* Exactly enough blocks for n_tokens tokens (plus the null block). */
+int kv_sizing_for_tokens(const model_config *c, size_t elem_size, int block_size,
+                         int64_t n_tokens, kv_sizing *out);
+
+/* One info line: "KV cache: 46080 B/token, 33 blocks x 16 tokens = 512 tokens,
+ * 23.20 MiB, 100.0% of the 23.20 MiB budget". */
+void kv_sizing_log(const kv_sizing *s);
+
+#endif

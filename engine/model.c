@@ -1,0 +1,637 @@
+/* model.c - a Llama-family model's weights on a backend, and its forward pass.
+ *
+ * The forward pass reads straight down the layer loop, llama2.c style:
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *     h = rmsnorm(x)                      (first layer)  or  x += attn_out; h = rmsnorm(x)
+ *     qkv = h Wqkv^T (+ bias)             one fused product
+ *     rope(q), rope(k); cache <- k, v     through the slot of each token
+ *     a = attention(q, cache)             paged, causal
+ *     o = a Wo^T
+ *     x += o; h = rmsnorm(x)
+ *     gu = h Wgu^T; f = silu(g) * u; d = f Wdown^T
+ *   (the last layer's residual add is folded into the final norm)
+ *   logits = rmsnorm(x[logits_rows]) Wout^T
+ *
+ * Residual adds are fused into the next norm (backend_add_rmsnorm), so the residual
+ * stream x is touched once per sub-block. Weights live in a single allocation per tensor
+ * kind; scratch buffers are sized at load from the options.
+ *
+ * Tensor parallelism (Megatron): a rank holds its query heads' rows of Wq and its KV
+ * heads' rows of Wk/Wv (column-parallel), the matching columns of Wo (row-parallel), its
+ * rows of Wgate/Wup and columns of Wdown, and its vocabulary rows of the embedding and LM
+ * head. The residual stream x and the norms are replicated. Per layer the partial o of
+ * the attention output and of the MLP down projection are all-reduced; the embedding
+ * lookup gives zero for other ranks' tokens (the table has one extra zero row that
+ * those tokens are mapped to) and is all-reduced too; the logits are all-gathered, each
+ * rank's block padded to the widest share, and rank 0 puts the columns in place.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/log.h"
+#include "common/base/status.h"
+#include "kernels/backend.h"
+
+typedef struct layer_weights {
+    void *attn_norm; /* (d_model) */
+    void *wqkv;      /* (q_dim + 2 kv_dim, d_model) */
+    void *bqkv;      /* (q_dim + 2 kv_dim) or NULL */
+    void *wo;        /* (d_model, q_dim) */
+    void *ffn_norm;  /* (d_model) */
+    void *wgu;       /* (2 d_ff, d_model): gate rows then up rows */
+    void *wdown;     /* (d_model, d_ff) */
+    void *k_cache;   /* (n_kv_blocks, n_kv_heads, block_size, head_dim) */
+    void *v_cache;
+} layer_weights;
+
+struct model {
+    model_config cfg;
+    model_opts opts;
+    backend_t *be;
+    tp_shard sh;       /* this rank's share; the whole model when not tensor-parallel */
+    bool tp;           /* tp_size > 1: shard + collectives */
+    int n_heads, n_kv_heads, d_ff, vocab; /* this rank's counts */
+    int q_dim, kv_dim, qkv_dim;            /* this rank's widths */
+    void *tok_embd;    /* (vocab, d_model) */
+    void *out_norm;    /* (d_model) */
+    void *lm_head;     /* (vocab, d_model); == tok_embd when tied */
+    float *inv_freq;   /* (head_dim / 2), backend f32 */
+    layer_weights *layers;
+    uint64_t weight_bytes, kv_bytes;
+    bool borrowed;     /* a partial view: weights and inv_freq belong to another model */
+
+    /* per-step scratch on the backend, sized for max_batch_tokens rows */
+    void *x;           /* (T, d_model) residual stream */
+    void *h;           /* (T, d_model) normed input of a sub-block */
+    void *qkv;         /* (T, qkv_dim) */
+    void *att;         /* (T, q_dim) */
+    void *o;           /* (T, d_model) sub-block output */
+    void *gu;          /* (T, 2 d_ff) */
+    void *ff;          /* (T, d_ff) */
+    void *lg_x;        /* (max_logits, d_model) */
+    void *lg;          /* (max_logits, vocab) or, tensor-parallel, (max_logits, v_max) */
+    void *lg_all;      /* tensor-parallel: (tp_size, max_logits * v_max) gathered logits */
+    float *cos_sin;    /* (T, head_dim) f32 */
+    int32_t *d_tokens, *d_positions, *d_slots, *d_q_start, *d_ctx_len, *d_tables, *d_lrows;
+    int32_t *d_copies;     /* (max_copies, 2), NULL when max_copies is 0 */
+
+    /* host scratch for the per-step index arrays */
+    int32_t *h_positions, *h_slots;
+    int32_t *h_ids;    /* tensor-parallel: token ids mapped into this rank's table */
+    float *row_scratch;/* one full row of the widest tensor, for unaligned column slices */
+};
+
+const model_config *model_get_config(const model_t *m)
+{
+    return &m->cfg;
+}
+
+const model_opts *model_get_opts(const model_t *m)
+{
+    return &m->opts;
+}
+
+const tp_shard *model_get_shard(const model_t *m)
+{
+    return &m->sh;
+}
+
+uint64_t model_weight_bytes(const model_t *m)
+{
+    return m->weight_bytes;
+}
+
+uint64_t model_kv_bytes(const model_t *m)
+{
+    return m->kv_bytes;
+}
+
+static int balloc(model_t *m, void **out, size_t n_elems, size_t elem)
+{
+    return backend_alloc(m->be, n_elems * elem, out);
+}
+
+/* A slice of one checkpoint tensor: rows [row0, row0 + n_rows), columns [col0, col0 +
+ * n_cols); n_rows / n_cols of -1 mean all of them. A vector is one row. */
+typedef struct part {
+    enum ckpt_tensor t;
+    int64_t row0, n_rows, col0, n_cols;
+} part;
+
+/* Allocate one buffer holding the given slices one after another (extra_elems more,
+ * zero-filled, at the end), reading each through the host staging buffer: the rows of
+ * matrices with equal column counts (a fused weight), or vectors end to end (a fused
+ * bias). Only the slices are read from the checkpoint. */
+static int load_parts(model_t *m, void **dst, const part *parts, int n_parts, int layer,
+                      const checkpoint_t *ck, float *stage, size_t extra_elems)
+{
+    part p[4];
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++) {
+        int64_t rows, cols;
+        int rc = checkpoint_shape(ck, parts[i].t, layer, &rows, &cols);
+        if (rc)
+            return rc;
+        p[i] = parts[i];
+        if (p[i].n_rows < 0)
+            p[i].n_rows = rows;
+        if (p[i].n_cols < 0)
+            p[i].n_cols = cols;
+        if (p[i].n_rows > 1 && p[i].n_cols != p[0].n_cols)
+            return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
+                              layer, (long long)p[0].n_cols, (long long)p[i].n_cols);
+        total += p[i].n_rows * p[i].n_cols;
+    }
+    const size_t es = backend_elem_size(m->be);
+    int rc = balloc(m, dst, (size_t)total + extra_elems, es);
+    if (rc)
+        return rc;
+    m->weight_bytes += ((uint64_t)total + extra_elems) * es;
+    int64_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if ((rc = checkpoint_read_cols(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
+                                       p[i].n_cols, stage, m->row_scratch)) ||
+            (rc = backend_upload_f32(m->be, (char *)*dst + (size_t)off * es, stage,
+                                     (size_t)(p[i].n_rows * p[i].n_cols))))
+            return rc;
+        off += p[i].n_rows * p[i].n_cols;
+    }
+    return DERAS_OK;
+}
+
+/* A whole tensor. */
+static int load_tensor(model_t *m, void **dst, enum ckpt_tensor t, int layer,
+                       const checkpoint_t *ck, float *stage)
+{
+    const part p = {t, 0, -1, 0, -1};
+    return load_parts(m, dst, &p, 1, layer, ck, stage, 0);
+}
+
+static int alloc_scratch(model_t *m)
+{
+    const model_config *c = &m->cfg;
+    const size_t T = (size_t)m->opts.max_batch_tokens, L = (size_t)m->opts.max_logits;
+    const size_t S = (size_t)m->opts.max_seqs, es = backend_elem_size(m->be);
+    int rc;
+    const size_t lg_cols = m->tp ? (size_t)m->sh.v_max : (size_t)c->vocab_size;
+    if ((rc = balloc(m, &m->x, T * c->d_model, es)) || (rc = balloc(m, &m->h, T * c->d_model, es)) ||
+        (rc = balloc(m, &m->qkv, T * m->qkv_dim, es)) || (rc = balloc(m, &m->att, T * m->q_dim, es)) ||
+        (rc = balloc(m, &m->o, T * c->d_model, es)) || (rc = balloc(m, &m->gu, T * 2 * m->d_ff, es)) ||
+        (rc = balloc(m, &m->ff, T * m->d_ff, es)) || (rc = balloc(m, &m->lg_x, L * c->d_model, es)) ||
+        (rc = balloc(m, &m->lg, L * lg_cols, es)) ||
+        (m->tp && (rc = balloc(m, &m->lg_all, (size_t)m->sh.size * L * lg_cols, es))) ||
+        (rc = balloc(m, (void **)&m->cos_sin, T * c->head_dim, sizeof(float))) ||
+        (rc = balloc(m, (void **)&m->d_tokens, T, sizeof(int32_t))) ||
+        (rc = balloc(m, (void **)&m->d_positions, T, sizeof(int32_t))) ||
+        (rc = balloc(m, (void **)&m->d_slots, T, sizeof(int32_t))) ||
+        (rc = balloc(m, (void **)&m->d_q_start, S + 1, sizeof(int32_t))) ||
+        (rc = balloc(m, (void **)&m->d_ctx_len, S, sizeof(int32_t))) ||
+        (rc = balloc(m, (void **)&m->d_tables, S * m->opts.max_blocks_per_seq, sizeof(int32_t))) ||
+        (rc = balloc(m, (void **)&m->d_lrows, L, sizeof(int32_t))) ||
+        (m->opts.max_copies > 0 &&
+         (rc = balloc(m, (void **)&m->d_copies, 2 * (size_t)m->opts.max_copies, sizeof(int32_t)))))
+        return rc;
+    m->h_positions = malloc(T * sizeof(int32_t));
+    m->h_slots = malloc(T * sizeof(int32_t));
+    m->h_ids = malloc(T * sizeof(int32_t));
+    if (!m->h_positions || !m->h_slots || !m->h_ids)
+        return deras_fail(DERAS_ENOMEM, "model: out of memory for step scratch");
+    return DERAS_OK;
+}
+
+static int check_opts(const model_opts *o)
+{
+    if (o->max_batch_tokens <= 0 || o->max_seqs <= 0 || o->max_logits <= 0 || o->block_size <= 0 ||
+        o->n_kv_blocks <= 0 || o->max_blocks_per_seq <= 0 || o->max_copies < 0)
+        return deras_fail(DERAS_EINVAL,
+                          "model options: every size must be positive (tokens %d, seqs %d, "
+                          "logits %d, block %d, blocks %d, blocks/seq %d)",
+                          o->max_batch_tokens, o->max_seqs, o->max_logits, o->block_size,
+                          o->n_kv_blocks, o->max_blocks_per_seq);
+    if (o->tp_size > 1 && !o->comm)
+        return deras_fail(DERAS_EINVAL, "model options: tp_size %d without a communicator",
+                          o->tp_size);
+    if (o->tp_size > 1 && (comm_size(o->comm) != o->tp_size || comm_rank(o->comm) != o->tp_rank))
+        return deras_fail(DERAS_EINVAL, "model options: rank %d of %d, the communicator is rank "
+                          "%d of %d", o->tp_rank, o->tp_size, comm_rank(o->comm),
+                          comm_size(o->comm));
+    return DERAS_OK;
+}
+
+int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, model_t **out)
+{
+    if (!ck || !b || !opts || !out)
+        return deras_fail(DERAS_EINVAL, "model_new: NULL argument");
+    *out = NULL;
+    int rc = check_opts(opts);
+    if (rc)
+        return rc;
+    model_t *m = calloc(1, sizeof *m);
+    float *stage = NULL;
+    if (!m)
+        return deras_fail(DERAS_ENOMEM, "model_new: out of memory");
+    m->cfg = *checkpoint_config(ck);
+    m->opts = *opts;
+    m->be = b;
+    const model_config *c = &m->cfg;
+    m->tp = opts->tp_size > 1;
+    if ((rc = tp_shard_of(c, m->tp ? opts->tp_rank : 0, m->tp ? opts->tp_size : 1, &m->sh)))
+        goto fail;
+    if (m->tp && !strcmp(comm_kind(opts->comm), "shm") && strcmp(backend_name(b), "cpu")) {
+        rc = deras_fail(DERAS_EUNSUPPORTED, "the shared-memory communicator needs the cpu backend, "
+                        "not %s", backend_name(b));
+        goto fail;
+    }
+    const tp_shard *sh = &m->sh;
+    m->n_heads = sh->h1 - sh->h0;
+    m->n_kv_heads = sh->kv1 - sh->kv0;
+    m->d_ff = sh->f1 - sh->f0;
+    m->vocab = sh->v1 - sh->v0;
+    const int hd = c->head_dim;
+    m->q_dim = m->n_heads * hd;
+    m->kv_dim = m->n_kv_heads * hd;
+    m->qkv_dim = m->q_dim + 2 * m->kv_dim;
+    if (m->tp) {
+        char desc[192];
+        tp_shard_describe(sh, c, desc, sizeof desc);
+        log_info("tensor parallel %s", desc);
+    }
+
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    /* Staging holds the largest slice as f32: the embedding or an MLP matrix. */
+    size_t stage_elems = (size_t)m->vocab * c->d_model;
+    size_t mlp = (size_t)m->d_ff * c->d_model, qkv = (size_t)m->qkv_dim * c->d_model;
+    size_t widest = (size_t)(c->d_model > c->d_ff ? c->d_model : c->d_ff);
+    widest = widest > (size_t)c->n_heads * hd ? widest : (size_t)c->n_heads * hd;
+    stage_elems = stage_elems > mlp ? stage_elems : mlp;
+    stage_elems = stage_elems > qkv ? stage_elems : qkv;
+    stage = malloc(stage_elems * sizeof(float));
+    m->row_scratch = malloc(widest * sizeof(float));
+    if (!m->layers || !stage || !m->row_scratch) {
+        rc = deras_fail(DERAS_ENOMEM, "model_new: out of memory for staging");
+        goto fail;
+    }
+
+    const int total = c->n_layers + 2;
+    /* vocab-parallel: this rank's rows, then one zero row for every other rank's token */
+    const part embd = {CKPT_TOK_EMBD, sh->v0, m->vocab, 0, -1};
+    if ((rc = load_parts(m, &m->tok_embd, &embd, 1, 0, ck, stage, m->tp ? (size_t)c->d_model : 0)) ||
+        (rc = load_tensor(m, &m->out_norm, CKPT_OUTPUT_NORM, 0, ck, stage)))
+        goto fail;
+    if (opts->progress)
+        opts->progress(opts->progress_ctx, 1, total);
+    const part head = {CKPT_OUTPUT, sh->v0, m->vocab, 0, -1};
+    if (c->tied_embeddings)
+        m->lm_head = m->tok_embd;
+    else if ((rc = load_parts(m, &m->lm_head, &head, 1, 0, ck, stage, 0)))
+        goto fail;
+    if (opts->progress)
+        opts->progress(opts->progress_ctx, 2, total);
+
+    const int64_t q0 = (int64_t)sh->h0 * hd, nq = m->q_dim;
+    const int64_t k0 = (int64_t)sh->kv0 * hd, nk = m->kv_dim;
+    const part qkv_parts[] = {{CKPT_ATTN_Q, q0, nq, 0, -1}, {CKPT_ATTN_K, k0, nk, 0, -1},
+                              {CKPT_ATTN_V, k0, nk, 0, -1}};
+    const part qkv_bias_parts[] = {{CKPT_ATTN_Q_BIAS, 0, 1, q0, nq},
+                                   {CKPT_ATTN_K_BIAS, 0, 1, k0, nk},
+                                   {CKPT_ATTN_V_BIAS, 0, 1, k0, nk}};
+    const part wo_part = {CKPT_ATTN_OUT, 0, -1, q0, nq};
+    const part gu_parts[] = {{CKPT_FFN_GATE, sh->f0, m->d_ff, 0, -1},
+                             {CKPT_FFN_UP, sh->f0, m->d_ff, 0, -1}};
+    const part down_part = {CKPT_FFN_DOWN, 0, -1, sh->f0, m->d_ff};
+    size_t es = backend_elem_size(b);
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        if ((rc = load_tensor(m, &L->attn_norm, CKPT_ATTN_NORM, l, ck, stage)) ||
+            (rc = load_parts(m, &L->wqkv, qkv_parts, 3, l, ck, stage, 0)) ||
+            (c->qkv_bias && (rc = load_parts(m, &L->bqkv, qkv_bias_parts, 3, l, ck, stage, 0))) ||
+            (rc = load_parts(m, &L->wo, &wo_part, 1, l, ck, stage, 0)) ||
+            (rc = load_tensor(m, &L->ffn_norm, CKPT_FFN_NORM, l, ck, stage)) ||
+            (rc = load_parts(m, &L->wgu, gu_parts, 2, l, ck, stage, 0)) ||
+            (rc = load_parts(m, &L->wdown, &down_part, 1, l, ck, stage, 0)))
+            goto fail;
+        size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
+        if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
+            (rc = balloc(m, &L->v_cache, cache_elems, es)))
+            goto fail;
+        m->kv_bytes += 2 * cache_elems * es;
+        if (opts->progress)
+            opts->progress(opts->progress_ctx, l + 3, total);
+    }
+
+    int half = c->head_dim / 2;
+    if ((rc = balloc(m, (void **)&m->inv_freq, (size_t)half, sizeof(float))))
+        goto fail;
+    model_config_rope_inv_freq(c, stage);
+    if ((rc = backend_upload(b, m->inv_freq, stage, (size_t)half * sizeof(float))))
+        goto fail;
+    if ((rc = alloc_scratch(m)))
+        goto fail;
+    free(stage);
+    free(m->row_scratch);
+    m->row_scratch = NULL;
+    *out = m;
+    return DERAS_OK;
+
+fail:
+    free(stage);
+    model_destroy(&m);
+    return deras_fail_ctx(rc, "loading model from %s: ", checkpoint_path(ck));
+}
+
+int model_new_partial(const model_t *base, int n_layers, const model_opts *opts, model_t **out)
+{
+    if (!base || !opts || !out)
+        return deras_fail(DERAS_EINVAL, "model_new_partial: NULL argument");
+    *out = NULL;
+    if (n_layers < 1 || n_layers >= base->cfg.n_layers)
+        return deras_fail(DERAS_EINVAL, "self-draft layers must be in [1, %d] (the model has %d "
+                          "layers), got %d", base->cfg.n_layers - 1, base->cfg.n_layers, n_layers);
+    if (base->tp)
+        return deras_fail(DERAS_EUNSUPPORTED, "a self-draft of a tensor-parallel shard is not "
+                          "supported (its passes would need the other ranks)");
+    int rc = check_opts(opts);
+    if (rc)
+        return rc;
+    model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return deras_fail(DERAS_ENOMEM, "model_new_partial: out of memory");
+    *m = (model_t){.cfg = base->cfg, .opts = *opts, .be = base->be, .sh = base->sh,
+                   .n_heads = base->n_heads, .n_kv_heads = base->n_kv_heads,
+                   .d_ff = base->d_ff, .vocab = base->vocab, .q_dim = base->q_dim,
+                   .kv_dim = base->kv_dim, .qkv_dim = base->qkv_dim, .tok_embd = base->tok_embd,
+                   .out_norm = base->out_norm, .lm_head = base->lm_head,
+                   .inv_freq = base->inv_freq, .borrowed = true};
+    m->cfg.n_layers = n_layers;
+    m->layers = calloc((size_t)n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        rc = deras_fail(DERAS_ENOMEM, "model_new_partial: out of memory");
+        goto fail;
+    }
+    size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
+    size_t es = backend_elem_size(m->be);
+    for (int l = 0; l < n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        *L = base->layers[l];
+        L->k_cache = L->v_cache = NULL;
+        if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
+            (rc = balloc(m, &L->v_cache, cache_elems, es)))
+            goto fail;
+        m->kv_bytes += 2 * cache_elems * es;
+    }
+    if ((rc = alloc_scratch(m)))
+        goto fail;
+    *out = m;
+    return DERAS_OK;
+fail:
+    model_destroy(&m);
+    return rc;
+}
+
+void model_destroy(model_t **mp)
+{
+    if (!mp || !*mp)
+        return;
+    model_t *m = *mp;
+    backend_t *b = m->be;
+    if (m->layers) {
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            layer_weights *L = &m->layers[l];
+            void *bufs[] = {L->attn_norm, L->wqkv, L->bqkv, L->wo, L->ffn_norm,
+                            L->wgu, L->wdown, L->k_cache, L->v_cache};
+            for (size_t i = m->borrowed ? 7 : 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                backend_free(b, bufs[i]); /* a partial view frees only its own caches */
+        }
+        free(m->layers);
+    }
+    if (!m->borrowed) {
+        if (m->lm_head != m->tok_embd)
+            backend_free(b, m->lm_head);
+        void *weights[] = {m->tok_embd, m->out_norm, m->inv_freq};
+        for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
+            backend_free(b, weights[i]);
+    }
+    void *bufs[] = {m->x, m->h, m->qkv, m->att, m->o, m->gu, m->ff, m->lg_x, m->lg, m->cos_sin,
+                    m->d_tokens, m->d_positions, m->d_slots, m->d_q_start, m->d_ctx_len,
+                    m->d_tables, m->d_lrows, m->d_copies, m->lg_all};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        backend_free(b, bufs[i]);
+    free(m->h_positions);
+    free(m->h_slots);
+    free(m->h_ids);
+    free(m->row_scratch);
+    free(m);
+    *mp = NULL;
+}
+
+/* Check the batch and derive positions and cache slots (host arrays). O(n_tokens +
+ * n_seqs); also returns the longest query span and context for launch shapes. */
+static int prepare_batch(model_t *m, const model_batch *bt, int *max_q, int *max_ctx)
+{
+    const model_opts *o = &m->opts;
+    if (bt->n_tokens <= 0 || bt->n_tokens > o->max_batch_tokens || bt->n_seqs <= 0 ||
+        bt->n_seqs > o->max_seqs || bt->n_logits < 0 || bt->n_logits > o->max_logits)
+        return deras_fail(DERAS_EINVAL,
+                          "forward: batch of %d tokens, %d sequences, %d logit rows exceeds "
+                          "the model's limits (%d, %d, %d)",
+                          bt->n_tokens, bt->n_seqs, bt->n_logits, o->max_batch_tokens, o->max_seqs,
+                          o->max_logits);
+    if (bt->q_start[0] != 0 || bt->q_start[bt->n_seqs] != bt->n_tokens)
+        return deras_fail(DERAS_EINVAL, "forward: q_start must run from 0 to n_tokens");
+    *max_q = 0;
+    *max_ctx = 0;
+    const int bs = o->block_size;
+    for (int s = 0; s < bt->n_seqs; s++) {
+        int n_q = bt->q_start[s + 1] - bt->q_start[s];
+        int ctx = bt->ctx_len[s];
+        if (n_q <= 0 || ctx < n_q || ctx > o->max_blocks_per_seq * bs)
+            return deras_fail(DERAS_EINVAL,
+                              "forward: sequence %d has %d new tokens and context %d (max %d)", s,
+                              n_q, ctx, o->max_blocks_per_seq * bs);
+        const int32_t *table = bt->block_tables + (size_t)s * o->max_blocks_per_seq;
+        for (int blk = 0; blk <= (ctx - 1) / bs; blk++)
+            if (table[blk] < 0 || table[blk] >= o->n_kv_blocks)
+                return deras_fail(DERAS_ERANGE,
+                                  "forward: sequence %d block %d maps to block id %d outside "
+                                  "[0, %d)",
+                                  s, blk, table[blk], o->n_kv_blocks);
+        for (int i = 0; i < n_q; i++) {
+            int row = bt->q_start[s] + i, pos = ctx - n_q + i;
+            m->h_positions[row] = pos;
+            m->h_slots[row] = table[pos / bs] * bs + pos % bs;
+        }
+        *max_q = n_q > *max_q ? n_q : *max_q;
+        *max_ctx = ctx > *max_ctx ? ctx : *max_ctx;
+    }
+    for (int i = 0; i < bt->n_tokens; i++)
+        if (bt->tokens[i] < 0 || bt->tokens[i] >= m->cfg.vocab_size)
+            return deras_fail(DERAS_ERANGE, "forward: token id %d at row %d outside [0, %d)",
+                              bt->tokens[i], i, m->cfg.vocab_size);
+    for (int i = 0; i < bt->n_logits; i++)
+        if (bt->logits_rows[i] < 0 || bt->logits_rows[i] >= bt->n_tokens)
+            return deras_fail(DERAS_ERANGE, "forward: logits row %d outside the batch",
+                              bt->logits_rows[i]);
+    if (bt->n_copies < 0 || bt->n_copies > o->max_copies || (bt->n_copies && !bt->copies))
+        return deras_fail(DERAS_EINVAL, "forward: %d block copies (max %d)", bt->n_copies,
+                          o->max_copies);
+    for (int i = 0; i < 2 * bt->n_copies; i++)
+        if (bt->copies[i] < 0 || bt->copies[i] >= o->n_kv_blocks)
+            return deras_fail(DERAS_ERANGE, "forward: copy block id %d outside [0, %d)",
+                              bt->copies[i], o->n_kv_blocks);
+    for (int i = 0; i < bt->n_copies; i++)
+        for (int j = 0; j < bt->n_copies; j++)
+            if (bt->copies[2 * i + 1] == bt->copies[2 * j])
+                return deras_fail(DERAS_EINVAL, "forward: copy destination %d is also a source",
+                                  bt->copies[2 * i + 1]);
+    return DERAS_OK;
+}
+
+static int upload_batch(model_t *m, const model_batch *bt)
+{
+    backend_t *b = m->be;
+    const size_t i4 = sizeof(int32_t);
+    int rc;
+    const int32_t *ids = bt->tokens;
+    if (m->tp) { /* other ranks' tokens read the zero row at index m->vocab */
+        for (int i = 0; i < bt->n_tokens; i++) {
+            int32_t t = bt->tokens[i];
+            m->h_ids[i] = t >= m->sh.v0 && t < m->sh.v1 ? t - m->sh.v0 : m->vocab;
+        }
+        ids = m->h_ids;
+    }
+    if ((rc = backend_upload(b, m->d_tokens, ids, (size_t)bt->n_tokens * i4)) ||
+        (rc = backend_upload(b, m->d_positions, m->h_positions, (size_t)bt->n_tokens * i4)) ||
+        (rc = backend_upload(b, m->d_slots, m->h_slots, (size_t)bt->n_tokens * i4)) ||
+        (rc = backend_upload(b, m->d_q_start, bt->q_start, (size_t)(bt->n_seqs + 1) * i4)) ||
+        (rc = backend_upload(b, m->d_ctx_len, bt->ctx_len, (size_t)bt->n_seqs * i4)) ||
+        (rc = backend_upload(b, m->d_tables, bt->block_tables,
+                             (size_t)bt->n_seqs * m->opts.max_blocks_per_seq * i4)) ||
+        (bt->n_logits &&
+         (rc = backend_upload(b, m->d_lrows, bt->logits_rows, (size_t)bt->n_logits * i4))) ||
+        (bt->n_copies &&
+         (rc = backend_upload(b, m->d_copies, bt->copies, 2 * (size_t)bt->n_copies * i4))))
+        return rc;
+    return DERAS_OK;
+}
+
+/* Tensor-parallel: buf (n) = the sum of every rank's buf. Nothing when not parallel. */
+static int all_reduce(model_t *m, void *buf, size_t n)
+{
+    if (!m->tp)
+        return DERAS_OK;
+    int rc = backend_sync(m->be);
+    return rc ? rc : comm_all_reduce(m->opts.comm, buf, n);
+}
+
+/* Tensor-parallel logits: gather every rank's (NL, its share) block, padded to v_max, and
+ * on rank 0 put each block's columns in place in logits (NL, vocab). */
+static int gather_logits(model_t *m, int NL, float *logits)
+{
+    const model_config *c = &m->cfg;
+    const size_t block = (size_t)NL * m->sh.v_max, es = backend_elem_size(m->be);
+    int rc = backend_sync(m->be);
+    if (rc || (rc = comm_all_gather(m->opts.comm, m->lg, block, m->lg_all)) || m->sh.rank != 0)
+        return rc;
+    for (int r = 0; r < m->sh.size; r++) {
+        tp_shard o;
+        if ((rc = tp_shard_of(c, r, m->sh.size, &o)))
+            return rc;
+        const int w = o.v1 - o.v0;
+        const char *src = (const char *)m->lg_all + (size_t)r * block * es;
+        for (int i = 0; i < NL; i++)
+            if ((rc = backend_download_f32(m->be, logits + (size_t)i * c->vocab_size + o.v0,
+                                           src + (size_t)i * w * es, (size_t)w)))
+                return rc;
+    }
+    return DERAS_OK;
+}
+
+int model_forward(model_t *m, const model_batch *bt, float *logits)
+{
+    if (!m || !bt || (bt->n_logits > 0 && !logits && m->sh.rank == 0))
+        return deras_fail(DERAS_EINVAL, "model_forward: NULL argument");
+    const model_config *c = &m->cfg;
+    backend_t *b = m->be;
+    const int T = bt->n_tokens, D = c->d_model, hd = c->head_dim;
+    const size_t es = backend_elem_size(b);
+    int max_q = 0, max_ctx = 0, rc;
+    if ((rc = prepare_batch(m, bt, &max_q, &max_ctx)) || (rc = upload_batch(m, bt)))
+        return rc;
+
+    /* copy-on-write: shared blocks are copied in every layer before anything is written */
+    const size_t block_elems = (size_t)m->opts.block_size * m->kv_dim;
+    for (int l = 0; l < c->n_layers && bt->n_copies; l++)
+        if ((rc = backend_copy_blocks(b, m->layers[l].k_cache, m->d_copies, bt->n_copies, block_elems)) ||
+            (rc = backend_copy_blocks(b, m->layers[l].v_cache, m->d_copies, bt->n_copies, block_elems)))
+            return rc;
+
+    /* x (T, D) = embeddings; cos_sin (T, hd) for this step's positions */
+    if ((rc = backend_embed(b, m->x, m->tok_embd, m->d_tokens, T, D,
+                            m->tp ? m->vocab + 1 : c->vocab_size)) ||
+        (rc = all_reduce(m, m->x, (size_t)T * D)) ||
+        (rc = backend_rope_table(b, m->cos_sin, m->d_positions, m->inv_freq, T, hd)))
+        return rc;
+
+    char *qkv = m->qkv;
+    attn_args aa = {
+        .out = m->att, .q = qkv, .q_stride = m->qkv_dim,
+        .q_start = m->d_q_start, .ctx_len = m->d_ctx_len, .block_tables = m->d_tables,
+        .n_seqs = bt->n_seqs, .n_tokens = T, .max_blocks = m->opts.max_blocks_per_seq,
+        .n_heads = m->n_heads, .n_kv_heads = m->n_kv_heads, .head_dim = hd,
+        .block_size = m->opts.block_size, .window = c->sliding_window,
+        .scale = 1.0f / sqrtf((float)hd), .max_q_len = max_q, .max_ctx_len = max_ctx,
+        .q_head0 = m->tp ? m->sh.h0 : 0, .q_per_kv = m->tp ? c->n_heads / c->n_kv_heads : 0,
+    };
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        /* h (T, D) = norm(x), adding the previous layer's MLP output into x first */
+        rc = l == 0 ? backend_rmsnorm(b, m->h, m->x, L->attn_norm, T, D, c->norm_eps)
+                    : backend_add_rmsnorm(b, m->h, m->x, m->o, L->attn_norm, T, D, c->norm_eps);
+        if (rc)
+            return rc;
+        /* qkv (T, q_dim + 2 kv_dim) */
+        if ((rc = backend_matmul(b, m->qkv, m->h, L->wqkv, L->bqkv, T, m->qkv_dim, D)))
+            return rc;
+        void *q = qkv, *k = qkv + (size_t)m->q_dim * es, *v = qkv + (size_t)(m->q_dim + m->kv_dim) * es;
+        if ((rc = backend_rope(b, q, m->cos_sin, T, m->n_heads, hd, m->qkv_dim)) ||
+            (rc = backend_rope(b, k, m->cos_sin, T, m->n_kv_heads, hd, m->qkv_dim)) ||
+            (rc = backend_kv_write(b, L->k_cache, L->v_cache, k, v, m->qkv_dim, m->d_slots, T,
+                                   m->n_kv_heads, hd, m->opts.block_size)))
+            return rc;
+        /* att (T, q_dim) */
+        aa.k_cache = L->k_cache;
+        aa.v_cache = L->v_cache;
+        if ((rc = backend_attention(b, &aa)))
+            return rc;
+        /* o (T, D) = att Wo^T (summed over ranks); x += o; h = norm(x) */
+        if ((rc = backend_matmul(b, m->o, m->att, L->wo, NULL, T, D, m->q_dim)) ||
+            (rc = all_reduce(m, m->o, (size_t)T * D)) ||
+            (rc = backend_add_rmsnorm(b, m->h, m->x, m->o, L->ffn_norm, T, D, c->norm_eps)))
+            return rc;
+        /* gu (T, 2 d_ff); ff (T, d_ff); o (T, D) = ff Wdown^T (summed over ranks) */
+        if ((rc = backend_matmul(b, m->gu, m->h, L->wgu, NULL, T, 2 * m->d_ff, D)) ||
+            (rc = backend_silu_mul(b, m->ff, m->gu, T, m->d_ff)) ||
+            (rc = backend_matmul(b, m->o, m->ff, L->wdown, NULL, T, D, m->d_ff)) ||
+            (rc = all_reduce(m, m->o, (size_t)T * D)))
+            return rc;
+    }
+    if (bt->n_logits == 0)
+        return backend_sync(b);
+
+    /* logits (n_logits, vocab) from the rows asked for: x += o only on those rows */
+    const int NL = bt->n_logits;
+    if ((rc = backend_gather_rows(b, m->lg_x, m->x, m->d_lrows, NL, D)) ||
+        (rc = backend_gather_rows(b, m->h, m->o, m->d_lrows, NL, D)) ||
+        (rc = backend_add_rmsnorm(b, m->lg_x, m->lg_x, m->h, m->out_norm, NL, D, c->norm_eps)) ||
+        (rc = backend_matmul(b, m->lg, m->lg_x, m->lm_head, NULL, NL, m->vocab, D)))
+        return rc;
+    rc = m->tp ? gather_logits(m, NL, logits)
+               : backend_download_f32(b, logits, m->lg, (size_t)NL * c->vocab_size);
+    return rc ? rc : backend_sync(b);
+}
