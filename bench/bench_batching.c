@@ -21,10 +21,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/checkpoint/checkpoint.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
-#include "engine/engine.h"
+#include "engine/loader.h"
 
 typedef struct req_state {
     double arrival, first_token, done;
@@ -78,16 +77,18 @@ typedef struct result {
     double wall, tok_s, req_s, lat50, lat99, ttft50, ttft99;
 } result;
 
-static int run_mode(model_t *m, run *x, bool static_mode, int max_seqs, int max_tokens,
-                    const int32_t *eog, int n_eog, result *res)
+/* One engine over the loader's model (no end-of-generation ids: fixed output lengths). */
+static int run_mode(loader_t *l, run *x, bool static_mode, int max_seqs, result *res)
 {
-    engine_opts eo = {.max_seqs = max_seqs, .max_batch_tokens = max_tokens,
-                      .max_live_seqs = x->n + max_seqs, .prefix_caching = false,
-                      .static_batching = static_mode, .eog_ids = eog, .n_eog = n_eog,
-                      .cb = {on_token, on_finish, x}};
-    engine_t *e = NULL;
-    int rc = engine_new(m, &eo, &e);
+    engine_opts eo;
+    int rc = loader_engine_opts(l, &eo);
     if (rc)
+        return rc;
+    eo.max_live_seqs = x->n + max_seqs;
+    eo.static_batching = static_mode;
+    eo.cb = (engine_callbacks){on_token, on_finish, x};
+    engine_t *e = NULL;
+    if ((rc = engine_new(loader_model(l), &eo, &e)))
         return rc;
     for (int i = 0; i < x->n; i++)
         x->r[i].first_token = x->r[i].done = 0;
@@ -180,22 +181,17 @@ int main(int argc, char **argv)
         }
     }
 
-    checkpoint_t *ck = NULL;
-    backend_t *be = NULL;
-    model_t *m = NULL;
-    int rc;
-    if ((rc = checkpoint_open(model_path, &ck)) || (rc = backend_new("cpu", threads, &be)))
-        goto fail;
-    const model_config *c = checkpoint_config(ck);
-    const int bs = 16, max_len = p_hi + o_hi;
-    const int per_seq = (max_len + bs - 1) / bs;
+    const int max_len = p_hi + o_hi;
     int progress_last = -100;
-    model_opts mo = {.max_batch_tokens = max_tokens, .max_seqs = max_seqs, .max_logits = max_seqs,
-                     .block_size = bs, .n_kv_blocks = per_seq * max_seqs + 1,
-                     .max_blocks_per_seq = per_seq, .max_copies = max_seqs,
-                     .progress = cli_progress, .progress_ctx = &progress_last};
-    if ((rc = model_new(ck, be, &mo, &m)))
+    loader_opts lo = {.model = model_path, .threads = threads, .max_seqs = max_seqs,
+                      .max_batch_tokens = max_tokens, .model_only = true,
+                      .progress = cli_progress, .progress_ctx = &progress_last};
+    loader_t *l = NULL;
+    int rc;
+    if ((rc = loader_open(&lo, &l)) || (rc = loader_size_seqs(l, max_seqs, max_len)) ||
+        (rc = loader_build_model(l)))
         goto fail;
+    const model_config *c = loader_config(l);
 
     run x = {.n = n_req};
     x.r = calloc((size_t)n_req, sizeof *x.r);
@@ -226,7 +222,7 @@ int main(int argc, char **argv)
     result r[2];
     for (int mode = 0; mode < 2; mode++) {
         fprintf(stderr, "running %s batching...\n", mode ? "static" : "continuous");
-        if ((rc = run_mode(m, &x, mode == 1, max_seqs, max_tokens, NULL, 0, &r[mode])))
+        if ((rc = run_mode(l, &x, mode == 1, max_seqs, &r[mode])))
             goto fail;
         printf("{\"bench\":\"batching\",\"mode\":\"%s\",\"wall_s\":%.2f,\"tokens_per_s\":%.2f,"
                "\"requests_per_s\":%.3f,\"latency_p50_s\":%.2f,\"latency_p99_s\":%.2f,"
@@ -245,8 +241,6 @@ int main(int argc, char **argv)
 fail:
     if (rc)
         fprintf(stderr, "bench_batching: %s\n", deras_errmsg());
-    model_destroy(&m);
-    backend_destroy(&be);
-    checkpoint_destroy(&ck);
+    loader_destroy(&l);
     return rc ? 1 : 0;
 }

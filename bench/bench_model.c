@@ -26,10 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint/checkpoint.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
-#include "engine/model.h"
+#include "engine/loader.h"
 
 #define MAX_LENS 8
 
@@ -156,28 +155,25 @@ int main(int argc, char **argv)
                 device);
         return 2;
     }
-    checkpoint_t *ck = NULL;
-    backend_t *be = NULL;
-    model_t *m = NULL;
-    int rc;
-    if ((rc = checkpoint_open(model_path, &ck)) || (rc = backend_new(device, threads, &be))) {
-        fprintf(stderr, "bench_model: %s\n", deras_errmsg());
-        return 1;
-    }
-    const model_config *c = checkpoint_config(ck);
     int max_len = 128;
     for (int i = 0; i < n_lens; i++)
         max_len = lens[i] > max_len ? lens[i] : max_len;
     int ctx_cap = max_len > 128 + decode_tokens ? max_len : 128 + decode_tokens;
-    const int bs = 16, n_blocks = (ctx_cap + bs - 1) / bs;
     int progress_last = -100;
-    model_opts mo = {.max_batch_tokens = max_len, .max_seqs = 1, .max_logits = 1,
-                     .block_size = bs, .n_kv_blocks = n_blocks, .max_blocks_per_seq = n_blocks,
-                     .progress = cli_progress, .progress_ctx = &progress_last};
-    if ((rc = model_new(ck, be, &mo, &m))) {
+    loader_opts lo = {.model = model_path, .device = device, .threads = threads, .max_seqs = 1,
+                      .max_batch_tokens = max_len, .model_only = true, .progress = cli_progress,
+                      .progress_ctx = &progress_last};
+    loader_t *l = NULL;
+    int rc;
+    if ((rc = loader_open(&lo, &l)) || (rc = loader_size_seqs(l, 1, ctx_cap)) ||
+        (rc = loader_build_model(l))) {
         fprintf(stderr, "bench_model: %s\n", deras_errmsg());
+        loader_destroy(&l);
         return 1;
     }
+    model_t *m = loader_model(l);
+    const model_config *c = loader_config(l);
+    const int n_blocks = loader_model_opts(l)->max_blocks_per_seq;
     int32_t *ids = malloc((size_t)ctx_cap * sizeof(int32_t)), *table = malloc(n_blocks * sizeof(int32_t));
     float *logits = malloc((size_t)c->vocab_size * sizeof(float));
     double *times = malloc((size_t)(repeat + 1) * sizeof(double));
@@ -253,8 +249,6 @@ fail:
     if (rc)
         fprintf(stderr, "bench_model: %s\n", deras_errmsg());
     free(ids), free(table), free(logits), free(times);
-    model_destroy(&m);
-    backend_destroy(&be);
-    checkpoint_destroy(&ck);
+    loader_destroy(&l);
     return rc ? 1 : 0;
 }

@@ -21,11 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checkpoint/checkpoint.h"
 #include "common/base/status.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/cli/cli_util.h"
-#include "engine/engine.h"
+#include "engine/loader.h"
 #include "engine/spec_draft.h"
 
 #define MAX_PROMPT 512
@@ -95,18 +94,23 @@ typedef struct result {
     spec_stats sp;
 } result;
 
-static int run_one(model_t *m, backend_t *be, const spec_opts *so, const prompt *ps, int batch,
-                   int max_out, const int32_t *eog, int n_eog, result *res)
+/* One engine over the loader's model with proposer so (and the draft model it needs). */
+static int run_one(loader_t *l, const spec_opts *so, const prompt *ps, int batch, int max_out,
+                   result *res)
 {
     tally t = {0};
-    model_t *drafter = NULL;
+    model_t *m = loader_model(l), *drafter = NULL;
     engine_t *e = NULL;
-    engine_opts eo = {.max_seqs = batch, .max_batch_tokens = model_get_opts(m)->max_batch_tokens,
-                      .max_live_seqs = batch, .prefix_caching = true, .eog_ids = eog,
-                      .n_eog = n_eog, .cb = {on_token, on_finish, &t}, .spec = *so};
-    int rc = DERAS_OK;
+    engine_opts eo;
+    int rc = loader_engine_opts(l, &eo);
+    if (rc)
+        return rc;
+    eo.max_seqs = batch;
+    eo.max_live_seqs = batch;
+    eo.cb = (engine_callbacks){on_token, on_finish, &t};
+    eo.spec = *so;
     if ((so->kind == SPEC_SELF || so->kind == SPEC_DRAFT) &&
-        (rc = spec_drafter_load(so, m, be, &drafter)))
+        (rc = spec_drafter_load(so, m, loader_backend(l), &drafter)))
         return rc;
     eo.drafter = drafter;
     if ((rc = engine_new(m, &eo, &e)))
@@ -206,36 +210,25 @@ int main(int argc, char **argv)
             return 2;
         }
 
-    checkpoint_t *ck = NULL;
-    backend_t *be = NULL;
-    model_t *m = NULL;
-    tokenizer_t *tok = NULL;
+    loader_t *l = NULL;
+    const tokenizer_t *tok = NULL;
     prompt *ps = calloc((size_t)max_batch, sizeof *ps);
-    int32_t eog[16];
-    int rc, n_eog = 0;
+    int rc;
     if (!ps) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = checkpoint_open(model_path, &ck)) || (rc = backend_new("cpu", threads, &be)))
-        goto fail;
-    if (!checkpoint_gguf(ck)) {
-        rc = deras_fail(DERAS_EINVAL, "bench_spec needs a GGUF model (its tokenizer)");
-        goto fail;
-    }
-    if ((rc = tokenizer_from_gguf(checkpoint_gguf(ck), &tok)))
-        goto fail;
-    n_eog = tokenizer_n_eog(tok) < 16 ? tokenizer_n_eog(tok) : 16;
-    for (int i = 0; i < n_eog; i++)
-        eog[i] = tokenizer_eog_at(tok, i);
-    const int bs = 16, per_seq = (MAX_PROMPT + max_out + SPEC_MAX_K + bs) / bs;
+    /* rows for k drafts per sequence; room for the longest prompt, the output and a
+     * block's slack for drafts past the end */
     int progress_last = -100;
-    model_opts mo = {.max_batch_tokens = 512, .max_seqs = max_batch,
-                     .max_logits = max_batch * (1 + k), .block_size = bs,
-                     .n_kv_blocks = per_seq * max_batch + 1, .max_blocks_per_seq = per_seq,
-                     .max_copies = max_batch, .progress = cli_progress,
-                     .progress_ctx = &progress_last};
-    if ((rc = model_new(ck, be, &mo, &m)))
+    spec_opts rows_spec = {.kind = SPEC_NGRAM, .k = k};
+    loader_opts lo = {.model = model_path, .threads = threads, .max_seqs = max_batch,
+                      .max_batch_tokens = 512, .max_live_seqs = max_batch,
+                      .prefix_caching = true, .spec = rows_spec, .progress = cli_progress,
+                      .progress_ctx = &progress_last};
+    if ((rc = loader_open(&lo, &l)) || (rc = loader_tokenizer(l, &tok)) ||
+        (rc = loader_size_seqs(l, max_batch, (MAX_PROMPT + max_out + SPEC_MAX_K) / 16 * 16 + 16)) ||
+        (rc = loader_build_model(l)))
         goto fail;
     printf("{\"bench\":\"spec_setup\",\"model\":\"%s\",\"output\":%d,\"k\":%d,\"threads\":%d,"
            "\"repeat\":%d}\n", model_path, max_out, k, threads, repeat);
@@ -252,7 +245,7 @@ int main(int argc, char **argv)
                 result r, best = {0};
                 char walls[256] = "";
                 for (int rep = 0; rep < repeat; rep++) {
-                    if ((rc = run_one(m, be, &sos[pi], ps, B, max_out, eog, n_eog, &r)))
+                    if ((rc = run_one(l, &sos[pi], ps, B, max_out, &r)))
                         goto fail;
                     size_t o = strlen(walls);
                     snprintf(walls + o, sizeof walls - o, "%s%.2f", rep ? "," : "", r.wall);
@@ -282,9 +275,6 @@ fail:
     if (rc)
         fprintf(stderr, "bench_spec: %s\n", deras_errmsg());
     free(ps);
-    tokenizer_destroy(&tok);
-    model_destroy(&m);
-    backend_destroy(&be);
-    checkpoint_destroy(&ck);
+    loader_destroy(&l);
     return rc ? 1 : 0;
 }

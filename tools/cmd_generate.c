@@ -16,17 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tokenizer/chat.h"
-#include "common/checkpoint/checkpoint.h"
 #include "common/base/status.h"
+#include "common/cli/cli_util.h"
+#include "common/tokenizer/chat.h"
 #include "common/tokenizer/stop_matcher.h"
 #include "common/tokenizer/tokenizer.h"
-#include "common/cli/cli_util.h"
+#include "engine/loader.h"
 #include "tools/commands.h"
-#include "engine/engine.h"
-#include "engine/kv_sizing.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
 
 #define MAX_STOPS 16
 #define PREFILL_CHUNK 512
@@ -304,22 +300,21 @@ static int flush_stream(gen_stream *g)
 
 static int generate(const gen_args *a)
 {
-    checkpoint_t *ck = NULL;
-    tokenizer_t *tok = NULL;
-    backend_t *be = NULL;
-    model_t *m = NULL;
+    loader_t *l = NULL;
+    const tokenizer_t *tok = NULL;
     engine_t *e = NULL;
-    int32_t *ids = NULL, *eog = NULL;
+    int32_t *ids = NULL;
     gen_stream g = {0};
     int n_prompt = 0, rc;
-
-    if ((rc = checkpoint_open(a->model, &ck)))
+    int progress_last = -100;
+    loader_opts lo = {.model = a->model, .device = a->device, .threads = a->threads,
+                      .block_size = a->block_size, .max_seqs = 1,
+                      .max_batch_tokens = PREFILL_CHUNK, .max_live_seqs = 1,
+                      .progress = cli_progress, .progress_ctx = &progress_last};
+    if ((rc = loader_open(&lo, &l)) || (rc = loader_tokenizer(l, &tok)) ||
+        (rc = tokenize_prompt(a, tok, &ids, &n_prompt)))
         goto fail;
-    rc = checkpoint_gguf(ck) ? tokenizer_from_gguf(checkpoint_gguf(ck), &tok)
-                             : tokenizer_from_hf_dir(checkpoint_hf_dir(ck), &tok);
-    if (rc || (rc = tokenize_prompt(a, tok, &ids, &n_prompt)))
-        goto fail;
-    const model_config *cfg = checkpoint_config(ck);
+    const model_config *cfg = loader_config(l);
     if (n_prompt + a->max_tokens > cfg->max_seq_len) {
         rc = deras_fail(DERAS_ERANGE,
                         "context_length_exceeded: prompt %d + max_tokens %d = %d tokens exceeds "
@@ -327,24 +322,12 @@ static int generate(const gen_args *a)
                         n_prompt, a->max_tokens, n_prompt + a->max_tokens, cfg->max_seq_len);
         goto fail;
     }
-    if ((rc = backend_new(a->device, a->threads, &be)))
+    /* one sequence: a cache just big enough for prompt + max_tokens, and prefill chunks no
+     * longer than the prompt */
+    if ((rc = loader_size_seqs(l, 1, n_prompt + a->max_tokens)))
         goto fail;
-    /* one sequence: a cache just big enough for prompt + max_tokens */
-    kv_sizing kvs;
-    if ((rc = kv_sizing_for_tokens(cfg, backend_elem_size(be), a->block_size,
-                                   n_prompt + a->max_tokens, &kvs)))
-        goto fail;
-    kv_sizing_log(&kvs);
-    int chunk = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
-    int progress_last = -100;
-    model_opts mo = {.max_batch_tokens = chunk, .max_seqs = 1, .max_logits = 1,
-                     .block_size = a->block_size, .n_kv_blocks = kvs.n_blocks,
-                     .max_blocks_per_seq = kvs.n_blocks - 1, .max_copies = 1,
-                     .progress = cli_progress, .progress_ctx = &progress_last};
-    if ((rc = model_new(ck, be, &mo, &m)))
-        goto fail;
-    int n_eog = tokenizer_n_eog(tok);
-    eog = malloc((size_t)(n_eog + 1) * sizeof(int32_t));
+    kv_sizing_log(loader_kv(l));
+    loader_model_opts(l)->max_batch_tokens = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
     g.tok = tok;
     g.log_probs = a->sp.n_logprobs > 0;
     if ((rc = stop_matcher_new(a->stops, a->n_stops, &g.sm)))
@@ -354,16 +337,14 @@ static int generate(const gen_args *a)
     g.out_cap = stop_matcher_out_cap(g.sm);
     g.piece = malloc(g.piece_cap);
     g.out = malloc(g.out_cap);
-    if (!eog || !g.dt || !g.piece || !g.out) {
+    if (!g.dt || !g.piece || !g.out) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < n_eog; i++)
-        eog[i] = tokenizer_eog_at(tok, i);
-    engine_opts eo = {.max_seqs = 1, .max_batch_tokens = chunk, .max_live_seqs = 1,
-                      .eog_ids = eog, .n_eog = n_eog, .cb = {on_token, on_finish, &g}};
-    if ((rc = engine_new(m, &eo, &e)))
+    engine_callbacks cb = {on_token, on_finish, &g};
+    if ((rc = loader_build_model(l)) || (rc = loader_build_engine(l, &cb, NULL, NULL)))
         goto fail;
+    e = loader_engine(l);
     engine_request req = {.id = 1, .prompt = ids, .n_prompt = n_prompt, .sp = a->sp,
                           .seed = a->has_seed ? a->seed : (uint64_t)(cli_now() * 1e9),
                           .max_tokens = a->max_tokens, .n = 1, .stop_ids = a->stop_ids,
@@ -396,15 +377,10 @@ fail:
         fprintf(stderr, "deras generate: %s (%s)\n", deras_errmsg(), deras_status_name(rc));
     free(g.piece);
     free(g.out);
-    free(eog);
     free(ids);
     stop_matcher_destroy(&g.sm);
     detok_destroy(&g.dt);
-    engine_destroy(&e);
-    model_destroy(&m);
-    backend_destroy(&be);
-    tokenizer_destroy(&tok);
-    checkpoint_destroy(&ck);
+    loader_destroy(&l);
     return rc ? 1 : 0;
 }
 

@@ -12,37 +12,36 @@
 #include <signal.h>
 #include <time.h>
 
-#include "common/checkpoint/checkpoint.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "kernels/backend.h"
+#include "engine/loader.h"
 #include "worker/group.h"
-#include "engine/model.h"
 
 int worker_follower_run(const worker_opts *o)
 {
     if (!o || o->tp_rank < 1 || o->tp_size < 2 || !o->name)
         return deras_fail(DERAS_EINVAL, "worker_follower_run: rank >= 1 of a named group");
-    backend_t *be = NULL;
-    checkpoint_t *ck = NULL;
+    loader_t *l = NULL;
     group_t *g = NULL;
-    model_t *m = NULL;
     int rc;
     /* the leader ends the group; a signal to every rank must not cut its steps short */
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
-    if ((rc = backend_new(o->device, o->threads, &be)) || (rc = checkpoint_open(o->model, &ck)))
+    /* the step limits and the cache come from the leader (group_model_opts) */
+    loader_opts lo = {.model = o->model, .device = o->device, .threads = o->threads,
+                      .max_seqs = 1, .max_batch_tokens = 1, .model_only = true};
+    if ((rc = loader_open(&lo, &l)))
         goto done;
     group_opts go = {.name = o->name, .rank = o->tp_rank, .size = o->tp_size,
                      .timeout_s = o->tp_timeout_s};
-    if ((rc = group_join(&go, &g)) || (rc = group_check_config(g, checkpoint_config(ck))))
+    if ((rc = group_join(&go, &g)) || (rc = group_check_config(g, loader_config(l))))
         goto done;
-    model_opts mo;
-    group_model_opts(g, &mo);
-    log_info("rank %d: loading its shard of %s on %s", o->tp_rank, o->model, backend_name(be));
-    if ((rc = model_new(ck, be, &mo, &m)))
+    group_model_opts(g, loader_model_opts(l));
+    log_info("rank %d: loading its shard of %s on %s", o->tp_rank, o->model,
+             backend_name(loader_backend(l)));
+    if ((rc = loader_build_model(l)))
         goto done;
-    checkpoint_destroy(&ck);
+    model_t *m = loader_model(l);
     log_info("rank %d: shard loaded, %.1f MiB of weights, %.1f MiB of KV cache", o->tp_rank,
              model_weight_bytes(m) / 1048576.0, model_kv_bytes(m) / 1048576.0);
     group_set_loaded(g);
@@ -50,9 +49,7 @@ int worker_follower_run(const worker_opts *o)
 done:
     if (rc && g)
         group_abort(g, deras_errmsg());
-    model_destroy(&m);
     group_destroy(&g);
-    checkpoint_destroy(&ck);
-    backend_destroy(&be);
+    loader_destroy(&l);
     return rc;
 }
