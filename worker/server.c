@@ -460,7 +460,7 @@ static void progress_log(void *ctx, int done, int total)
  * followers load their shards meanwhile) and waits for them before the engine. */
 static int load_engine(worker_server *s, const spec_opts *so)
 {
-    static int progress_last = -100; /* one load per process */
+    int progress_last = -100; /* read while the model loads, inside this function */
     loader_opts lo = {.model = s->model, .device = s->device, .threads = s->o.threads,
                       .block_size = s->o.block_size, .max_seqs = s->o.max_seqs,
                       .max_batch_tokens = s->o.max_batch_tokens,
