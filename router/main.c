@@ -111,7 +111,10 @@ static void usage(FILE *f)
         "  --drain-timeout S          seconds to let requests finish at SIGTERM (and derasctl\n"
         "                             drain without --timeout), default 30\n"
         "\n"
-        "Log level: DERAS_LOG=debug|info|warn|error.\n");
+        "  --log-format F             text (default; journal priorities under journald) or\n"
+        "                             json lines (also DERAS_LOG_FORMAT)\n"
+        "\n"
+        "Log level: DERAS_LOG=debug|info|warn|error|off.\n");
 }
 
 static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
@@ -180,7 +183,8 @@ static int check_admin(const router_opts *o)
 static int parse_options(int argc, char **argv, router_opts *o)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
-           O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_STUCK, O_HELP };
+           O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_STUCK, O_LOGFMT,
+           O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"listen", required_argument, 0, O_LISTEN},
@@ -200,6 +204,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
         {"admin-curve-allow", required_argument, 0, O_ACA},
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"stuck-timeout-ms", required_argument, 0, O_STUCK},
+        {"log-format", required_argument, 0, O_LOGFMT},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -241,6 +246,13 @@ static int parse_options(int argc, char **argv, router_opts *o)
                 return rc;
             o->stuck_timeout_ms = (int)v;
             break;
+        case O_LOGFMT: {
+            enum log_format f;
+            if ((rc = log_parse_format(optarg, &f)))
+                return deras_fail_ctx(rc, "--log-format: ");
+            log_set_format(f);
+            break;
+        }
         case O_HELP: usage(stdout); exit(0);
         case O_MQR:
             if ((rc = parse_int("--max-queued-requests", optarg, 1, 1 << 24, &v)))
@@ -567,6 +579,10 @@ static int run(router_t *rt)
 
 int main(int argc, char **argv)
 {
+    if (log_init()) {
+        fprintf(stderr, "deras-router: %s\n", deras_errmsg());
+        return 2;
+    }
     log_set_name("deras-router");
     router_t rt = {0};
     rt.start_us = router_now_us();

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/base/log.h"
+#include "common/base/status.h"
 #include "tools/commands.h"
 
 static void usage(FILE *f)
@@ -32,6 +33,10 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    if (log_init()) {
+        fprintf(stderr, "deras: %s\n", deras_errmsg());
+        return 2;
+    }
     log_set_name("deras");
     if (argc < 2) {
         usage(stderr);

@@ -101,7 +101,10 @@ static void usage(FILE *f)
             "                           S seconds, then abort them (default 30); a second signal\n"
             "                           aborts at once\n"
             "\n"
-            "Logging: DERAS_LOG=debug|info|warn|error. Exit status: 0 after a stop, 1 on a\n"
+            "  --log-format F           text (default; journal priorities under journald) or\n"
+            "                           json lines (also DERAS_LOG_FORMAT)\n"
+            "\n"
+            "Logging: DERAS_LOG=debug|info|warn|error|off. Exit status: 0 after a stop, 1 on a\n"
             "load, handshake or serving failure, 2 for bad options.\n",
             workers);
 }
@@ -111,7 +114,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
 {
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
-           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_HELP };
+           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
@@ -133,6 +136,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"spec-proposer", required_argument, 0, O_SPEC},
         {"spec-k", required_argument, 0, O_SPECK},
         {"spec-max-batch", required_argument, 0, O_SPECBATCH},
+        {"log-format", required_argument, 0, O_LOGFMT},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -181,6 +185,15 @@ static int parse_args(int argc, char **argv, worker_opts *o)
                 return 2;
             o->drain_timeout_s = d;
             break;
+        case O_LOGFMT: {
+            enum log_format f;
+            if (log_parse_format(optarg, &f)) {
+                fprintf(stderr, "deras-worker: --log-format: %s\n", deras_errmsg());
+                return 2;
+            }
+            log_set_format(f);
+            break;
+        }
         case O_HELP: usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
@@ -203,10 +216,14 @@ static int parse_args(int argc, char **argv, worker_opts *o)
 int main(int argc, char **argv)
 {
     worker_opts o;
+    if (log_init()) {
+        fprintf(stderr, "deras-worker: %s\n", deras_errmsg());
+        return 2;
+    }
+    log_set_name("deras-worker");
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
-    log_set_name("deras-worker");
     signal(SIGPIPE, SIG_IGN);
 
     if (o.tp_rank > 0) {
