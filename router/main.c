@@ -34,6 +34,7 @@
 
 #include "common/wire/endpoints.h"
 #include "common/base/log.h"
+#include "common/cli/version.h"
 #include "common/service/sdnotify.h"
 #include "common/base/status.h"
 #include "common/wire/zmq_check.h"
@@ -113,6 +114,7 @@ static void usage(FILE *f)
         "\n"
         "  --log-format F             text (default; journal priorities under journald) or\n"
         "                             json lines (also DERAS_LOG_FORMAT)\n"
+        "  --version                  what this build is\n"
         "\n"
         "Log level: DERAS_LOG=debug|info|warn|error|off.\n");
 }
@@ -184,7 +186,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
            O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_STUCK, O_LOGFMT,
-           O_HELP };
+           O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"listen", required_argument, 0, O_LISTEN},
@@ -205,6 +207,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"stuck-timeout-ms", required_argument, 0, O_STUCK},
         {"log-format", required_argument, 0, O_LOGFMT},
+        {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -253,6 +256,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
             log_set_format(f);
             break;
         }
+        case O_VERSION: version_print("deras-router", stdout); exit(0);
         case O_HELP: usage(stdout); exit(0);
         case O_MQR:
             if ((rc = parse_int("--max-queued-requests", optarg, 1, 1 << 24, &v)))

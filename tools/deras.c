@@ -14,6 +14,8 @@
 
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "common/cli/version.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "tools/commands.h"
 
 static void usage(FILE *f)
@@ -27,7 +29,8 @@ static void usage(FILE *f)
           "  complete   stream a completion from a running deras-router\n"
           "  bench      load deras-router with requests; report throughput and latency\n"
           "\n"
-          "Run `deras COMMAND --help` for a command's options.\n",
+          "Run `deras COMMAND --help` for a command's options, `deras --version` for what this\n"
+          "build is and what CUDA it finds here.\n",
           f);
 }
 
@@ -44,6 +47,13 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        char cuda[600];
+        version_print("deras", stdout);
+        cuda_describe(cuda, sizeof cuda);
+        printf("cuda here: %s\n", cuda);
         return 0;
     }
     if (!strcmp(argv[1], "generate"))

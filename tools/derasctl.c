@@ -33,6 +33,7 @@
 #include "common/wire/msgpack_scan.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "common/cli/version.h"
 
 #define HEALTH_EVERY_S 2.0 /* while a drain waits: is the router still there? */
 
@@ -461,6 +462,10 @@ static int parse_global(ctl *c, int argc, char **argv, char *admin, size_t cap)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--version")) {
+            version_print("derasctl", stdout);
             exit(0);
         }
         if (i + 1 >= argc) {

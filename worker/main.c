@@ -28,6 +28,8 @@
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "common/cli/version.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "worker/follower.h"
 #include "worker/server.h"
 
@@ -100,9 +102,9 @@ static void usage(FILE *f)
             "  --drain-timeout S        at SIGTERM/SIGINT, finish in-flight requests for at most\n"
             "                           S seconds, then abort them (default 30); a second signal\n"
             "                           aborts at once\n"
-            "\n"
             "  --log-format F           text (default; journal priorities under journald) or\n"
             "                           json lines (also DERAS_LOG_FORMAT)\n"
+            "  --version                what this build is, and what CUDA it finds here\n"
             "\n"
             "Logging: DERAS_LOG=debug|info|warn|error|off. Exit status: 0 after a stop, 1 on a\n"
             "load, handshake or serving failure, 2 for bad options.\n",
@@ -114,7 +116,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
 {
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
-           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_HELP };
+           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
@@ -137,6 +139,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"spec-k", required_argument, 0, O_SPECK},
         {"spec-max-batch", required_argument, 0, O_SPECBATCH},
         {"log-format", required_argument, 0, O_LOGFMT},
+        {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -193,6 +196,13 @@ static int parse_args(int argc, char **argv, worker_opts *o)
             }
             log_set_format(f);
             break;
+        }
+        case O_VERSION: {
+            char cuda[600];
+            version_print("deras-worker", stdout);
+            cuda_describe(cuda, sizeof cuda);
+            printf("cuda here: %s\n", cuda);
+            exit(0);
         }
         case O_HELP: usage(stdout); exit(0);
         default: usage(stderr); return 2;

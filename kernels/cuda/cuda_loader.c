@@ -132,6 +132,18 @@ int cuda_device_count(char *why, size_t why_len)
     return 0;
 }
 
+void cuda_describe(char *buf, size_t cap)
+{
+    char why[sizeof g_why] = "";
+    int n = cuda_device_count(why, sizeof why);
+    if (n > 0)
+        snprintf(buf, cap, "plugin loaded, %d device%s", n, n == 1 ? "" : "s");
+    else if (g_plugin)
+        snprintf(buf, cap, "plugin loaded, no device usable: %.600s", why);
+    else
+        snprintf(buf, cap, "unavailable here: %.600s", why);
+}
+
 int backend_is_cuda(const backend_t *b)
 {
     /* no CUDA backend can exist without the plugin: do not load it to answer no */
