@@ -244,7 +244,7 @@ static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
  * O(live requests), once per worker exit. */
 static void handle_bye(router_t *rt, worker *k, const char *reason)
 {
-    for (rq *r = rq_first(rt->rqs); r; r = r->live_next)
+    for (rq *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
         if (r->state == RQ_RUNNING && r->worker == k->slot) {
             char why[300];
             snprintf(why, sizeof why, "it exited: %s", reason);
