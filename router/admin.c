@@ -28,11 +28,11 @@
 #include <sys/stat.h>
 
 #include <msgpack.h>
+#include <zmq.h>
 
 #include "common/wire/admin_proto.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define ADMIN_MAX_WAITERS 32
@@ -58,13 +58,6 @@ struct admin {
 
 #define KEY(pk, lit) msgpack_pack_str_with_body(pk, lit, sizeof(lit) - 1)
 
-static int set_int(void *s, int opt, int v, const char *name)
-{
-    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
-        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
-    return DERAS_OK;
-}
-
 int admin_open(router_t *rt)
 {
     int rc;
@@ -76,12 +69,12 @@ int admin_open(router_t *rt)
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
     rt->admin = a;
-    int64_t maxmsg = 2 * ADMIN_MAX_MESSAGE_BYTES; /* between the two: message_too_large */
-    if ((rc = ZMQ_CHECK_PTR(rt->admin_sock, zmq_socket(rt->zctx, ZMQ_ROUTER))) ||
-        (rc = set_int(rt->admin_sock, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
-        (rc = ZMQ_CHECK(zmq_setsockopt(rt->admin_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
-        (rc = set_int(rt->admin_sock, ZMQ_SNDHWM, ADMIN_SNDHWM, "ZMQ_SNDHWM")) ||
-        (rc = set_int(rt->admin_sock, ZMQ_LINGER, 0, "ZMQ_LINGER")))
+    router_sock_opts o = {
+        .endpoint = rt->o.admin,
+        .max_msg_bytes = 2 * ADMIN_MAX_MESSAGE_BYTES, /* between the two: message_too_large */
+        .sndhwm = ADMIN_SNDHWM,
+    };
+    if ((rc = router_socket_open(rt, &o, &rt->admin_sock)))
         return rc;
     if (rt->admin_curve && (rc = curve_apply(rt->admin_curve, rt->admin_sock)))
         return rc;
