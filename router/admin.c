@@ -461,24 +461,8 @@ static void handle(router_t *rt, const uint8_t *ident, int ident_len, bool delim
 void admin_recv(router_t *rt, int budget)
 {
     for (int i = 0; i < budget; i++) {
-        zmq_msg_t f[3], tmp;
-        int n = 0, extra = 0;
-        bool more = true;
-        while (more) {
-            zmq_msg_t *m = n < 3 ? &f[n] : &tmp;
-            zmq_msg_init(m);
-            if (zmq_msg_recv(m, rt->admin_sock, ZMQ_DONTWAIT) == -1) {
-                zmq_msg_close(m);
-                break;
-            }
-            more = zmq_msg_more(m);
-            if (n < 3) {
-                n++;
-            } else {
-                extra++;
-                zmq_msg_close(m);
-            }
-        }
+        zmq_msg_t f[3];
+        int extra, n = router_recv_frames(rt->admin_sock, f, 3, &extra);
         if (n == 0)
             return;
         const uint8_t *ident = zmq_msg_data(&f[0]);

@@ -416,32 +416,14 @@ void frontend_recv(router_t *rt, int budget)
         /* a client's disconnect must be seen before frames that could reuse its fd */
         frontend_monitor(rt);
         zmq_msg_t f[3];
-        zmq_msg_init(&f[0]);
-        if (zmq_msg_recv(&f[0], rt->clients, ZMQ_DONTWAIT) == -1) {
+        int extra, n = router_recv_frames(rt->clients, f, 3, &extra);
+        if (n == 0) {
             int err = zmq_errno();
-            zmq_msg_close(&f[0]);
             if (err != EAGAIN && err != EINTR)
                 log_warn("client socket: zmq_msg_recv: %s", zmq_strerror(err));
             return;
         }
         rt->st.frames++;
-        int n = 1, extra = 0;
-        bool more = zmq_msg_more(&f[0]);
-        while (more) {
-            zmq_msg_t tmp, *m = n < 3 ? &f[n] : &tmp;
-            zmq_msg_init(m);
-            if (zmq_msg_recv(m, rt->clients, ZMQ_DONTWAIT) == -1) {
-                zmq_msg_close(m);
-                break; /* multipart messages arrive whole; cannot happen */
-            }
-            more = zmq_msg_more(m);
-            if (n < 3) {
-                n++;
-            } else {
-                extra++;
-                zmq_msg_close(m);
-            }
-        }
         if (n >= 2)
             handle_frames(rt, f, n, extra);
         for (int k = 0; k < n; k++)

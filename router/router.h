@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <zmq.h>
+
 #include "common/checkpoint/checkpoint.h"
 #include "common/wire/protocol.h"
 #include "common/tokenizer/tokenizer.h"
@@ -148,6 +150,10 @@ int router_monitor_open(router_t *rt, void *sock, const char *addr, int events, 
 /* The next pending monitor event (its id and value, e.g. the fd of a closed connection);
  * false when none is pending. Never blocks. */
 bool router_monitor_next(void *mon, uint16_t *event, uint32_t *value);
+/* Read one multipart message without waiting: its first `max` frames into f (the caller
+ * closes f[0..n-1]), the others discarded and counted in *extra. Returns n; 0 when nothing
+ * was pending, zmq_errno() then says why (EAGAIN: nothing). */
+int router_recv_frames(void *sock, zmq_msg_t *f, int max, int *extra);
 
 /* ---- frontend.c: the client socket ---- */
 int frontend_open(router_t *rt);

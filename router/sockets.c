@@ -5,9 +5,11 @@
  * Every socket is ZMQ_ROUTER_MANDATORY (a send to a peer that is gone fails instead of
  * vanishing) and lingers 0 while open (each *_close sets its own linger for the last
  * frames); the rest (frame cap, queue depths, ZMTP heartbeats, TCP keepalive) is the
- * caller's. Setup only: a handful of system calls per socket, nothing per message but
- * router_monitor_next's two reads per event.
+ * caller's. Setup is a handful of system calls per socket; reading costs one
+ * zmq_msg_recv per frame (router_recv_frames) or per event part (router_monitor_next)
+ * and allocates nothing beyond what libzmq does for the frames.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "common/base/status.h"
@@ -74,4 +76,29 @@ bool router_monitor_next(void *mon, uint16_t *event, uint32_t *value)
         zmq_msg_close(&addr);
     }
     return true;
+}
+
+int router_recv_frames(void *sock, zmq_msg_t *f, int max, int *extra)
+{
+    int n = 0;
+    bool more = true;
+    *extra = 0;
+    while (more) {
+        zmq_msg_t tmp, *m = n < max ? &f[n] : &tmp;
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) == -1) {
+            int err = zmq_errno();
+            zmq_msg_close(m);
+            errno = err; /* for the caller's message when nothing came */
+            break;       /* after the first frame: multipart messages arrive whole */
+        }
+        more = zmq_msg_more(m);
+        if (m == &tmp) {
+            (*extra)++;
+            zmq_msg_close(m);
+        } else {
+            n++;
+        }
+    }
+    return n;
 }

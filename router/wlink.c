@@ -309,41 +309,23 @@ void wlink_recv(router_t *rt, int budget)
 {
     for (int i = 0; i < budget; i++) {
         wlink_monitor(rt);
-        zmq_msg_t id, body;
-        zmq_msg_init(&id);
-        if (zmq_msg_recv(&id, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
+        zmq_msg_t f[2]; /* routing id, body */
+        int extra, n = router_recv_frames(rt->workers_sock, f, 2, &extra);
+        if (n == 0) {
             int err = zmq_errno();
-            zmq_msg_close(&id);
             if (err != EAGAIN && err != EINTR)
                 log_warn("worker socket: zmq_msg_recv: %s", zmq_strerror(err));
             return;
         }
         rt->st.worker_frames++;
-        int parts = 1;
-        bool more = zmq_msg_more(&id);
-        zmq_msg_init(&body);
-        while (more) {
-            zmq_msg_t tmp, *p = parts == 1 ? &body : &tmp;
-            if (p == &tmp)
-                zmq_msg_init(&tmp);
-            if (zmq_msg_recv(p, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
-                if (p == &tmp)
-                    zmq_msg_close(&tmp);
-                break;
-            }
-            more = zmq_msg_more(p);
-            if (p == &tmp)
-                zmq_msg_close(&tmp);
-            parts++;
-        }
-        int name_len = (int)zmq_msg_size(&id);
-        if (parts == 2 && name_len > 0 && name_len <= WPROTO_MAX_NAME)
-            handle_frame(rt, zmq_msg_data(&id), name_len, zmq_msg_get(&body, ZMQ_SRCFD),
-                         zmq_msg_data(&body), zmq_msg_size(&body));
+        int name_len = (int)zmq_msg_size(&f[0]);
+        if (n == 2 && extra == 0 && name_len > 0 && name_len <= WPROTO_MAX_NAME)
+            handle_frame(rt, zmq_msg_data(&f[0]), name_len, zmq_msg_get(&f[1], ZMQ_SRCFD),
+                         zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
         else
             rt->st.worker_bad_frames++;
-        zmq_msg_close(&body);
-        zmq_msg_close(&id);
+        for (int k = 0; k < n; k++)
+            zmq_msg_close(&f[k]);
     }
 }
 
