@@ -1,8 +1,8 @@
 /* scheduler.c - continuous batching policy (see scheduler.h for the rules).
  *
  * Two intrusive lists (common/base/list.h): `running` in admission order (head oldest)
- * and `waiting` in FIFO order. The sequences scheduled in the current step are remembered in `sched`, an array
- * of max_seqs pointers, so sched_step_done() needs no lookup.
+ * and `waiting` in FIFO order. The sequences scheduled in the current step are remembered
+ * in `sched`, an array of max_seqs pointers, so sched_step_done() needs no lookup.
  */
 #include "scheduler.h"
 
