@@ -42,6 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/base/list.h"
 #include "engine/kv_manager.h"
 #include "engine/step_plan.h"
 
@@ -64,7 +65,7 @@ typedef struct sched_seq {
     sched_state state;
     uint64_t admitted;     /* admission order, for choosing whom to preempt */
     int n_preempted;
-    struct sched_seq *prev, *next;
+    list_node link;        /* in the waiting or the running queue */
 } sched_seq;
 
 typedef struct sched_opts {

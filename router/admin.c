@@ -28,11 +28,11 @@
 #include <sys/stat.h>
 
 #include <msgpack.h>
+#include <zmq.h>
 
 #include "common/wire/admin_proto.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define ADMIN_MAX_WAITERS 32
@@ -58,13 +58,6 @@ struct admin {
 
 #define KEY(pk, lit) msgpack_pack_str_with_body(pk, lit, sizeof(lit) - 1)
 
-static int set_int(void *s, int opt, int v, const char *name)
-{
-    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
-        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
-    return DERAS_OK;
-}
-
 int admin_open(router_t *rt)
 {
     int rc;
@@ -76,12 +69,12 @@ int admin_open(router_t *rt)
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
     rt->admin = a;
-    int64_t maxmsg = 2 * ADMIN_MAX_MESSAGE_BYTES; /* between the two: message_too_large */
-    if ((rc = ZMQ_CHECK_PTR(rt->admin_sock, zmq_socket(rt->zctx, ZMQ_ROUTER))) ||
-        (rc = set_int(rt->admin_sock, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
-        (rc = ZMQ_CHECK(zmq_setsockopt(rt->admin_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
-        (rc = set_int(rt->admin_sock, ZMQ_SNDHWM, ADMIN_SNDHWM, "ZMQ_SNDHWM")) ||
-        (rc = set_int(rt->admin_sock, ZMQ_LINGER, 0, "ZMQ_LINGER")))
+    router_sock_opts o = {
+        .endpoint = rt->o.admin,
+        .max_msg_bytes = 2 * ADMIN_MAX_MESSAGE_BYTES, /* between the two: message_too_large */
+        .sndhwm = ADMIN_SNDHWM,
+    };
+    if ((rc = router_socket_open(rt, &o, &rt->admin_sock)))
         return rc;
     if (rt->admin_curve && (rc = curve_apply(rt->admin_curve, rt->admin_sock)))
         return rc;
@@ -468,24 +461,8 @@ static void handle(router_t *rt, const uint8_t *ident, int ident_len, bool delim
 void admin_recv(router_t *rt, int budget)
 {
     for (int i = 0; i < budget; i++) {
-        zmq_msg_t f[3], tmp;
-        int n = 0, extra = 0;
-        bool more = true;
-        while (more) {
-            zmq_msg_t *m = n < 3 ? &f[n] : &tmp;
-            zmq_msg_init(m);
-            if (zmq_msg_recv(m, rt->admin_sock, ZMQ_DONTWAIT) == -1) {
-                zmq_msg_close(m);
-                break;
-            }
-            more = zmq_msg_more(m);
-            if (n < 3) {
-                n++;
-            } else {
-                extra++;
-                zmq_msg_close(m);
-            }
-        }
+        zmq_msg_t f[3];
+        int extra, n = router_recv_frames(rt->admin_sock, f, 3, &extra);
         if (n == 0)
             return;
         const uint8_t *ident = zmq_msg_data(&f[0]);

@@ -1,7 +1,7 @@
 /* dispatch.c - admission queue and dispatch to workers (see dispatch.h).
  *
- * The queue is an intrusive doubly linked list through the request records (q_prev,
- * q_next), so admission, removal and re-queueing at the front are O(1) and allocate
+ * The queue is an intrusive list (common/base/list.h) through the request records'
+ * `queue` nodes, so admission, removal and re-queueing at the front are O(1) and allocate
  * nothing. The counters (samples, prompt tokens) follow the queue exactly: everything
  * that enters or leaves it goes through q_push / q_unlink.
  */
@@ -21,7 +21,7 @@ struct dispatch {
     dispatch_fail_fn fail;
     void *ctx;
 
-    rq *head, *tail;
+    list_node queue;        /* head first: the next to dispatch */
     int queued_requests;    /* samples */
     int queued_count;       /* requests */
     int64_t queued_tokens;
@@ -49,6 +49,7 @@ dispatch_t *dispatch_new(workers_t *w, rq_table *t, const dispatch_opts *o,
     d->fail = fail;
     d->ctx = ctx;
     d->next_rid = 1;
+    list_init(&d->queue);
     return d;
 }
 
@@ -60,28 +61,24 @@ void dispatch_destroy(dispatch_t **d)
     *d = NULL;
 }
 
+static rq *q_first(const dispatch_t *d)
+{
+    return list_entry(list_first(&d->queue), rq, queue);
+}
+
+static rq *q_next(const dispatch_t *d, const rq *r)
+{
+    return list_entry(list_next(&d->queue, &r->queue), rq, queue);
+}
+
 static void q_push(dispatch_t *d, rq *r, bool front)
 {
-    r->in_queue = true;
     r->state = RQ_QUEUED;
     r->worker = -1;
-    if (front) {
-        r->q_prev = NULL;
-        r->q_next = d->head;
-        if (d->head)
-            d->head->q_prev = r;
-        else
-            d->tail = r;
-        d->head = r;
-    } else {
-        r->q_next = NULL;
-        r->q_prev = d->tail;
-        if (d->tail)
-            d->tail->q_next = r;
-        else
-            d->head = r;
-        d->tail = r;
-    }
+    if (front)
+        list_push_front(&d->queue, &r->queue);
+    else
+        list_push_back(&d->queue, &r->queue);
     d->queued_requests += r->n;
     d->queued_count++;
     d->queued_tokens += r->n_prompt;
@@ -89,18 +86,9 @@ static void q_push(dispatch_t *d, rq *r, bool front)
 
 static void q_unlink(dispatch_t *d, rq *r)
 {
-    if (!r->in_queue)
+    if (!list_linked(&r->queue))
         return;
-    if (r->q_prev)
-        r->q_prev->q_next = r->q_next;
-    else
-        d->head = r->q_next;
-    if (r->q_next)
-        r->q_next->q_prev = r->q_prev;
-    else
-        d->tail = r->q_prev;
-    r->q_prev = r->q_next = NULL;
-    r->in_queue = false;
+    list_remove(&r->queue);
     d->queued_requests -= r->n;
     d->queued_count--;
     d->queued_tokens -= r->n_prompt;
@@ -141,8 +129,8 @@ static void expire_no_workers(dispatch_t *d, int64_t now_us)
 {
     int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     rq *next;
-    for (rq *r = d->head; r; r = next) {
-        next = r->q_next;
+    for (rq *r = q_first(d); r; r = next) {
+        next = q_next(d, r);
         int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
         if (now_us < until)
             continue;
@@ -154,8 +142,8 @@ static void expire_no_workers(dispatch_t *d, int64_t now_us)
 int dispatch_run(dispatch_t *d, int64_t now_us)
 {
     if (d->draining) {
-        while (d->head) {
-            rq *r = d->head;
+        rq *r;
+        while ((r = q_first(d))) {
             q_unlink(d, r);
             d->fail(d->ctx, r, PE_SHUTTING_DOWN, "the router is shutting down");
         }
@@ -171,8 +159,8 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
 
     int sent = 0;
     int max_len = workers_max_len(d->w);
-    while (d->head) {
-        rq *r = d->head;
+    rq *r;
+    while ((r = q_first(d))) {
         int need = r->n_prompt + r->max_tokens;
         if (need > max_len) {
             char msg[200];
@@ -214,11 +202,11 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
 
 int64_t dispatch_next_timer(const dispatch_t *d)
 {
-    if (!d->head || d->draining || workers_ready(d->w) > 0)
+    if (list_empty(&d->queue) || d->draining || workers_ready(d->w) > 0)
         return INT64_MAX;
     int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     int64_t t = INT64_MAX;
-    for (const rq *r = d->head; r; r = r->q_next) {
+    for (const rq *r = q_first(d); r; r = q_next(d, r)) {
         int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
         if (until < t)
             t = until;
@@ -244,9 +232,4 @@ int dispatch_queued_count(const dispatch_t *d)
 int64_t dispatch_queued_tokens(const dispatch_t *d)
 {
     return d->queued_tokens;
-}
-
-rq *dispatch_head(const dispatch_t *d)
-{
-    return d->head;
 }

@@ -71,6 +71,5 @@ void dispatch_drain(dispatch_t *d);
 int dispatch_queued_requests(const dispatch_t *d); /* samples */
 int dispatch_queued_count(const dispatch_t *d);    /* requests */
 int64_t dispatch_queued_tokens(const dispatch_t *d);
-rq *dispatch_head(const dispatch_t *d);
 
 #endif

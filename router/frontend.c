@@ -36,9 +36,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zmq.h>
+
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define CLIENT_MON_ADDR "inproc://deras-client-monitor"
@@ -48,34 +49,22 @@
 #define CLIENT_ZMTP_IVL_MS 5000
 #define CLIENT_ZMTP_TIMEOUT_MS 30000
 
-static int set_int(void *s, int opt, int v, const char *name)
-{
-    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
-        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
-    return DERAS_OK;
-}
-
 int frontend_open(router_t *rt)
 {
-    int rc;
-    if ((rc = ZMQ_CHECK_PTR(rt->clients, zmq_socket(rt->zctx, ZMQ_ROUTER))))
-        return rc;
     int64_t maxmsg = (int64_t)rt->lim.max_message_bytes;
-    maxmsg = maxmsg > CLIENT_FRAME_HARD_CAP / 2 ? 2 * maxmsg : CLIENT_FRAME_HARD_CAP;
-    if ((rc = set_int(rt->clients, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
-        (rc = ZMQ_CHECK(zmq_setsockopt(rt->clients, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
-        (rc = set_int(rt->clients, ZMQ_SNDHWM, CLIENT_SNDHWM, "ZMQ_SNDHWM")) ||
-        (rc = set_int(rt->clients, ZMQ_RCVHWM, CLIENT_RCVHWM, "ZMQ_RCVHWM")) ||
-        (rc = set_int(rt->clients, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = set_int(rt->clients, ZMQ_HEARTBEAT_IVL, CLIENT_ZMTP_IVL_MS, "ZMQ_HEARTBEAT_IVL")) ||
-        (rc = set_int(rt->clients, ZMQ_HEARTBEAT_TIMEOUT, CLIENT_ZMTP_TIMEOUT_MS,
-                      "ZMQ_HEARTBEAT_TIMEOUT")))
-        return rc;
-    if (!strncmp(rt->o.listen, "tcp://", 6) &&
-        ((rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE")) ||
-         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_IDLE, 60, "ZMQ_TCP_KEEPALIVE_IDLE")) ||
-         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_INTVL, 10, "ZMQ_TCP_KEEPALIVE_INTVL")) ||
-         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_CNT, 6, "ZMQ_TCP_KEEPALIVE_CNT"))))
+    router_sock_opts o = {
+        .endpoint = rt->o.listen,
+        .max_msg_bytes = maxmsg > CLIENT_FRAME_HARD_CAP / 2 ? 2 * maxmsg : CLIENT_FRAME_HARD_CAP,
+        .sndhwm = CLIENT_SNDHWM,
+        .rcvhwm = CLIENT_RCVHWM,
+        .heartbeat_ivl_ms = CLIENT_ZMTP_IVL_MS,
+        .heartbeat_timeout_ms = CLIENT_ZMTP_TIMEOUT_MS,
+        .keepalive_idle_s = 60,
+        .keepalive_intvl_s = 10,
+        .keepalive_cnt = 6,
+    };
+    int rc = router_socket_open(rt, &o, &rt->clients);
+    if (rc)
         return rc;
     if (rt->curve) {
         if ((rc = curve_zap_open(rt->zctx, &rt->zap)) || (rc = curve_apply(rt->curve, rt->clients)))
@@ -83,10 +72,7 @@ int frontend_open(router_t *rt)
     }
     int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if ((rc = ZMQ_CHECK(zmq_socket_monitor(rt->clients, CLIENT_MON_ADDR, events))) ||
-        (rc = ZMQ_CHECK_PTR(rt->client_mon, zmq_socket(rt->zctx, ZMQ_PAIR))) ||
-        (rc = set_int(rt->client_mon, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = ZMQ_CHECK(zmq_connect(rt->client_mon, CLIENT_MON_ADDR))))
+    if ((rc = router_monitor_open(rt, rt->clients, CLIENT_MON_ADDR, events, &rt->client_mon)))
         return rc;
     if (zmq_bind(rt->clients, rt->o.listen) == -1)
         return deras_fail(DERAS_EIO, "cannot listen on %s: %s", rt->o.listen,
@@ -430,32 +416,14 @@ void frontend_recv(router_t *rt, int budget)
         /* a client's disconnect must be seen before frames that could reuse its fd */
         frontend_monitor(rt);
         zmq_msg_t f[3];
-        zmq_msg_init(&f[0]);
-        if (zmq_msg_recv(&f[0], rt->clients, ZMQ_DONTWAIT) == -1) {
+        int extra, n = router_recv_frames(rt->clients, f, 3, &extra);
+        if (n == 0) {
             int err = zmq_errno();
-            zmq_msg_close(&f[0]);
             if (err != EAGAIN && err != EINTR)
                 log_warn("client socket: zmq_msg_recv: %s", zmq_strerror(err));
             return;
         }
         rt->st.frames++;
-        int n = 1, extra = 0;
-        bool more = zmq_msg_more(&f[0]);
-        while (more) {
-            zmq_msg_t tmp, *m = n < 3 ? &f[n] : &tmp;
-            zmq_msg_init(m);
-            if (zmq_msg_recv(m, rt->clients, ZMQ_DONTWAIT) == -1) {
-                zmq_msg_close(m);
-                break; /* multipart messages arrive whole; cannot happen */
-            }
-            more = zmq_msg_more(m);
-            if (n < 3) {
-                n++;
-            } else {
-                extra++;
-                zmq_msg_close(m);
-            }
-        }
         if (n >= 2)
             handle_frames(rt, f, n, extra);
         for (int k = 0; k < n; k++)
@@ -465,26 +433,9 @@ void frontend_recv(router_t *rt, int budget)
 
 void frontend_monitor(router_t *rt)
 {
-    for (;;) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, rt->client_mon, ZMQ_DONTWAIT) == -1) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        bool more = zmq_msg_more(&ev);
-        zmq_msg_close(&ev);
-        if (more) {
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, rt->client_mon, ZMQ_DONTWAIT);
-            zmq_msg_close(&addr);
-        }
+    uint16_t event;
+    uint32_t value;
+    while (router_monitor_next(rt->client_mon, &event, &value)) {
         switch (event) {
         case ZMQ_EVENT_ACCEPTED:
             mark_fd(rt, (int)value, false);

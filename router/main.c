@@ -499,7 +499,7 @@ static void end_all(router_t *rt, const char *msg)
 {
     rq *next;
     for (rq *r = rq_first(rt->rqs); r; r = next) {
-        next = r->live_next;
+        next = rq_next(rt->rqs, r);
         relay_fail(rt, r, PE_SHUTTING_DOWN, msg);
     }
 }

@@ -326,7 +326,7 @@ static void worker_lost(router_t *rt, worker *k, const char *why, bool stuck)
     snprintf(msg, sizeof msg, "worker %s failed: %s", k->name, why);
     rq *next;
     for (rq *r = rq_first(rt->rqs); r; r = next) {
-        next = r->live_next;
+        next = rq_next(rt->rqs, r);
         if (r->state != RQ_RUNNING || r->worker != slot)
             continue;
         if (stuck)
@@ -362,7 +362,7 @@ int relay_abort_worker(router_t *rt, worker *k, const char *abort_reason)
     int n = 0;
     rq *next;
     for (rq *r = rq_first(rt->rqs); r; r = next) {
-        next = r->live_next;
+        next = rq_next(rt->rqs, r);
         if (r->state == RQ_RUNNING && r->worker == k->slot) {
             relay_abort(rt, r, abort_reason);
             n++;
@@ -377,7 +377,7 @@ void relay_fd_closed(router_t *rt, int fd)
         return;
     rq *next;
     for (rq *r = rq_first(rt->rqs); r; r = next) {
-        next = r->live_next;
+        next = rq_next(rt->rqs, r);
         if (r->fd == fd)
             relay_abort(rt, r, "disconnected");
     }
@@ -385,7 +385,7 @@ void relay_fd_closed(router_t *rt, int fd)
 
 void relay_mark_gone(router_t *rt, const uint8_t *ident, int ident_len)
 {
-    for (rq *r = rq_first(rt->rqs); r; r = r->live_next)
+    for (rq *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
         if (r->ident_len == ident_len && !memcmp(r->ident, ident, (size_t)ident_len)) {
             r->gone = true;
             rt->gone_pending = true;
@@ -399,7 +399,7 @@ void relay_reap(router_t *rt)
     rt->gone_pending = false;
     rq *next;
     for (rq *r = rq_first(rt->rqs); r; r = next) {
-        next = r->live_next;
+        next = rq_next(rt->rqs, r);
         if (r->gone) /* nothing is sent to a gone client: this only ends and counts it */
             relay_abort(rt, r, "disconnected");
     }

@@ -4,7 +4,8 @@
  * indices; a slot is allocated once and reused for the life of the process, buffers
  * included. Two hash tables with chaining through the records (by client key and by
  * rid) double with the live count so chains stay short; the key hash is FNV-1a over
- * identity and id. The deadline heap is a binary min-heap of record pointers whose
+ * identity and id. The live list is an intrusive list (common/base/list.h) in admission
+ * order. The deadline heap is a binary min-heap of record pointers whose
  * positions are kept in the records, so any request leaves it in O(log n).
  */
 #include "router/requests.h"
@@ -27,7 +28,7 @@ struct rq_table {
     rq **by_key, **by_rid;   /* n_buckets each, a power of two */
     size_t n_buckets;
 
-    rq *live_head, *live_tail;
+    list_node live;          /* admission order */
     int n_live;
 
     rq **heap;
@@ -60,6 +61,7 @@ rq_table *rq_table_new(const tokenizer_t *tok)
     if (!t)
         goto nomem;
     t->tok = tok;
+    list_init(&t->live);
     t->n_buckets = 64;
     t->by_key = calloc(t->n_buckets, sizeof *t->by_key);
     t->by_rid = calloc(t->n_buckets, sizeof *t->by_rid);
@@ -240,7 +242,7 @@ static void hash_grow(rq_table *t)
     t->by_key = k;
     t->by_rid = d;
     t->n_buckets = n;
-    for (rq *r = t->live_head; r; r = r->live_next)
+    for (rq *r = rq_first(t); r; r = rq_next(t, r))
         hash_link(t, r);
 }
 
@@ -324,13 +326,7 @@ int rq_insert(rq_table *t, rq *r)
     if ((size_t)t->n_live + 1 > t->n_buckets)
         hash_grow(t);
     hash_link(t, r);
-    r->live_prev = t->live_tail;
-    r->live_next = NULL;
-    if (t->live_tail)
-        t->live_tail->live_next = r;
-    else
-        t->live_head = r;
-    t->live_tail = r;
+    list_push_back(&t->live, &r->live);
     t->n_live++;
     return DERAS_OK;
 }
@@ -350,15 +346,7 @@ void rq_release(rq_table *t, rq *r)
         return;
     heap_remove(t, r);
     hash_unlink(t, r);
-    if (r->live_prev)
-        r->live_prev->live_next = r->live_next;
-    else
-        t->live_head = r->live_next;
-    if (r->live_next)
-        r->live_next->live_prev = r->live_prev;
-    else
-        t->live_tail = r->live_prev;
-    r->live_prev = r->live_next = NULL;
+    list_remove(&r->live);
     t->n_live--;
     rq_discard(t, r);
 }
@@ -384,7 +372,12 @@ rq *rq_find_rid(const rq_table *t, uint64_t rid)
 
 rq *rq_first(const rq_table *t)
 {
-    return t->live_head;
+    return list_entry(list_first(&t->live), rq, live);
+}
+
+rq *rq_next(const rq_table *t, const rq *r)
+{
+    return list_linked(&r->live) ? list_entry(list_next(&t->live, &r->live), rq, live) : NULL;
 }
 
 int rq_count(const rq_table *t)

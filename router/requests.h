@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/list.h"
 #include "common/wire/protocol.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/stream.h"
@@ -84,9 +85,8 @@ typedef struct rq {
 
     /* links, owned by the table and by dispatch */
     struct rq *h_key_next, *h_rid_next;
-    struct rq *live_prev, *live_next;
-    struct rq *q_prev, *q_next;
-    bool in_queue;
+    list_node live;              /* the table's live list */
+    list_node queue;             /* dispatch's queue; unlinked when not queued */
     int heap_at;                 /* index in the deadline heap, -1 if not there */
     int slot;
 } rq;
@@ -122,8 +122,11 @@ void rq_release(rq_table *t, rq *r);
 rq *rq_find_key(const rq_table *t, const void *ident, int ident_len, const char *id);
 rq *rq_find_rid(const rq_table *t, uint64_t rid);
 
-/* The live list, in admission order: for (r = rq_first(t); r; r = r->live_next). */
+/* The live list, in admission order: for (r = rq_first(t); r; r = rq_next(t, r)). A loop
+ * that may release r takes the next record first. O(1) each. */
 rq *rq_first(const rq_table *t);
+/* The live record after r; NULL at the end or when r is no longer live. */
+rq *rq_next(const rq_table *t, const rq *r);
 int rq_count(const rq_table *t);
 
 /* The request whose deadline comes first, or NULL. O(1). */

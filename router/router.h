@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <zmq.h>
+
 #include "common/checkpoint/checkpoint.h"
 #include "common/wire/protocol.h"
 #include "common/tokenizer/tokenizer.h"
@@ -127,6 +129,31 @@ static inline int64_t router_now_us(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
+
+/* ---- sockets.c: what the client, worker and admin sockets share ---- */
+typedef struct router_sock_opts {
+    const char *endpoint;      /* where it will bind: keepalive applies to tcp:// only */
+    int64_t max_msg_bytes;     /* ZMQ_MAXMSGSIZE: the peer is dropped above it */
+    int sndhwm;
+    int rcvhwm;                /* 0: libzmq's default */
+    int heartbeat_ivl_ms, heartbeat_timeout_ms; /* ZMTP heartbeats; 0: none */
+    int keepalive_idle_s, keepalive_intvl_s;    /* TCP keepalive; 0: off */
+    int keepalive_cnt;         /* 0: the system's default */
+} router_sock_opts;
+/* A ZMQ_ROUTER socket in *out (stored first, so the caller's close frees it on failure)
+ * with ROUTER_MANDATORY, linger 0 and the options in o; not yet bound. DERAS_EIO or a
+ * ZMQ_CHECK status. */
+int router_socket_open(router_t *rt, const router_sock_opts *o, void **out);
+/* Monitor sock's `events` on the inproc address `addr`, read through a PAIR socket in
+ * *mon. A ZMQ_CHECK status on failure. */
+int router_monitor_open(router_t *rt, void *sock, const char *addr, int events, void **mon);
+/* The next pending monitor event (its id and value, e.g. the fd of a closed connection);
+ * false when none is pending. Never blocks. */
+bool router_monitor_next(void *mon, uint16_t *event, uint32_t *value);
+/* Read one multipart message without waiting: its first `max` frames into f (the caller
+ * closes f[0..n-1]), the others discarded and counted in *extra. Returns n; 0 when nothing
+ * was pending, zmq_errno() then says why (EAGAIN: nothing). */
+int router_recv_frames(void *sock, zmq_msg_t *f, int max, int *extra);
 
 /* ---- frontend.c: the client socket ---- */
 int frontend_open(router_t *rt);

@@ -25,48 +25,34 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <zmq.h>
+
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define WORKER_MON_ADDR "inproc://deras-worker-monitor"
 #define WORKER_MAX_FRAME (16u << 20)
 #define WORKER_HWM 100000
 
-static int set_int(void *s, int opt, int v, const char *name)
-{
-    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
-        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
-    return DERAS_OK;
-}
-
 int wlink_open(router_t *rt)
 {
+    router_sock_opts o = {
+        .endpoint = rt->o.workers,
+        .max_msg_bytes = WORKER_MAX_FRAME,
+        .sndhwm = WORKER_HWM,
+        .rcvhwm = WORKER_HWM,
+        .heartbeat_ivl_ms = rt->o.heartbeat_ms,
+        .heartbeat_timeout_ms = rt->o.worker_timeout_ms,
+        .keepalive_idle_s = 30,
+        .keepalive_intvl_s = 5,
+    };
     int rc;
-    if ((rc = ZMQ_CHECK_PTR(rt->workers_sock, zmq_socket(rt->zctx, ZMQ_ROUTER))))
+    if ((rc = router_socket_open(rt, &o, &rt->workers_sock)) ||
+        (rc = router_monitor_open(rt, rt->workers_sock, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED,
+                                  &rt->worker_mon)))
         return rc;
-    int64_t maxmsg = WORKER_MAX_FRAME;
-    void *s = rt->workers_sock;
-    if ((rc = set_int(s, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
-        (rc = ZMQ_CHECK(zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
-        (rc = set_int(s, ZMQ_SNDHWM, WORKER_HWM, "ZMQ_SNDHWM")) ||
-        (rc = set_int(s, ZMQ_RCVHWM, WORKER_HWM, "ZMQ_RCVHWM")) ||
-        (rc = set_int(s, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = set_int(s, ZMQ_HEARTBEAT_IVL, rt->o.heartbeat_ms, "ZMQ_HEARTBEAT_IVL")) ||
-        (rc = set_int(s, ZMQ_HEARTBEAT_TIMEOUT, rt->o.worker_timeout_ms, "ZMQ_HEARTBEAT_TIMEOUT")))
-        return rc;
-    if (!strncmp(rt->o.workers, "tcp://", 6) &&
-        ((rc = set_int(s, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE")) ||
-         (rc = set_int(s, ZMQ_TCP_KEEPALIVE_IDLE, 30, "ZMQ_TCP_KEEPALIVE_IDLE")) ||
-         (rc = set_int(s, ZMQ_TCP_KEEPALIVE_INTVL, 5, "ZMQ_TCP_KEEPALIVE_INTVL"))))
-        return rc;
-    if ((rc = ZMQ_CHECK(zmq_socket_monitor(s, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED))) ||
-        (rc = ZMQ_CHECK_PTR(rt->worker_mon, zmq_socket(rt->zctx, ZMQ_PAIR))) ||
-        (rc = set_int(rt->worker_mon, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = ZMQ_CHECK(zmq_connect(rt->worker_mon, WORKER_MON_ADDR))))
-        return rc;
-    if (zmq_bind(s, rt->o.workers) == -1)
+    if (zmq_bind(rt->workers_sock, rt->o.workers) == -1)
         return deras_fail(DERAS_EIO, "cannot bind the worker socket %s: %s", rt->o.workers,
                           zmq_strerror(zmq_errno()));
     return DERAS_OK;
@@ -244,7 +230,7 @@ static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
  * O(live requests), once per worker exit. */
 static void handle_bye(router_t *rt, worker *k, const char *reason)
 {
-    for (rq *r = rq_first(rt->rqs); r; r = r->live_next)
+    for (rq *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
         if (r->state == RQ_RUNNING && r->worker == k->slot) {
             char why[300];
             snprintf(why, sizeof why, "it exited: %s", reason);
@@ -323,68 +309,31 @@ void wlink_recv(router_t *rt, int budget)
 {
     for (int i = 0; i < budget; i++) {
         wlink_monitor(rt);
-        zmq_msg_t id, body;
-        zmq_msg_init(&id);
-        if (zmq_msg_recv(&id, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
+        zmq_msg_t f[2]; /* routing id, body */
+        int extra, n = router_recv_frames(rt->workers_sock, f, 2, &extra);
+        if (n == 0) {
             int err = zmq_errno();
-            zmq_msg_close(&id);
             if (err != EAGAIN && err != EINTR)
                 log_warn("worker socket: zmq_msg_recv: %s", zmq_strerror(err));
             return;
         }
         rt->st.worker_frames++;
-        int parts = 1;
-        bool more = zmq_msg_more(&id);
-        zmq_msg_init(&body);
-        while (more) {
-            zmq_msg_t tmp, *p = parts == 1 ? &body : &tmp;
-            if (p == &tmp)
-                zmq_msg_init(&tmp);
-            if (zmq_msg_recv(p, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
-                if (p == &tmp)
-                    zmq_msg_close(&tmp);
-                break;
-            }
-            more = zmq_msg_more(p);
-            if (p == &tmp)
-                zmq_msg_close(&tmp);
-            parts++;
-        }
-        int name_len = (int)zmq_msg_size(&id);
-        if (parts == 2 && name_len > 0 && name_len <= WPROTO_MAX_NAME)
-            handle_frame(rt, zmq_msg_data(&id), name_len, zmq_msg_get(&body, ZMQ_SRCFD),
-                         zmq_msg_data(&body), zmq_msg_size(&body));
+        int name_len = (int)zmq_msg_size(&f[0]);
+        if (n == 2 && extra == 0 && name_len > 0 && name_len <= WPROTO_MAX_NAME)
+            handle_frame(rt, zmq_msg_data(&f[0]), name_len, zmq_msg_get(&f[1], ZMQ_SRCFD),
+                         zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
         else
             rt->st.worker_bad_frames++;
-        zmq_msg_close(&body);
-        zmq_msg_close(&id);
+        for (int k = 0; k < n; k++)
+            zmq_msg_close(&f[k]);
     }
 }
 
 void wlink_monitor(router_t *rt)
 {
-    for (;;) {
-        zmq_msg_t ev;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, rt->worker_mon, ZMQ_DONTWAIT) == -1) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        bool more = zmq_msg_more(&ev);
-        zmq_msg_close(&ev);
-        if (more) {
-            zmq_msg_t addr;
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, rt->worker_mon, ZMQ_DONTWAIT);
-            zmq_msg_close(&addr);
-        }
+    uint16_t event;
+    uint32_t value;
+    while (router_monitor_next(rt->worker_mon, &event, &value))
         if (event == ZMQ_EVENT_DISCONNECTED)
             workers_fd_closed(rt->workers, (int)value);
-    }
 }

@@ -192,8 +192,8 @@ fail:
     return rc;
 }
 
-static int literal_find_all(const char *pat, size_t plen, const char *s, size_t n, size_t **spans,
-                            size_t *n_spans)
+int literal_find_all(const char *pat, size_t plen, const char *s, size_t n, size_t **spans,
+                     size_t *n_spans)
 {
     size_t cap = 16, k = 0;
     size_t *v = malloc(cap * 2 * sizeof *v);

@@ -207,6 +207,10 @@ void pretok_free_steps(struct pretok_step *steps, int n);
 int pretok_bytelevel_step(bool add_prefix_space, bool use_regex, struct pretok_step *st);
 /* Every match span (pairs of offsets) of a regex in s; shared with normalizer.c. */
 int regex_find_all(const pcre2_code *re, const char *s, size_t n, size_t **spans, size_t *n_spans);
+/* Every occurrence span of the literal pat in s, left to right, not overlapping; shared
+ * with normalizer.c. DERAS_ENOMEM. O(n). */
+int literal_find_all(const char *pat, size_t plen, const char *s, size_t n, size_t **spans,
+                     size_t *n_spans);
 
 bool tok_is_whitespace(uint32_t cp);
 

@@ -188,7 +188,7 @@ static const uint64_t client_allowed[] = {
     BIT(RF_TYPE) | BIT(RF_V),                 /* ping */
 };
 
-static void request_defaults(proto_request *r)
+void proto_request_default(proto_request *r)
 {
     memset(r, 0, sizeof *r);
     r->max_tokens = 256;
@@ -351,7 +351,7 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
     memset(out, 0, sizeof *out);
     out->type = (enum proto_client_type)(type + 1);
     proto_request *r = &out->req;
-    request_defaults(r);
+    proto_request_default(r);
     uint64_t seen = 0;
     bool has_prompt = false;
     for (uint32_t i = 0; i < n; i++) {
@@ -370,7 +370,7 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
     }
     if (type == 1) {
         memcpy(out->cancel_id, r->id, sizeof out->cancel_id);
-        request_defaults(r);
+        proto_request_default(r);
     } else if (type == 0) {
         bool has_ids = seen & BIT(RF_PROMPT_IDS);
         if (has_prompt && has_ids)
@@ -378,7 +378,7 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
         else if (!has_prompt && !has_ids)
             rc = ps_fail(err, PE_MISSING_FIELD, "prompt or prompt_ids is required");
     } else {
-        request_defaults(r);
+        proto_request_default(r);
     }
 done:
     return ps_close(d->frame, rc);

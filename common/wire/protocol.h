@@ -108,6 +108,9 @@ typedef struct proto_request {
                                     default; -1 (field 0) no speculation; else 1..16 */
 } proto_request;
 
+/* Reset *r to the defaults above (no prompt, empty id). O(sizeof *r). */
+void proto_request_default(proto_request *r);
+
 typedef struct proto_client_msg {
     enum proto_client_type type;
     proto_request req;                  /* PROTO_REQUEST */

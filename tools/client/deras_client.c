@@ -91,15 +91,8 @@ static void table_remove_at(deras_client *c, size_t i)
 
 void deras_client_request_init(proto_request *r)
 {
-    if (!r)
-        return;
-    memset(r, 0, sizeof *r);
-    r->max_tokens = 256;
-    r->n = 1;
-    r->temperature = 1.0f;
-    r->top_p = 1.0f;
-    r->repetition_penalty = 1.0f;
-    r->add_special_tokens = true;
+    if (r)
+        proto_request_default(r);
 }
 
 deras_client *deras_client_new(const deras_client_opts *opts)
