@@ -15,7 +15,7 @@
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/cli/version.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/backend.h"
 #include "tools/commands.h"
 
 static void usage(FILE *f)
@@ -52,7 +52,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         char cuda[600];
         version_print("deras", stdout);
-        cuda_describe(cuda, sizeof cuda);
+        backend_describe_cuda(cuda, sizeof cuda);
         printf("cuda here: %s\n", cuda);
         return 0;
     }

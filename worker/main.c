@@ -29,7 +29,7 @@
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
 #include "common/cli/version.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/backend.h"
 #include "worker/follower.h"
 #include "worker/server.h"
 
@@ -200,7 +200,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         case O_VERSION: {
             char cuda[600];
             version_print("deras-worker", stdout);
-            cuda_describe(cuda, sizeof cuda);
+            backend_describe_cuda(cuda, sizeof cuda);
             printf("cuda here: %s\n", cuda);
             exit(0);
         }

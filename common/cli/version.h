@@ -6,8 +6,8 @@
  *   cuda: plugin built
  *   cpu: x86-64 avx2 fma f16c avx512f ... (detected; ...)
  *
- * Programs with a CUDA backend add what the plugin says here (cuda_describe in
- * kernels/cuda/cuda_ops.h). Cost: a few cpuid queries.
+ * Programs with a CUDA backend add what the plugin says here (backend_describe_cuda in
+ * kernels/backend.h). Cost: a few cpuid queries.
  */
 #ifndef DERAS_VERSION_H
 #define DERAS_VERSION_H

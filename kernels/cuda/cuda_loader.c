@@ -132,7 +132,7 @@ int cuda_device_count(char *why, size_t why_len)
     return 0;
 }
 
-void cuda_describe(char *buf, size_t cap)
+void backend_describe_cuda(char *buf, size_t cap)
 {
     char why[sizeof g_why] = "";
     int n = cuda_device_count(why, sizeof why);

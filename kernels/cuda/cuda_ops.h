@@ -27,9 +27,6 @@ int backend_is_cuda(const backend_t *b);
  * reason (the CUDA error's text) goes to `why` when non-NULL. */
 int cuda_device_count(char *why, size_t why_len);
 
-/* One line for --version: "plugin loaded, N devices: NAME ..." or why there is none. */
-void cuda_describe(char *buf, size_t cap);
-
 /* The backend's cudaStream_t, as a void pointer (timing with events in benchmarks). */
 void *backend_cuda_stream(backend_t *b);
 
