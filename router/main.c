@@ -131,29 +131,16 @@ static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int
     return DERAS_OK;
 }
 
-/* Is this tcp:// address bound to loopback only? */
-static bool tcp_loopback(const char *addr)
-{
-    char host[ROUTER_ADDR_MAX];
-    snprintf(host, sizeof host, "%s", addr + 6);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = '\0';
-    char *h = host;
-    size_t n = strlen(h);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h[n - 1] = '\0';
-        h++;
-    }
-    return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1") || !strcmp(h, "lo");
-}
-
 static int check_addr(const router_opts *o, const char *what, const char *addr, bool curve)
 {
     if (strncmp(addr, "tcp://", 6) && strncmp(addr, "ipc://", 6))
         return deras_fail(DERAS_EINVAL, "%s %s: only tcp:// and ipc:// addresses are served", what,
                           addr);
-    if (!strncmp(addr, "tcp://", 6) && !tcp_loopback(addr) && !curve && !o->allow_insecure_bind)
+    bool loopback = true;
+    int rc;
+    if (!strncmp(addr, "tcp://", 6) && (rc = endpoint_tcp_loopback(addr, &loopback)))
+        return deras_fail_ctx(rc, "%s: ", what);
+    if (!loopback && !curve && !o->allow_insecure_bind)
         return deras_fail(DERAS_EINVAL,
                           "%s %s: binding tcp beyond loopback without CURVE lets anyone on the "
                           "network in; use --curve-secret-key/--curve-allow, or "
@@ -174,6 +161,10 @@ static int check_admin(const router_opts *o)
     if (strncmp(o->admin, "tcp://", 6))
         return deras_fail(DERAS_EINVAL, "--admin %s: only tcp:// and ipc:// addresses are served",
                           o->admin);
+    char host[256];
+    int port, rc = endpoint_tcp_parse(o->admin, host, sizeof host, &port);
+    if (rc)
+        return deras_fail_ctx(rc, "--admin: ");
     if (!o->curve_secret_file || !o->admin_curve_allow_file)
         return deras_fail(DERAS_EINVAL,
                           "--admin %s: a tcp admin socket needs CURVE: --curve-secret-key "

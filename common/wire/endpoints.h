@@ -12,6 +12,7 @@
 #ifndef DERAS_ENDPOINTS_H
 #define DERAS_ENDPOINTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define ENDPOINT_MAX 512
@@ -34,5 +35,18 @@ int endpoints_default_admin(char *buf, size_t cap);
  * level) if missing. Other transports: nothing to do. DERAS_EIO naming the directory when
  * it cannot be created. */
 int endpoints_prepare_bind(const char *endpoint);
+
+/* A tcp:// endpoint split into its one host and one port. HOST: an IPv4 literal, an IPv6
+ * literal in brackets (returned without them), a host or interface name, or "*" (every
+ * interface); PORT: 1..65535, or "*" (an ephemeral port: *port is 0). Everything else is
+ * DERAS_EINVAL with the reason: libzmq's "SOURCE;DESTINATION" form, empty or extra parts,
+ * characters no host name has. host_cap >= 256 holds any valid host. O(length). */
+int endpoint_tcp_parse(const char *endpoint, char *host, size_t host_cap, int *port);
+
+/* Whether a tcp:// endpoint reaches loopback only: every address its host resolves to is
+ * in 127.0.0.0/8 or ::1 (the interface "lo" counts; "*", any other interface and a name
+ * that does not resolve do not: the caller then asks for CURVE). DERAS_EINVAL as
+ * endpoint_tcp_parse. May block on name resolution (numeric hosts never do). */
+int endpoint_tcp_loopback(const char *endpoint, bool *loopback);
 
 #endif
