@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -24,6 +25,54 @@ int endpoints_runtime_dir(char *buf, size_t cap)
                         : snprintf(buf, cap, "/tmp/deras-%u", (unsigned)getuid());
     if (n < 0 || (size_t)n >= cap)
         return deras_fail(DERAS_ERANGE, "runtime directory name longer than %zu bytes", cap);
+    return DERAS_OK;
+}
+
+int endpoints_dir_trusted(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        struct stat lst;
+        if (lstat(dir, &lst) == 0 && S_ISLNK(lst.st_mode))
+            return deras_fail(DERAS_EINVAL, "directory %s is a symbolic link: not trusted (it "
+                              "could be pointed elsewhere)", dir);
+        return deras_fail(err == ENOTDIR ? DERAS_EINVAL : DERAS_EIO, "directory %s: %s", dir,
+                          strerror(err));
+    }
+    struct stat st;
+    int rc = fstat(fd, &st);
+    close(fd);
+    if (rc)
+        return deras_fail(DERAS_EIO, "directory %s: %s", dir, strerror(errno));
+    const uid_t me = getuid();
+    const bool sticky = (st.st_mode & S_ISVTX) != 0;
+    if (st.st_uid != me && !(st.st_uid == 0 && sticky))
+        return deras_fail(DERAS_EINVAL, "directory %s belongs to uid %u, not to this user (uid "
+                          "%u): refusing to trust it (remove it, or point DERAS_RUNTIME_DIR "
+                          "elsewhere)", dir, (unsigned)st.st_uid, (unsigned)me);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky)
+        return deras_fail(DERAS_EINVAL, "directory %s has mode %04o: others may write to it, so "
+                          "they could replace its sockets (chmod go-w it)", dir,
+                          (unsigned)(st.st_mode & 07777));
+    return DERAS_OK;
+}
+
+int endpoints_runtime_dir_checked(char *buf, size_t cap)
+{
+    int rc = endpoints_runtime_dir(buf, cap);
+    if (rc)
+        return rc;
+    if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+        return deras_fail(DERAS_EIO, "runtime directory %s: %s", buf, strerror(errno));
+    if ((rc = endpoints_dir_trusted(buf)))
+        return rc;
+    /* a runtime directory of our own is private: sticky shared ones (/tmp) are not runtime
+     * directories */
+    struct stat st;
+    if (stat(buf, &st) == 0 && st.st_uid != getuid())
+        return deras_fail(DERAS_EINVAL, "runtime directory %s belongs to uid %u, not to this "
+                          "user", buf, (unsigned)st.st_uid);
     return DERAS_OK;
 }
 
@@ -72,7 +121,8 @@ int endpoints_prepare_bind(const char *endpoint)
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return deras_fail(DERAS_EIO, "endpoint %s: cannot create directory %s: %s", endpoint, dir,
                           strerror(errno));
-    return DERAS_OK;
+    int rc = endpoints_dir_trusted(dir);
+    return rc ? deras_fail_ctx(rc, "endpoint %s: ", endpoint) : DERAS_OK;
 }
 
 int endpoint_tcp_parse(const char *endpoint, char *host, size_t host_cap, int *port)

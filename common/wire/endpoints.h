@@ -21,6 +21,18 @@
  * DERAS_ERANGE if it does not fit in cap. */
 int endpoints_runtime_dir(char *buf, size_t cap);
 
+/* The runtime directory, created (mode 0700) if missing and then trusted only if it is a
+ * real directory (not a symbolic link) owned by this user and writable by nobody else
+ * (group or other write refused; read and search by the group allowed, as systemd's
+ * RuntimeDirectoryMode=0750 leaves it). DERAS_EINVAL naming the directory, its owner and
+ * mode otherwise: another user who made /tmp/deras-<uid> first must not be trusted. */
+int endpoints_runtime_dir_checked(char *buf, size_t cap);
+
+/* The same trust test on a directory path: owned by this user (or by root with the sticky
+ * bit, like /tmp, where others cannot replace our files), not writable by others unless
+ * sticky, not a link. DERAS_EINVAL with the reason, DERAS_EIO if it cannot be opened. */
+int endpoints_dir_trusted(const char *dir);
+
 /* "ipc://<runtime dir>/workers.sock": the router's worker socket (deras-worker --router,
  * deras-router --workers). DERAS_ERANGE if it does not fit in cap. */
 int endpoints_default_workers(char *buf, size_t cap);
