@@ -92,7 +92,7 @@ static int make_prompt(const tokenizer_t *tok, const char *task, int i, prompt *
 typedef struct result {
     double wall, tok_s;
     uint64_t generated, steps;
-    spec_stats sp;
+    spec_counters sp;
 } result;
 
 static int run_one(model_t *m, backend_t *be, const spec_opts *so, const prompt *ps, int batch,

@@ -42,7 +42,7 @@ typedef struct eseq {
     sampler_rng rng;
     sampler_rng draft_rng; /* the proposer's draws (speculative.h) */
     spec_adapt adapt;
-    spec_stats spec;       /* this sample's drafts verified, accepted, verifications */
+    spec_counters spec;    /* this sample's speculation */
     const float *q;        /* this step's draft distributions, NULL: point masses */
     bool live, parked, done;
     int next_free;         /* free-stack link */
@@ -84,16 +84,6 @@ struct engine {
     int free_head, n_free;
     engine_stats st;
 };
-
-const char *engine_finish_name(engine_finish f)
-{
-    switch (f) {
-    case ENGINE_FINISH_STOP: return "stop";
-    case ENGINE_FINISH_LENGTH: return "length";
-    case ENGINE_FINISH_ABORT: return "abort";
-    default: return "unknown";
-    }
-}
 
 static int check_opts(const model_t *m, engine_opts *o)
 {
@@ -254,7 +244,7 @@ static int validate_request(const engine_t *e, const engine_request *r)
         return deras_fail(DERAS_ERANGE, "request %llu: max_tokens must be >= 1, got %d",
                           (unsigned long long)r->id, r->max_tokens);
     if ((long)r->n_prompt + r->max_tokens > e->o.max_model_len)
-        return deras_fail(DERAS_ERANGE,
+        return deras_fail(DERAS_ECONTEXT,
                           "context_length_exceeded: prompt %d + max_tokens %d = %ld tokens exceeds "
                           "the limit of %d",
                           r->n_prompt, r->max_tokens, (long)r->n_prompt + r->max_tokens,
@@ -337,7 +327,7 @@ int engine_add(engine_t *e, const engine_request *r)
         sampler_rng_seed(&s->rng, r->seed + (uint64_t)i);
         sampler_rng_seed(&s->draft_rng, (r->seed + (uint64_t)i) ^ SPEC_DRAFT_STREAM);
         spec_adapt_reset(&s->adapt);
-        s->spec = (spec_stats){0};
+        s->spec = (spec_counters){0};
         s->q = NULL;
         q->seq[i] = slot;
     }
@@ -358,7 +348,7 @@ static void release_seq(engine_t *e, eseq *s)
 
 /* End sample s (not done yet): leave the scheduler, free blocks, report, and retire the
  * request once all its samples ended. */
-static void finish_seq(engine_t *e, eseq *s, engine_finish why)
+static void finish_seq(engine_t *e, eseq *s, finish_reason why)
 {
     ereq *q = s->req;
     sched_remove(e->sched, &s->sq);
@@ -387,7 +377,7 @@ int engine_abort(engine_t *e, uint64_t id)
     memcpy(slots, q->seq, sizeof slots);
     for (int i = 0; i < n; i++)
         if (!e->seqs[slots[i]].done)
-            finish_seq(e, &e->seqs[slots[i]], ENGINE_FINISH_ABORT);
+            finish_seq(e, &e->seqs[slots[i]], FINISH_ABORT);
     return DERAS_OK;
 }
 
@@ -415,9 +405,9 @@ static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
     if (e->o.cb.on_token)
         e->o.cb.on_token(e->o.cb.ctx, q->id, s->index, r);
     if (is_stop(e, q, r->token))
-        finish_seq(e, s, ENGINE_FINISH_STOP);
+        finish_seq(e, s, FINISH_STOP);
     else if (s->n_generated == q->max_tokens || q->n_prompt + s->n_generated >= e->o.max_model_len)
-        finish_seq(e, s, ENGINE_FINISH_LENGTH);
+        finish_seq(e, s, FINISH_LENGTH);
     return s->done;
 }
 

@@ -182,9 +182,10 @@ int rq_start_samples(rq_table *t, rq *r)
         if (rc)
             return rc;
         s->done = s->worker_done = s->touched = false;
-        s->finish_reason = s->abort_reason = NULL;
+        s->finish = FINISH_STOP;
+        s->abort_reason = NULL;
         s->t_first_us = s->t_last_us = 0;
-        s->spec_proposed = s->spec_accepted = s->spec_verifications = 0;
+        s->spec = (spec_counters){0};
     }
     return DERAS_OK;
 }

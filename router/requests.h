@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/request/finish_reason.h"
 #include "common/wire/protocol.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/stream.h"
@@ -35,14 +36,12 @@ typedef struct rq_sample {
     stream_t *st;               /* pooled with the slot */
     bool done;                  /* the client has (or is about to get) its final */
     bool worker_done;           /* the worker reported its finish */
-    const char *finish_reason;  /* "stop", "length", "abort" (static strings) */
-    const char *abort_reason;   /* with "abort": "cancelled", "deadline_exceeded", ... */
+    finish_reason finish;       /* once done: FINISH_STOP, FINISH_LENGTH or FINISH_ABORT */
+    const char *abort_reason;   /* with FINISH_ABORT: "cancelled", "deadline_exceeded", ... */
     int64_t t_first_us;         /* first token, 0 before */
     int64_t t_last_us;          /* latest token */
     bool touched;               /* in the current STEP's list of samples to flush */
-    /* the worker's speculation for it (drafts verified, accepted, verifications), from its
-     * finish; 0 before */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;         /* the worker's speculation for it, from its finish; 0 before */
 } rq_sample;
 
 typedef struct rq {

@@ -252,7 +252,7 @@ typedef struct gen_stream {
     char *piece, *out;      /* detokenizer piece, stop-matcher output */
     size_t piece_cap, out_cap;
     bool log_probs, stopped_by_string, finished;
-    engine_finish why;
+    finish_reason why;
     int n_gen, err;
     double t_first;
 } gen_stream;
@@ -321,7 +321,7 @@ static int generate(const gen_args *a)
         goto fail;
     const model_config *cfg = checkpoint_config(ck);
     if (n_prompt + a->max_tokens > cfg->max_seq_len) {
-        rc = deras_fail(DERAS_ERANGE,
+        rc = deras_fail(DERAS_ECONTEXT,
                         "context_length_exceeded: prompt %d + max_tokens %d = %d tokens exceeds "
                         "the model's context length %d",
                         n_prompt, a->max_tokens, n_prompt + a->max_tokens, cfg->max_seq_len);
@@ -381,7 +381,7 @@ static int generate(const gen_args *a)
     if (!g.stopped_by_string && (rc = flush_stream(&g)))
         goto fail;
     double t2 = cli_now(), t1 = g.n_gen ? g.t_first : t2;
-    const char *finish = g.stopped_by_string ? "stop" : engine_finish_name(g.why);
+    const char *finish = finish_reason_name(g.stopped_by_string ? FINISH_STOP : g.why);
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr,

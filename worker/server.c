@@ -187,10 +187,8 @@ static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end
     live_finish_one(s, id);
     if (s->silent || s->cb_err)
         return;
-    wp_finish f = {.rid = id, .index = index, .reason = (int)end->why, .n_prompt = end->n_prompt,
-                   .n_generated = end->n_generated, .spec_proposed = end->spec.proposed,
-                   .spec_accepted = end->spec.accepted,
-                   .spec_verifications = end->spec.verifications};
+    wp_finish f = {.rid = id, .index = index, .reason = end->why, .n_prompt = end->n_prompt,
+                   .n_generated = end->n_generated, .spec = end->spec};
     s->cb_err = wp_step_add_finish(s->step_enc, &f);
 }
 
@@ -239,9 +237,7 @@ static void get_load(worker_server *s, double t, wp_load *l)
     l->prefix_query_tokens = st.prefix_query_tokens;
     l->prompt_tokens = st.prompt_tokens;
     l->generated_tokens = st.generated_tokens;
-    l->spec_proposed = st.spec.proposed;
-    l->spec_accepted = st.spec.accepted;
-    l->spec_verifications = st.spec.verifications;
+    l->spec = st.spec;
 }
 
 /* ---- sending ---- */
@@ -341,19 +337,6 @@ static void abort_all(worker_server *s)
     s->silent = false;
 }
 
-/* The protocol code for an engine_add failure. */
-static enum proto_error_code reject_code(int rc, const char *msg)
-{
-    switch (rc) {
-    case DERAS_EBUSY: return PE_BUSY;
-    case DERAS_ERANGE:
-        return !strncmp(msg, "context_length_exceeded", 23) ? PE_CONTEXT_LENGTH_EXCEEDED
-                                                            : PE_VALUE_OUT_OF_RANGE;
-    case DERAS_EINVAL: return PE_INVALID_FIELD;
-    default: return PE_INTERNAL;
-    }
-}
-
 static int handle_submit(worker_server *s, const wp_submit *q)
 {
     char msg[256];
@@ -384,7 +367,7 @@ static int handle_submit(worker_server *s, const wp_submit *q)
     int rc = engine_add(s->e, &r);
     if (rc) {
         log_debug("request %llu rejected: %s", (unsigned long long)q->rid, deras_errmsg());
-        return send_reject(s, q->rid, reject_code(rc, deras_errmsg()), deras_errmsg());
+        return send_reject(s, q->rid, proto_error_of_status(rc), deras_errmsg());
     }
     /* the engine holds at most max_live_seqs requests, so the table has room */
     s->live[s->n_live++] = (live_req){.rid = q->rid, .n = q->n, .n_done = 0};

@@ -26,37 +26,8 @@
 
 #include "msgpack_scan.h"
 #include "proto_schema.h"
+#include "wire_vocab.h"
 #include "common/base/status.h"
-
-static const char *const error_names[PE_N_CODES] = {
-    [PE_NONE] = "none",
-    [PE_MALFORMED] = "malformed",
-    [PE_UNSUPPORTED_VERSION] = "unsupported_version",
-    [PE_UNKNOWN_TYPE] = "unknown_type",
-    [PE_INVALID_FIELD] = "invalid_field",
-    [PE_MISSING_FIELD] = "missing_field",
-    [PE_MESSAGE_TOO_LARGE] = "message_too_large",
-    [PE_LIMIT_EXCEEDED] = "limit_exceeded",
-    [PE_VALUE_OUT_OF_RANGE] = "value_out_of_range",
-    [PE_TOKEN_OUT_OF_RANGE] = "token_out_of_range",
-    [PE_INVALID_UTF8] = "invalid_utf8",
-    [PE_CONTEXT_LENGTH_EXCEEDED] = "context_length_exceeded",
-    [PE_DUPLICATE_ID] = "duplicate_id",
-    [PE_UNKNOWN_REQUEST] = "unknown_request",
-    [PE_BUSY] = "busy",
-    [PE_NO_WORKERS] = "no_workers",
-    [PE_WORKER_FAILED] = "worker_failed",
-    [PE_DEADLINE_EXCEEDED] = "deadline_exceeded",
-    [PE_SHUTTING_DOWN] = "shutting_down",
-    [PE_INTERNAL] = "internal",
-};
-
-const char *proto_error_name(enum proto_error_code c)
-{
-    if ((int)c < 0 || c >= PE_N_CODES)
-        return "internal";
-    return error_names[c];
-}
 
 void proto_limits_default(proto_limits *l)
 {
@@ -415,10 +386,10 @@ static const uint64_t server_required[] = {
 };
 
 static const char *const usage_names[] = {"prompt_tokens", "completion_tokens", "queue_ms",
-                                          "ttft_ms", "total_ms", "spec_proposed",
-                                          "spec_accepted", "spec_verifications"};
-#define N_USAGE 8
-#define USAGE_REQUIRED 0x1f /* the speculation counters are optional */
+                                          "ttft_ms", "total_ms",
+                                          SPEC_COUNTERS(SPEC_COUNTER_KEY)};
+#define N_USAGE_REQUIRED 5 /* the speculation counters that follow are optional */
+#define N_USAGE (N_USAGE_REQUIRED + SPEC_N_COUNTERS)
 
 static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *err)
 {
@@ -444,20 +415,15 @@ static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *er
         case 2: rc = ps_double(val, 0, 1e300, &u->queue_ms, err, "usage.%s", name); break;
         case 3: rc = ps_double(val, 0, 1e300, &u->ttft_ms, err, "usage.%s", name); break;
         case 4: rc = ps_double(val, 0, 1e300, &u->total_ms, err, "usage.%s", name); break;
-        case 5: rc = ps_u64(val, &u->spec_proposed, err, "usage.%s", name); break;
-        case 6: rc = ps_u64(val, &u->spec_accepted, err, "usage.%s", name); break;
-        default: rc = ps_u64(val, &u->spec_verifications, err, "usage.%s", name); break;
+        default: rc = wv_decode_spec(f - N_USAGE_REQUIRED, val, &u->spec, err, "usage", -1);
         }
     }
-    if (rc == DERAS_OK && (seen & USAGE_REQUIRED) != USAGE_REQUIRED)
-        for (int f = 0; f < 5; f++)
+    uint64_t required = BIT(N_USAGE_REQUIRED) - 1;
+    if (rc == DERAS_OK && (seen & required) != required)
+        for (int f = 0; f < N_USAGE_REQUIRED; f++)
             if (!(seen & BIT(f)))
                 return ps_fail(err, PE_MISSING_FIELD, "usage.%s is required", usage_names[f]);
-    if (rc == DERAS_OK && (u->spec_accepted > u->spec_proposed ||
-                           u->spec_verifications > u->spec_proposed))
-        return ps_fail(err, PE_VALUE_OUT_OF_RANGE, "usage: spec_accepted and "
-                       "spec_verifications must not exceed spec_proposed");
-    return rc;
+    return rc == DERAS_OK ? wv_check_spec(&u->spec, err, "usage", -1) : rc;
 }
 
 static const char *const worker_names[] = {"name", "state", "running", "waiting",
@@ -534,10 +500,13 @@ static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_
         return ps_array(v, UINT32_MAX, &items, &k, err, "logprobs"); /* skipped */
     }
     case SF_FINISH_REASON:
+        if ((rc = ps_cstr(v, 1, sizeof buf - 1, buf, err, "finish_reason")) == DERAS_OK &&
+            !finish_reason_parse(buf, &m->finish))
+            rc = ps_fail(err, PE_INVALID_FIELD, "finish_reason '%s' is not a finish reason", buf);
+        return rc;
     case SF_ABORT_REASON:
-        if ((rc = ps_cstr(v, 1, sizeof buf - 1, buf, err, "%s", srv_names[f])) == DERAS_OK)
-            *(f == SF_FINISH_REASON ? &m->finish_reason : &m->abort_reason) =
-                keep(d, buf, strlen(buf));
+        if ((rc = ps_cstr(v, 1, sizeof buf - 1, buf, err, "abort_reason")) == DERAS_OK)
+            m->abort_reason = keep(d, buf, strlen(buf));
         return rc;
     case SF_USAGE:
         return decode_usage(v, &m->usage, err);
@@ -712,30 +681,28 @@ int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_
     return finish(e, rc, "chunk", buf, len);
 }
 
-int proto_encode_final(proto_encoder *e, const char *id, int index, const char *finish_reason,
+int proto_encode_final(proto_encoder *e, const char *id, int index, finish_reason why,
                        const char *abort_reason, const proto_usage *u, const char *text,
                        size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
                        const void **buf, size_t *len)
 {
-    BEGIN(e, id && finish_reason && u && n_ids >= 0 && (ids || !lps));
+    BEGIN(e, id && (int)why >= 0 && why < FINISH_N && u && n_ids >= 0 && (ids || !lps));
     msgpack_packer *pk = &e->pk;
     int rc = msgpack_pack_map(pk, 5u + (text != NULL) + (ids != NULL) + (lps != NULL) +
                                       (abort_reason != NULL));
     rc |= KEY(pk, "type") | KEY(pk, "final");
     rc |= KEY(pk, "id") | pack_cstr(pk, id);
     rc |= KEY(pk, "index") | msgpack_pack_int(pk, index);
-    rc |= KEY(pk, "finish_reason") | pack_cstr(pk, finish_reason);
-    bool spec = u->spec_verifications > 0;
-    rc |= KEY(pk, "usage") | msgpack_pack_map(pk, spec ? 8 : 5);
+    rc |= KEY(pk, "finish_reason") | pack_cstr(pk, finish_reason_name(why));
+    bool spec = spec_counters_any(&u->spec);
+    rc |= KEY(pk, "usage") | msgpack_pack_map(pk, 5u + (spec ? SPEC_N_COUNTERS : 0));
     rc |= KEY(pk, "prompt_tokens") | msgpack_pack_int(pk, u->prompt_tokens);
     rc |= KEY(pk, "completion_tokens") | msgpack_pack_int(pk, u->completion_tokens);
     rc |= KEY(pk, "queue_ms") | msgpack_pack_double(pk, u->queue_ms);
     rc |= KEY(pk, "ttft_ms") | msgpack_pack_double(pk, u->ttft_ms);
     rc |= KEY(pk, "total_ms") | msgpack_pack_double(pk, u->total_ms);
     if (spec)
-        rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, u->spec_proposed) |
-              KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, u->spec_accepted) |
-              KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, u->spec_verifications);
+        rc |= wv_pack_spec_pairs(pk, &u->spec);
     if (text)
         rc |= KEY(pk, "text") | pack_str(pk, text, text_len);
     if (ids)

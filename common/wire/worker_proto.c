@@ -11,8 +11,8 @@
  *                      an array of ints would cost 1-5 bytes and a branch per id)
  *   STEP tokens        [[rid, index, token_id], ...] or, with logprobs,
  *                      [rid, index, token_id, logprob, [[id, logprob], ...]]
- *   STEP finishes      [[rid, index, reason, n_prompt, n_generated(, spec_proposed,
- *                       spec_accepted, spec_verifications)], ...]
+ *   STEP finishes      [[rid, index, reason, n_prompt, n_generated(, the speculation
+ *                       counters of common/request/spec_counters.h)], ...]
  * Positional arrays keep a STEP of a 256-sequence batch at a few KB; a token without
  * logprobs (logprob 0 and no alternatives) takes the 3-element form.
  *
@@ -32,6 +32,7 @@
 
 #include "msgpack_scan.h"
 #include "proto_schema.h"
+#include "wire_vocab.h"
 #include "common/base/status.h"
 
 #define WP_DEFAULT_MAX_BYTES (16u << 20)
@@ -92,11 +93,11 @@ static const uint64_t wp_required[N_TYPES] = {
 static const char *const load_names[] = {
     "phase", "running", "waiting", "queued_tokens", "running_tokens", "kv_blocks_free",
     "kv_blocks_total", "tokens_per_s", "steps", "preemptions", "prefix_hit_tokens",
-    "prefix_query_tokens", "prompt_tokens", "generated_tokens", "spec_proposed",
-    "spec_accepted", "spec_verifications",
+    "prefix_query_tokens", "prompt_tokens", "generated_tokens",
+    SPEC_COUNTERS(SPEC_COUNTER_KEY)
 };
-#define N_LOAD 17
-#define N_LOAD_REQUIRED 14 /* the speculation counters are optional (added later) */
+#define N_LOAD_REQUIRED 14 /* the speculation counters that follow are optional (added later) */
+#define N_LOAD (N_LOAD_REQUIRED + SPEC_N_COUNTERS)
 
 /* ---- decoder ---- */
 
@@ -200,9 +201,10 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
         default: {
             uint64_t *dst[] = {&l->steps, &l->preemptions, &l->prefix_hit_tokens,
                                &l->prefix_query_tokens, &l->prompt_tokens,
-                               &l->generated_tokens, &l->spec_proposed, &l->spec_accepted,
-                               &l->spec_verifications};
-            rc = ps_u64(v, dst[f - 8], err, "load.%s", name);
+                               &l->generated_tokens};
+            rc = f < N_LOAD_REQUIRED ? ps_u64(v, dst[f - 8], err, "load.%s", name)
+                                     : wv_decode_spec(f - N_LOAD_REQUIRED, v, &l->spec, err,
+                                                      "load", -1);
             break;
         }
         }
@@ -330,50 +332,45 @@ static int decode_tokens(wp_decoder *d, const msgpack_object *o, wp_msg *m, prot
     return DERAS_OK;
 }
 
+/* The speculation counters' keys as one string, for messages: "spec_proposed, ..." */
+#define SPEC_KEY_TEXT(field, key, metric, help) ", " key
+
 /* One STEP finish: [rid, index, reason, n_prompt, n_generated], and when the sample
- * speculated, [..., spec_proposed, spec_accepted, spec_verifications]. */
+ * speculated, [..., the speculation counters in table order]. */
 static int decode_finish(const msgpack_object *o, uint32_t i, wp_finish *f, proto_error *err)
 {
+    enum { N_FIXED = 5 };
     const msgpack_object *a;
     uint32_t n;
     int64_t index, reason, n_prompt, n_gen;
-    int rc = ps_array(o, 8, &a, &n, err, "finishes[%u]", i);
+    int rc = ps_array(o, N_FIXED + SPEC_N_COUNTERS, &a, &n, err, "finishes[%u]", i);
     if (rc != DERAS_OK)
         return rc;
-    if (n != 5 && n != 8)
+    if (n != N_FIXED && n != N_FIXED + SPEC_N_COUNTERS)
         return ps_fail(err, PE_INVALID_FIELD,
                        "finishes[%u] must be [rid, index, reason, n_prompt, n_generated] "
-                       "(+ [spec_proposed, spec_accepted, spec_verifications]), got %u "
-                       "elements", i, n);
+                       "(+ [%s]), got %u elements", i,
+                       (SPEC_COUNTERS(SPEC_KEY_TEXT)) + 2, n);
     if ((rc = ps_u64(&a[0], &f->rid, err, "finishes[%u].rid", i)) != DERAS_OK ||
         (rc = ps_int(&a[1], 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
                      "finishes[%u].index", i)) != DERAS_OK ||
-        (rc = ps_int(&a[2], 0, 2, PE_VALUE_OUT_OF_RANGE, &reason, err, "finishes[%u].reason",
-                     i)) != DERAS_OK ||
+        (rc = ps_int(&a[2], 0, FINISH_LAST_SAMPLE, PE_VALUE_OUT_OF_RANGE, &reason, err,
+                     "finishes[%u].reason", i)) != DERAS_OK ||
         (rc = ps_int(&a[3], 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &n_prompt, err,
                      "finishes[%u].n_prompt", i)) != DERAS_OK ||
         (rc = ps_int(&a[4], 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &n_gen, err,
                      "finishes[%u].n_generated", i)) != DERAS_OK)
         return rc;
     f->index = (int)index;
-    f->reason = (int)reason;
+    f->reason = (finish_reason)reason;
     f->n_prompt = (int)n_prompt;
     f->n_generated = (int)n_gen;
-    f->spec_proposed = f->spec_accepted = f->spec_verifications = 0;
-    if (n == 5)
-        return DERAS_OK;
-    if ((rc = ps_u64(&a[5], &f->spec_proposed, err, "finishes[%u].spec_proposed", i)) !=
-            DERAS_OK ||
-        (rc = ps_u64(&a[6], &f->spec_accepted, err, "finishes[%u].spec_accepted", i)) !=
-            DERAS_OK ||
-        (rc = ps_u64(&a[7], &f->spec_verifications, err, "finishes[%u].spec_verifications",
-                     i)) != DERAS_OK)
-        return rc;
-    if (f->spec_accepted > f->spec_proposed || f->spec_verifications > f->spec_proposed)
-        return ps_fail(err, PE_VALUE_OUT_OF_RANGE,
-                       "finishes[%u]: spec_accepted and spec_verifications must not exceed "
-                       "spec_proposed", i);
-    return DERAS_OK;
+    f->spec = (spec_counters){0};
+    for (uint32_t c = N_FIXED; c < n; c++)
+        if ((rc = wv_decode_spec((int)(c - N_FIXED), &a[c], &f->spec, err, "finishes", i)) !=
+            DERAS_OK)
+            return rc;
+    return wv_check_spec(&f->spec, err, "finishes", i);
 }
 
 static int decode_finishes(wp_decoder *d, const msgpack_object *o, wp_msg *m, proto_error *err)
@@ -624,9 +621,7 @@ static int pack_load(msgpack_packer *pk, const wp_load *l)
     rc |= KEY(pk, "prefix_query_tokens") | msgpack_pack_uint64(pk, l->prefix_query_tokens);
     rc |= KEY(pk, "prompt_tokens") | msgpack_pack_uint64(pk, l->prompt_tokens);
     rc |= KEY(pk, "generated_tokens") | msgpack_pack_uint64(pk, l->generated_tokens);
-    rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, l->spec_proposed);
-    rc |= KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, l->spec_accepted);
-    rc |= KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, l->spec_verifications);
+    rc |= wv_pack_spec_pairs(pk, &l->spec);
     return rc;
 }
 
@@ -787,9 +782,9 @@ int wp_step_add_token(wp_encoder *e, const wp_token *t)
 
 int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
 {
-    if (!e || !f || f->index < 0 || f->index >= PROTO_MAX_N || f->reason < 0 || f->reason > 2 ||
-        f->n_prompt < 0 || f->n_generated < 0 || f->spec_accepted > f->spec_proposed ||
-        f->spec_verifications > f->spec_proposed)
+    if (!e || !f || f->index < 0 || f->index >= PROTO_MAX_N || (int)f->reason < 0 ||
+        f->reason > FINISH_LAST_SAMPLE ||
+        f->n_prompt < 0 || f->n_generated < 0 || !spec_counters_valid(&f->spec))
         return deras_fail(DERAS_EINVAL, "wp_step_add_finish: bad arguments");
     if (e->n_finishes >= WP_MAX_STEP_ENTRIES)
         return deras_fail(DERAS_ERANGE, "a STEP holds at most %u finishes", WP_MAX_STEP_ENTRIES);
@@ -827,14 +822,13 @@ int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
     rc |= KEY(pk, "finishes") | msgpack_pack_array(pk, e->n_finishes);
     for (size_t i = 0; i < e->n_finishes; i++) {
         const wp_finish *f = &e->finishes[i];
-        bool spec = f->spec_verifications > 0;
-        rc |= msgpack_pack_array(pk, spec ? 8 : 5) | msgpack_pack_uint64(pk, f->rid) |
-              msgpack_pack_int(pk, f->index) | msgpack_pack_int(pk, f->reason) |
-              msgpack_pack_int(pk, f->n_prompt) | msgpack_pack_int(pk, f->n_generated);
+        bool spec = spec_counters_any(&f->spec);
+        rc |= msgpack_pack_array(pk, 5u + (spec ? SPEC_N_COUNTERS : 0)) |
+              msgpack_pack_uint64(pk, f->rid) | msgpack_pack_int(pk, f->index) |
+              msgpack_pack_int(pk, (int)f->reason) | msgpack_pack_int(pk, f->n_prompt) |
+              msgpack_pack_int(pk, f->n_generated);
         if (spec)
-            rc |= msgpack_pack_uint64(pk, f->spec_proposed) |
-                  msgpack_pack_uint64(pk, f->spec_accepted) |
-                  msgpack_pack_uint64(pk, f->spec_verifications);
+            rc |= wv_pack_spec_values(pk, &f->spec);
     }
     rc |= KEY(pk, "load") | pack_load(pk, l);
     e->n_tokens = 0;

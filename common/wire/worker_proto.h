@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/request/finish_reason.h"
+#include "common/request/spec_counters.h"
 #include "common/wire/protocol.h"
 
 #define WPROTO_VERSION 1
@@ -81,9 +83,8 @@ typedef struct wp_load {
     double tokens_per_s;              /* generated, recent average */
     uint64_t steps, preemptions, prefix_hit_tokens, prefix_query_tokens;
     uint64_t prompt_tokens, generated_tokens;
-    /* speculative decoding (optional on the wire, 0 when absent): drafts verified, drafts
-     * accepted, verifications (sequence-steps with drafts) */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;               /* speculative decoding since the start (optional on
+                                         the wire, 0 when absent) */
 } wp_load;
 
 typedef struct wp_submit {
@@ -110,11 +111,9 @@ typedef struct wp_token {
 typedef struct wp_finish {
     uint64_t rid;
     int index;
-    int reason;                       /* enum engine_finish: 0 stop, 1 length, 2 abort */
+    finish_reason reason;             /* FINISH_STOP .. FINISH_LAST_SAMPLE, by number */
     int n_prompt, n_generated;
-    /* the sample's speculation (0 when it had none): drafts verified, drafts accepted,
-     * verifications; accepted and verifications never exceed proposed */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;               /* the sample's speculation (0 when it had none) */
 } wp_finish;
 
 typedef struct wp_msg {

@@ -131,7 +131,7 @@ static void server_side(const uint8_t *data, size_t size)
                                  m.text_len, NULL, &buf, &len) == DERAS_OK);
         break;
     case PROTO_FINAL:
-        CHECK(proto_encode_final(enc, m.id, m.index, m.finish_reason, m.abort_reason, &m.usage,
+        CHECK(proto_encode_final(enc, m.id, m.index, m.finish, m.abort_reason, &m.usage,
                                  m.text, m.text_len, m.token_ids, m.n_token_ids, NULL, &buf,
                                  &len) == DERAS_OK);
         break;
@@ -153,7 +153,7 @@ static void server_side(const uint8_t *data, size_t size)
     if (m.text)
         CHECK(same_bytes(m.text, m.text_len, m2.text, m2.text_len));
     if (m.type == PROTO_FINAL) {
-        CHECK(!strcmp(m.finish_reason, m2.finish_reason));
+        CHECK(m.finish == m2.finish);
         CHECK((m.abort_reason == NULL) == (m2.abort_reason == NULL));
         CHECK(!m.abort_reason || !strcmp(m.abort_reason, m2.abort_reason));
         CHECK(m.usage.prompt_tokens == m2.usage.prompt_tokens &&

@@ -83,9 +83,9 @@ static void client_corpus(void)
     put(t, "chunk", buf, len);
     proto_usage u = {.prompt_tokens = 12, .completion_tokens = 2, .queue_ms = 0.4,
                      .ttft_ms = 35.5, .total_ms = 80.25};
-    OK(proto_encode_final(e, "req-1", 0, "stop", NULL, &u, NULL, 0, NULL, 0, NULL, &buf, &len));
+    OK(proto_encode_final(e, "req-1", 0, FINISH_STOP, NULL, &u, NULL, 0, NULL, 0, NULL, &buf, &len));
     put(t, "final_stream", buf, len);
-    OK(proto_encode_final(e, "req-2", 1, "abort", "cancelled", &u, "Hello world", 11, ids + 1, 2,
+    OK(proto_encode_final(e, "req-2", 1, FINISH_ABORT, "cancelled", &u, "Hello world", 11, ids + 1, 2,
                           lps, &buf, &len));
     put(t, "final_whole", buf, len);
     OK(proto_encode_error(e, "req-3", PE_VALUE_OUT_OF_RANGE,

@@ -99,7 +99,7 @@ static void test_stream_delivers_chunks_then_a_final_marked_done(void **state)
         if (ev.msg.type == PROTO_FINAL) {
             assert_int_equal(i, 5);
             assert_true(ev.done);
-            assert_string_equal(ev.msg.finish_reason, "length");
+            assert_int_equal(ev.msg.finish, FINISH_LENGTH);
             assert_int_equal(ev.msg.usage.prompt_tokens, 2);
             assert_int_equal(ev.msg.usage.completion_tokens, 5);
             break;
@@ -125,7 +125,7 @@ static void test_non_stream_final_carries_text_and_ids(void **state)
     recv_ok(f->cl, &ev);
     assert_int_equal(ev.msg.type, PROTO_FINAL);
     assert_true(ev.done);
-    assert_string_equal(ev.msg.finish_reason, "stop");
+    assert_int_equal(ev.msg.finish, FINISH_STOP);
     char want[64];
     expected_text(want, sizeof want, 0, 3);
     assert_int_equal(ev.msg.text_len, strlen(want));
@@ -281,7 +281,7 @@ static void test_cancel_ends_the_request_with_abort(void **state)
         chunks++;
     }
     assert_int_equal(ev.msg.type, PROTO_FINAL);
-    assert_string_equal(ev.msg.finish_reason, "abort");
+    assert_int_equal(ev.msg.finish, FINISH_ABORT);
     assert_string_equal(ev.msg.abort_reason, "cancelled");
     assert_true(ev.done);
     assert_true(chunks < 50);

@@ -36,7 +36,7 @@ typedef struct out_seq {
     float margin[MAX_GEN]; /* top-1 minus top-2 logprob at each token */
     int n;
     int finished;          /* times on_finish was called */
-    engine_finish why;
+    finish_reason why;
 } out_seq;
 
 typedef struct outputs {
@@ -219,7 +219,7 @@ static int compare(const workload *w, const outputs *solo, const outputs *got, c
         if (k == a->n && k == b->n) {
             if (a->why != b->why)
                 fail_msg("%s: request %d: finish %s vs %s alone", what, r,
-                         engine_finish_name(b->why), engine_finish_name(a->why));
+                         finish_reason_name(b->why), finish_reason_name(a->why));
             continue;
         }
         if (k < a->n && k < b->n && a->margin[k] < NEAR_TIE) {
@@ -281,7 +281,7 @@ static void run_scenario(const scenario *sc, const char *what, scenario_result *
     res->tokens = res->stops = 0;
     for (int r = 0; r < w.n; r++) {
         res->tokens += got->s[r][0].n;
-        res->stops += got->s[r][0].why == ENGINE_FINISH_STOP;
+        res->stops += got->s[r][0].why == FINISH_STOP;
     }
     engine_destroy(&e);
     free(solo), free(got);
@@ -431,7 +431,7 @@ static void abort_frees_blocks_at_once_and_finishes_once(void **state)
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(o->s[5][0].finished, 1);
     assert_int_equal(o->s[5][1].finished, 1);
-    assert_int_equal(o->s[5][0].why, ENGINE_FINISH_ABORT);
+    assert_int_equal(o->s[5][0].why, FINISH_ABORT);
     assert_int_equal(engine_abort(e, 5), DERAS_ENOTFOUND);
     assert_false(engine_has_work(e));
     assert_int_equal(engine_check(e), DERAS_OK);
@@ -450,7 +450,7 @@ static void bad_requests_get_clear_errors(void **state)
     int32_t p[3] = {1, 2, 3}, bad[2] = {1, 256};
     engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .max_tokens = 5000, .n = 1};
     sampling_params_default(&q.sp);
-    assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
+    assert_int_equal(engine_add(e, &q), DERAS_ECONTEXT);
     assert_non_null(strstr(deras_errmsg(), "context_length_exceeded"));
     q.max_tokens = 4;
     q.prompt = bad;

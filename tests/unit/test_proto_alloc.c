@@ -152,7 +152,7 @@ static void warm_codecs_allocate_nothing_per_message(void **state)
             assert_int_equal(proto_encode_chunk(pe, "warm", 0, ids, 4, "text", 4, lps, &buf, &len),
                              DERAS_OK);
             assert_int_equal(decode(SERVER, pd, wd, buf, len), DERAS_OK);
-            assert_int_equal(proto_encode_final(pe, "warm", 0, "stop", NULL, &u, "all", 3, ids, 64,
+            assert_int_equal(proto_encode_final(pe, "warm", 0, FINISH_STOP, NULL, &u, "all", 3, ids, 64,
                                                 NULL, &buf, &len),
                              DERAS_OK);
             assert_int_equal(decode(SERVER, pd, wd, buf, len), DERAS_OK);

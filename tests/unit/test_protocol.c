@@ -205,37 +205,37 @@ static void replies_round_trip(void **state)
     /* final of a stream (no text), then of a non-stream request with everything */
     proto_usage u = {.prompt_tokens = 7, .completion_tokens = 3, .queue_ms = 0.25,
                      .ttft_ms = 12.5, .total_ms = 40};
-    assert_int_equal(proto_encode_final(e, "f1", 0, "stop", NULL, &u, NULL, 0, NULL, 0, NULL,
+    assert_int_equal(proto_encode_final(e, "f1", 0, FINISH_STOP, NULL, &u, NULL, 0, NULL, 0, NULL,
                                         &buf, &len),
                      DERAS_OK);
     assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
     assert_int_equal(m.type, PROTO_FINAL);
-    assert_string_equal(m.finish_reason, "stop");
+    assert_int_equal(m.finish, FINISH_STOP);
     assert_null(m.abort_reason);
     assert_null(m.text);
     assert_int_equal(m.usage.prompt_tokens, 7);
     assert_int_equal(m.usage.completion_tokens, 3);
     assert_true(m.usage.queue_ms == 0.25 && m.usage.ttft_ms == 12.5 && m.usage.total_ms == 40);
-    assert_true(m.usage.spec_proposed == 0 && m.usage.spec_accepted == 0 &&
-                m.usage.spec_verifications == 0);
+    assert_true(m.usage.spec.proposed == 0 && m.usage.spec.accepted == 0 &&
+                m.usage.spec.verifications == 0);
     /* a sample that speculated carries its counters */
     proto_usage us = u;
-    us.spec_proposed = 12;
-    us.spec_accepted = 9;
-    us.spec_verifications = 4;
-    assert_int_equal(proto_encode_final(e, "f1", 0, "length", NULL, &us, NULL, 0, NULL, 0, NULL,
+    us.spec.proposed = 12;
+    us.spec.accepted = 9;
+    us.spec.verifications = 4;
+    assert_int_equal(proto_encode_final(e, "f1", 0, FINISH_LENGTH, NULL, &us, NULL, 0, NULL, 0, NULL,
                                         &buf, &len),
                      DERAS_OK);
     assert_int_equal(proto_decode_server(d, buf, len, &m, &err), DERAS_OK);
-    assert_true(m.usage.spec_proposed == 12 && m.usage.spec_accepted == 9 &&
-                m.usage.spec_verifications == 4 && m.usage.completion_tokens == 3);
-    assert_int_equal(proto_encode_final(e, "f2", 1, "abort", "client cancelled", &u, "whole", 5,
+    assert_true(m.usage.spec.proposed == 12 && m.usage.spec.accepted == 9 &&
+                m.usage.spec.verifications == 4 && m.usage.completion_tokens == 3);
+    assert_int_equal(proto_encode_final(e, "f2", 1, FINISH_ABORT, "client cancelled", &u, "whole", 5,
                                         ids, 3, lps, &buf, &len),
                      DERAS_OK);
     int rc = proto_decode_server(d, buf, len, &m, &err);
     if (rc != DERAS_OK)
         fail_msg("final: %s", err.message);
-    assert_string_equal(m.finish_reason, "abort");
+    assert_int_equal(m.finish, FINISH_ABORT);
     assert_string_equal(m.abort_reason, "client cancelled");
     assert_int_equal(m.text_len, 5);
     assert_int_equal(m.n_token_ids, 3);
@@ -760,6 +760,8 @@ static void server_replies_are_checked_as_strictly(void **state)
          PE_VALUE_OUT_OF_RANGE, "usage.spec_verifications"},
         {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"\", usage: {}}",
          PE_INVALID_FIELD, "finish_reason must be 1..31 bytes"},
+        {"{type: \"final\", id: \"a\", index: 0, finish_reason: \"done\", usage: {}}",
+         PE_INVALID_FIELD, "finish_reason 'done' is not a finish reason"},
         {"{type: \"error\", id: \"a\", code: 3, message: \"m\"}", PE_INVALID_FIELD,
          "code must be a string, got int"},
         {"{type: \"error\", id: \"a\", code: \"busy\"}", PE_MISSING_FIELD,

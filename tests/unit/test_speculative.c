@@ -213,8 +213,8 @@ typedef struct out_seq {
     int32_t tokens[MAX_GEN];
     float margin[MAX_GEN];
     int n, finished;
-    engine_finish why;
-    spec_stats spec;   /* as on_finish reported it */
+    finish_reason why;
+    spec_counters spec;   /* as on_finish reported it */
 } out_seq;
 
 typedef struct outputs {
@@ -359,7 +359,7 @@ static void run_greedy(rig *g, const prompts *pr, const spec_opts *so, int max_o
     engine_destroy(&e);
     model_destroy(&drafter);
     /* each sample's own counters (on_finish) add up to the engine's */
-    spec_stats sum = {0};
+    spec_counters sum = {0};
     for (int r = 0; r < pr->n; r++) {
         sum.proposed += o->s[r][0].spec.proposed;
         sum.accepted += o->s[r][0].spec.accepted;
@@ -388,7 +388,7 @@ static int compare(const prompts *pr, const outputs *ref, const outputs *got, co
         if (k == a->n && k == b->n) {
             if (a->why != b->why)
                 fail_msg("%s: request %d: finish %s, without speculation %s", what, r,
-                         engine_finish_name(b->why), engine_finish_name(a->why));
+                         finish_reason_name(b->why), finish_reason_name(a->why));
             continue;
         }
         if (k < a->n && k < b->n && a->margin[k] < NEAR_TIE) {
@@ -407,7 +407,7 @@ static int compare(const prompts *pr, const outputs *ref, const outputs *got, co
 
 static void report(const char *what, const engine_stats *st, int n_prompts, int near)
 {
-    const spec_stats *s = &st->spec;
+    const spec_counters *s = &st->spec;
     printf("  %-28s %d prompts: identical to non-speculative greedy (%d near-tie divergences); "
            "%llu drafts proposed, %llu accepted (acceptance %.1f%%), %llu verifications, "
            "mean accepted length %.2f, %llu steps\n",

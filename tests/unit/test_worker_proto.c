@@ -25,8 +25,8 @@ static wp_load sample_load(void)
                      .kv_blocks_free = 17, .kv_blocks_total = 64, .tokens_per_s = 123.5,
                      .steps = 1ull << 40, .preemptions = 4, .prefix_hit_tokens = 300,
                      .prefix_query_tokens = 900, .prompt_tokens = 12345,
-                     .generated_tokens = UINT64_MAX, .spec_proposed = 400,
-                     .spec_accepted = 310, .spec_verifications = 120};
+                     .generated_tokens = UINT64_MAX, .spec.proposed = 400,
+                     .spec.accepted = 310, .spec.verifications = 120};
 }
 
 static void assert_load_equal(const wp_load *a, const wp_load *b)
@@ -43,8 +43,8 @@ static void assert_load_equal(const wp_load *a, const wp_load *b)
                 a->prefix_query_tokens == b->prefix_query_tokens);
     assert_true(a->prompt_tokens == b->prompt_tokens &&
                 a->generated_tokens == b->generated_tokens);
-    assert_true(a->spec_proposed == b->spec_proposed && a->spec_accepted == b->spec_accepted &&
-                a->spec_verifications == b->spec_verifications);
+    assert_true(a->spec.proposed == b->spec.proposed && a->spec.accepted == b->spec.accepted &&
+                a->spec.verifications == b->spec.verifications);
 }
 
 static void decode_ok(wp_decoder *d, const void *buf, size_t len, wp_msg *m)
@@ -205,8 +205,8 @@ static void step_carries_what_was_added(void **state)
         wp_finish f = {.rid = 5, .index = 2, .reason = 1, .n_prompt = 10, .n_generated = 20};
         assert_int_equal(wp_step_add_finish(e, &f), DERAS_OK);
         wp_finish fs = {.rid = 6, .index = 0, .reason = 0, .n_prompt = 3, .n_generated = 40,
-                        .spec_proposed = UINT64_MAX - 1, .spec_accepted = 77,
-                        .spec_verifications = 19};
+                        .spec.proposed = UINT64_MAX - 1, .spec.accepted = 77,
+                        .spec.verifications = 19};
         assert_int_equal(wp_step_add_finish(e, &fs), DERAS_OK);
         assert_false(wp_step_empty(e));
         assert_int_equal(wp_step_end(e, &l, &buf, &len), DERAS_OK);
@@ -234,11 +234,11 @@ static void step_carries_what_was_added(void **state)
         assert_int_equal(m.finishes[0].reason, 1);
         assert_int_equal(m.finishes[0].n_prompt, 10);
         assert_int_equal(m.finishes[0].n_generated, 20);
-        assert_true(m.finishes[0].spec_proposed == 0 && m.finishes[0].spec_accepted == 0 &&
-                    m.finishes[0].spec_verifications == 0);
+        assert_true(m.finishes[0].spec.proposed == 0 && m.finishes[0].spec.accepted == 0 &&
+                    m.finishes[0].spec.verifications == 0);
         assert_true(m.finishes[1].rid == 6 && m.finishes[1].n_generated == 40);
-        assert_true(m.finishes[1].spec_proposed == UINT64_MAX - 1 &&
-                    m.finishes[1].spec_accepted == 77 && m.finishes[1].spec_verifications == 19);
+        assert_true(m.finishes[1].spec.proposed == UINT64_MAX - 1 &&
+                    m.finishes[1].spec.accepted == 77 && m.finishes[1].spec.verifications == 19);
         assert_load_equal(&m.load, &l);
     }
     /* bad entries are refused at the source */
@@ -252,7 +252,7 @@ static void step_carries_what_was_added(void **state)
     assert_int_equal(wp_step_add_token(e, &bad), DERAS_EINVAL);
     wp_finish badf = {.reason = 3};
     assert_int_equal(wp_step_add_finish(e, &badf), DERAS_EINVAL);
-    badf = (wp_finish){.spec_proposed = 4, .spec_accepted = 5, .spec_verifications = 1};
+    badf = (wp_finish){.spec.proposed = 4, .spec.accepted = 5, .spec.verifications = 1};
     assert_int_equal(wp_step_add_finish(e, &badf), DERAS_EINVAL);
     wp_encoder_destroy(&e);
     wp_decoder_destroy(&d);

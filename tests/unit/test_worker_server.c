@@ -118,7 +118,7 @@ typedef struct ref_out {
     int n[FR_MAX_N];
     int32_t tokens[FR_MAX_N][FR_MAX_GEN];
     sample_result lps[FR_MAX_N][FR_MAX_GEN];
-    engine_finish why[FR_MAX_N];
+    finish_reason why[FR_MAX_N];
 } ref_out;
 
 static void ref_on_token(void *ctx, uint64_t id, int index, const sample_result *r)
@@ -319,16 +319,16 @@ static void test_speculating_worker_sends_the_same_tokens_and_counts_drafts(void
     expect_same_as_reference(fr_req_of(r, 9), ref, 1);
     r->load_from_heartbeat = false;
     fr_until(r, WAIT_S, fr_cond_idle_heartbeat, NULL, "an idle heartbeat after request 9");
-    if (r->load.spec_proposed == 0 || r->load.spec_accepted > r->load.spec_proposed ||
-        r->load.spec_verifications == 0)
+    if (r->load.spec.proposed == 0 || r->load.spec.accepted > r->load.spec.proposed ||
+        r->load.spec.verifications == 0)
         fail_msg("load report: %llu drafts proposed, %llu accepted, %llu verifications; "
-                 "expected drafts on a repeating prompt", (unsigned long long)r->load.spec_proposed,
-                 (unsigned long long)r->load.spec_accepted,
-                 (unsigned long long)r->load.spec_verifications);
+                 "expected drafts on a repeating prompt", (unsigned long long)r->load.spec.proposed,
+                 (unsigned long long)r->load.spec.accepted,
+                 (unsigned long long)r->load.spec.verifications);
     printf("  n-gram worker: 40 tokens identical to the engine without speculation; %llu drafts, "
-           "%llu accepted, %llu verifications\n", (unsigned long long)r->load.spec_proposed,
-           (unsigned long long)r->load.spec_accepted,
-           (unsigned long long)r->load.spec_verifications);
+           "%llu accepted, %llu verifications\n", (unsigned long long)r->load.spec.proposed,
+           (unsigned long long)r->load.spec.accepted,
+           (unsigned long long)r->load.spec.verifications);
     free(ref);
     stop_clean(&w);
     fr_destroy(&r);
