@@ -114,8 +114,8 @@ static int run_one(model_t *m, backend_t *be, const spec_opts *so, const prompt 
     double t0 = cli_now();
     for (int i = 0; i < batch; i++) {
         engine_request q = {.id = (uint64_t)i, .prompt = ps[i].ids, .n_prompt = ps[i].n,
-                            .max_tokens = max_out, .n = 1};
-        sampling_params_default(&q.sp);
+                            .params.max_tokens = max_out, .params.n = 1};
+        sampling_params_default(&q.params.sp);
         if ((rc = engine_add(e, &q)))
             goto out;
     }

@@ -30,26 +30,19 @@
 #include <stdint.h>
 
 #include "common/request/finish_reason.h"
+#include "common/request/req_params.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 
 struct step_plan;
 
-#define ENGINE_MAX_N 16
-
 typedef struct engine_request {
     uint64_t id;              /* caller's id, unique among live requests */
     const int32_t *prompt;    /* copied */
     int n_prompt;
-    sampling_params sp;
-    uint64_t seed;            /* sample i draws from seed + i */
-    int max_tokens;
-    int n;                    /* samples, 1 .. ENGINE_MAX_N */
-    const int32_t *stop_ids;  /* copied; at most 16 */
-    int n_stop_ids;
-    bool ignore_eos;
-    int spec_k;               /* drafts per step at most: 0 the engine's k, -1 no speculation */
+    req_params params;        /* samples, limits, stops, seed, sampling (copied); its
+                                 spec_tokens 0 means the engine's k */
 } engine_request;
 
 /* How a sample ended, as on_finish reports it. */

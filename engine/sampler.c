@@ -26,37 +26,8 @@ struct sampler {
 
 void sampling_params_default(sampling_params *p)
 {
-    memset(p, 0, sizeof *p);
-    p->top_p = 1.0f;
-    p->repetition_penalty = 1.0f;
-}
-
-#define RANGE(cond, ...)                                    \
-    do {                                                    \
-        if (!(cond))                                        \
-            return deras_fail(DERAS_ERANGE, __VA_ARGS__);   \
-    } while (0)
-
-int sampling_params_validate(const sampling_params *p, int vocab)
-{
-    RANGE(isfinite(p->temperature) && p->temperature >= 0.0f && p->temperature <= 100.0f,
-          "temperature must be in [0, 100], got %g", p->temperature);
-    RANGE(p->top_k >= 0 && p->top_k <= vocab, "top_k must be in [0, %d] (0: off), got %d", vocab,
-          p->top_k);
-    RANGE(isfinite(p->top_p) && p->top_p > 0.0f && p->top_p <= 1.0f,
-          "top_p must be in (0, 1], got %g", p->top_p);
-    RANGE(isfinite(p->min_p) && p->min_p >= 0.0f && p->min_p <= 1.0f,
-          "min_p must be in [0, 1], got %g", p->min_p);
-    RANGE(isfinite(p->repetition_penalty) && p->repetition_penalty > 0.0f &&
-              p->repetition_penalty <= 10.0f,
-          "repetition_penalty must be in (0, 10], got %g", p->repetition_penalty);
-    RANGE(isfinite(p->presence_penalty) && fabsf(p->presence_penalty) <= 2.0f,
-          "presence_penalty must be in [-2, 2], got %g", p->presence_penalty);
-    RANGE(isfinite(p->frequency_penalty) && fabsf(p->frequency_penalty) <= 2.0f,
-          "frequency_penalty must be in [-2, 2], got %g", p->frequency_penalty);
-    RANGE(p->n_logprobs >= 0 && p->n_logprobs <= SAMPLER_MAX_LOGPROBS,
-          "logprobs must be in [0, %d], got %d", SAMPLER_MAX_LOGPROBS, p->n_logprobs);
-    return DERAS_OK;
+    sampling_params_init(p);
+    p->temperature = 0.0f;
 }
 
 static uint64_t splitmix64(uint64_t *x)

@@ -19,24 +19,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SAMPLER_MAX_LOGPROBS 20
+#include "common/request/sampling.h"
 
-typedef struct sampling_params {
-    float temperature;        /* 0: greedy; else > 0 */
-    int top_k;                /* 0: off */
-    float top_p;              /* 1: off; (0, 1] */
-    float min_p;              /* 0: off; [0, 1] */
-    float repetition_penalty; /* 1: off; > 0 */
-    float presence_penalty;   /* 0: off; [-2, 2] */
-    float frequency_penalty;  /* 0: off; [-2, 2] */
-    int n_logprobs;           /* top-N logprobs to report, 0 .. SAMPLER_MAX_LOGPROBS */
-} sampling_params;
-
-/* Greedy with every processor off. */
+/* Greedy with every processor off: the table's defaults (common/request/sampling.h, which
+ * also validates) at temperature 0. */
 void sampling_params_default(sampling_params *p);
-
-/* Check ranges and finiteness; DERAS_ERANGE naming the field and its bounds. */
-int sampling_params_validate(const sampling_params *p, int vocab);
 
 /* A request's random stream (xoshiro256**). The same seed gives the same draws, whatever
  * else runs in the batch. */
@@ -52,8 +39,8 @@ typedef struct sample_result {
     int32_t token;
     float logprob;                              /* of token, raw distribution */
     int n_top;
-    int32_t top_ids[SAMPLER_MAX_LOGPROBS];      /* most likely first */
-    float top_logprobs[SAMPLER_MAX_LOGPROBS];
+    int32_t top_ids[SAMPLING_MAX_LOGPROBS];     /* most likely first */
+    float top_logprobs[SAMPLING_MAX_LOGPROBS];
 } sample_result;
 
 /* Token history the penalties look at. */

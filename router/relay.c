@@ -70,7 +70,7 @@ static void account_final(router_t *rt, const rq *r, const rq_sample *s, const p
     double ttft = s->t_first_us ? u->ttft_ms / 1e3 : -1.0;
     double tpot = s->t_first_us && n > 1 ? (s->t_last_us - s->t_first_us) / 1e6 / (n - 1) : -1.0;
     metrics_sample_end(rt->metrics, s->finish, n, ttft, tpot, u->total_ms / 1e3);
-    if (r->n_finals == r->n)
+    if (r->n_finals == r->params.n)
         metrics_request_end(rt->metrics, r->n_prompt, u->queue_ms / 1e3);
 }
 
@@ -108,11 +108,11 @@ static void leave_worker(router_t *rt, rq *r)
     worker *k = workers_at(rt->workers, r->worker);
     if (k && workers_live(k)) {
         bool running = false;
-        for (int i = 0; i < r->n; i++)
+        for (int i = 0; i < r->params.n; i++)
             running |= !r->samples[i].worker_done;
         if (running)
             wlink_abort(rt, k, r->rid);
-        workers_ended(k, r->n);
+        workers_ended(k, r->params.n);
     }
     r->worker = -1;
 }
@@ -147,7 +147,7 @@ static void end_sample(rq *r, int k, finish_reason finish, const char *abort_rea
 void relay_abort(router_t *rt, rq *r, const char *abort_reason)
 {
     int64_t now = router_now_us();
-    for (int k = 0; k < r->n; k++) {
+    for (int k = 0; k < r->params.n; k++) {
         if (r->samples[k].done)
             continue;
         end_sample(r, k, FINISH_ABORT, abort_reason);
@@ -212,11 +212,11 @@ static rq *lookup(router_t *rt, worker *k, uint64_t rid)
 /* A sample index the worker should never send: ignored, counted, logged a few times. */
 static bool bad_index(router_t *rt, worker *k, const rq *r, int index)
 {
-    if (index >= 0 && index < r->n)
+    if (index >= 0 && index < r->params.n)
         return false;
     if (++rt->st.stray_tokens <= 10)
         log_warn("worker %s: sample index %d outside request %s's %d samples", k->name, index,
-                 r->id, r->n);
+                 r->id, r->params.n);
     return true;
 }
 
@@ -238,7 +238,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         rq_sample *s = &r->samples[t->index];
         if (s->done)
             continue;
-        if (stream_n_tokens(s->st) >= r->max_tokens) {
+        if (stream_n_tokens(s->st) >= r->params.max_tokens) {
             /* a worker that does not stop: the text stays bounded by max_tokens */
             rt->st.stray_tokens++;
             continue;
@@ -246,7 +246,8 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         if (!s->t_first_us)
             s->t_first_us = now;
         s->t_last_us = now;
-        int rc = stream_push(s->st, t->lp.token_id, r->logprobs > 0 ? &t->lp : NULL);
+        int rc = stream_push(s->st, t->lp.token_id,
+                             r->params.sp.n_logprobs > 0 ? &t->lp : NULL);
         if (rc == DERAS_ENOMEM) {
             log_error("request %s: %s", r->id, deras_errmsg());
             end_sample(r, t->index, FINISH_ABORT, "out_of_memory");
@@ -285,7 +286,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
     }
     for (int i = 0; i < rt->n_touched; i++) {
         rq *r = rt->touched[i].r;
-        if (r->state != RQ_FREE && r->n_done == r->n)
+        if (r->state != RQ_FREE && r->n_done == r->params.n)
             release(rt, r);
     }
     rt->n_touched = 0;

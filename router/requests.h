@@ -58,19 +58,14 @@ typedef struct rq {
     /* what to run (the prompt is already tokenized and validated) */
     int32_t *prompt;
     int n_prompt, prompt_cap;
-    int max_tokens, n, top_k, logprobs;
-    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    uint64_t seed;
-    bool has_seed, stream, ignore_eos;
-    int n_stop_ids;
-    int32_t stop_ids[PROTO_MAX_STOP_IDS];
+    req_params params;           /* as decoded, with the seed chosen when the client gave none */
+    bool stream;
     int n_stops;
     char stops[PROTO_MAX_STOPS][PROTO_MAX_STOP_BYTES];
     size_t stop_lens[PROTO_MAX_STOPS];
-    int spec_tokens;             /* as wp_submit.spec_tokens */
 
     /* progress */
-    rq_sample samples[PROTO_MAX_N];
+    rq_sample samples[REQ_MAX_N];
     int n_done;                  /* samples with done */
     int n_finals;                /* samples whose final went out (or would have: gone) */
     bool client_seen;            /* a chunk or final went out: no silent re-dispatch */

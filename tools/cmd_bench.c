@@ -386,11 +386,11 @@ static int send_next(bench *b)
         q.prompt = r->prompt;
         q.prompt_len = strlen(r->prompt);
     }
-    q.max_tokens = r->max_tokens;
+    q.params.max_tokens = r->max_tokens;
     q.stream = true;
     if (a->has_seed) {
         q.has_seed = true;
-        q.seed = a->seed + (uint64_t)i;
+        q.params.seed = a->seed + (uint64_t)i;
     }
     r->t_send = r->t_heard = now_s(b);
     r->state = RS_LIVE;
@@ -623,7 +623,7 @@ static int report(bench *b, double duration)
             "e2e_ms", dist_json(&e2e), "config", "rate", a->rate, "concurrency", a->concurrency,
             "max_tokens", a->tok_lo, a->tok_hi, "prompts",
             a->ids_hi ? "random_ids" : a->prompts_file ? a->prompts_file : "builtin",
-            "ignore_eos", (int)a->f.req.ignore_eos, "speculation", "samples",
+            "ignore_eos", (int)a->f.req.params.ignore_eos, "speculation", "samples",
             (json_int_t)b->spec_samples, "draft_tokens", (json_int_t)sp->proposed,
             "accepted_tokens", (json_int_t)sp->accepted, "verifications",
             (json_int_t)sp->verifications, "acceptance_rate", acc_rate,

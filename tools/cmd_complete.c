@@ -163,9 +163,9 @@ static void print_summary(const sample_out *s, int n, double t_send, double t_fi
 static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
 {
     deras_client *cl = NULL;
-    sample_out s[PROTO_MAX_N] = {{0}};
+    sample_out s[REQ_MAX_N] = {{0}};
     char *prompt_buf = NULL;
-    int status = 1, rc = DERAS_OK, n = f->req.n;
+    int status = 1, rc = DERAS_OK, n = f->req.params.n;
     bool cancelled = false, error = false, live = true;
 
     const char *prompt = prompt_arg;
@@ -266,7 +266,7 @@ done:
         status = 1;
     }
 out:
-    for (int i = 0; i < PROTO_MAX_N; i++)
+    for (int i = 0; i < REQ_MAX_N; i++)
         free(s[i].text);
     free(prompt_buf);
     deras_client_destroy(&cl);

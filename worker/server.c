@@ -70,9 +70,6 @@
 #define MAX_POLL_MS 1000      /* an idle poll still wakes this often (deadlines are rechecked) */
 #define HELLO_RETRY_S 0.1     /* REJOIN: a HELLO that could not be queued is sent again this soon */
 
-_Static_assert(SAMPLER_MAX_LOGPROBS <= PROTO_MAX_LOGPROBS, "a token's logprobs fit a wp_token");
-_Static_assert(PROTO_MAX_N <= ENGINE_MAX_N, "every n the protocol allows fits the engine");
-
 typedef struct live_req {
     uint64_t rid;
     int n, n_done;
@@ -353,24 +350,14 @@ static int handle_submit(worker_server *s, const wp_submit *q)
             return send_reject(s, q->rid, PE_TOKEN_OUT_OF_RANGE, msg);
         }
     engine_request r = {.id = q->rid, .prompt = q->prompt_ids, .n_prompt = q->n_prompt,
-                        .seed = q->seed, .max_tokens = q->max_tokens, .n = q->n,
-                        .stop_ids = q->stop_ids, .n_stop_ids = q->n_stop_ids,
-                        .ignore_eos = q->ignore_eos, .spec_k = q->spec_tokens};
-    r.sp.temperature = q->temperature;
-    r.sp.top_k = q->top_k;
-    r.sp.top_p = q->top_p;
-    r.sp.min_p = q->min_p;
-    r.sp.repetition_penalty = q->repetition_penalty;
-    r.sp.presence_penalty = q->presence_penalty;
-    r.sp.frequency_penalty = q->frequency_penalty;
-    r.sp.n_logprobs = q->logprobs;
+                        .params = q->params};
     int rc = engine_add(s->e, &r);
     if (rc) {
         log_debug("request %llu rejected: %s", (unsigned long long)q->rid, deras_errmsg());
         return send_reject(s, q->rid, proto_error_of_status(rc), deras_errmsg());
     }
     /* the engine holds at most max_live_seqs requests, so the table has room */
-    s->live[s->n_live++] = (live_req){.rid = q->rid, .n = q->n, .n_done = 0};
+    s->live[s->n_live++] = (live_req){.rid = q->rid, .n = q->params.n, .n_done = 0};
     return DERAS_OK;
 }
 
@@ -661,9 +648,11 @@ static int warm_up(worker_server *s)
     int32_t prompt[4];
     for (int i = 0; i < 4; i++)
         prompt[i] = (int32_t)(i + 1 < s->vocab ? i + 1 : 0);
-    engine_request r = {.id = WARMUP_RID, .prompt = prompt, .n_prompt = 4, .max_tokens = 1,
-                        .n = 1, .ignore_eos = true};
-    sampling_params_default(&r.sp);
+    engine_request r = {.id = WARMUP_RID, .prompt = prompt, .n_prompt = 4};
+    req_params_init(&r.params);
+    r.params.max_tokens = 1;
+    r.params.ignore_eos = true;
+    sampling_params_default(&r.params.sp);
     double t0 = now_s();
     s->silent = true;
     int rc = engine_add(s->e, &r);

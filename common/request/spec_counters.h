@@ -19,14 +19,14 @@
 #include <stdint.h>
 
 /* X(field, wire key, Prometheus series (per worker, labelled by proposer), its help) */
-#define SPEC_COUNTERS(X)                                                                     \
-    X(proposed, "spec_proposed", "deras_spec_draft_tokens_total",                            \
-      "Speculative draft tokens the worker verified, by proposer, since it started.")        \
-    X(accepted, "spec_accepted", "deras_spec_accepted_tokens_total",                         \
-      "Speculative draft tokens that stood (acceptance rate: accepted / draft), since it "   \
-      "started.")                                                                            \
-    X(verifications, "spec_verifications", "deras_spec_verifications_total",                 \
-      "Sequence-steps that verified drafts (mean accepted length: accepted / "               \
+#define SPEC_COUNTERS(X)                                                                         \
+    X(proposed, "spec_proposed", "deras_spec_draft_tokens_total",                                \
+      "Speculative draft tokens the worker verified, by proposer, since it started.")            \
+    X(accepted, "spec_accepted", "deras_spec_accepted_tokens_total",                             \
+      "Speculative draft tokens that stood (acceptance rate: accepted / draft), since it "       \
+      "started.")                                                                                \
+    X(verifications, "spec_verifications", "deras_spec_verifications_total",                     \
+      "Sequence-steps that verified drafts (mean accepted length: accepted / "                   \
       "verifications), since it started.")
 
 typedef struct spec_counters {

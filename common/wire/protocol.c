@@ -135,18 +135,18 @@ static int id_array(proto_decoder *d, const msgpack_object *o, const char *field
 
 /* ---- client -> router ---- */
 
+/* The request's own fields, then one per sampling parameter (common/request/sampling.h). */
 enum req_field {
-    RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM,
-    RF_TEMPERATURE, RF_TOP_P, RF_TOP_K, RF_MIN_P, RF_REPETITION_PENALTY, RF_PRESENCE_PENALTY,
-    RF_FREQUENCY_PENALTY, RF_SEED, RF_STOP, RF_STOP_TOKEN_IDS, RF_LOGPROBS, RF_IGNORE_EOS,
-    RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS, RF_NUM_SPECULATIVE_TOKENS, RF_N_FIELDS
+    RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM, RF_SEED,
+    RF_STOP, RF_STOP_TOKEN_IDS, RF_IGNORE_EOS, RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS,
+    RF_NUM_SPECULATIVE_TOKENS, RF_SAMPLING, RF_N_FIELDS = RF_SAMPLING + SAMPLING_N_PARAMS
 };
+_Static_assert(RF_N_FIELDS <= 64, "request fields fit the decoder's 64-bit masks");
 
 static const char *const req_names[RF_N_FIELDS] = {
-    "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "temperature",
-    "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "seed", "stop", "stop_token_ids", "logprobs", "ignore_eos", "add_special_tokens",
-    "deadline_ms", "num_speculative_tokens",
+    "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "seed", "stop",
+    "stop_token_ids", "ignore_eos", "add_special_tokens", "deadline_ms",
+    "num_speculative_tokens", SAMPLING_PARAMS(SAMPLING_KEY)
 };
 
 static const char *const client_types[] = {"request", "cancel", "ping"};
@@ -162,11 +162,7 @@ static const uint64_t client_allowed[] = {
 static void request_defaults(proto_request *r)
 {
     memset(r, 0, sizeof *r);
-    r->max_tokens = 256;
-    r->n = 1;
-    r->temperature = 1.0f;
-    r->top_p = 1.0f;
-    r->repetition_penalty = 1.0f;
+    req_params_init(&r->params);
     r->add_special_tokens = true;
 }
 
@@ -190,15 +186,15 @@ static int request_stops(proto_decoder *d, const msgpack_object *v, proto_reques
     return rc;
 }
 
-static int request_stop_ids(const msgpack_object *v, proto_request *r, proto_error *err)
+static int request_stop_ids(const msgpack_object *v, req_params *p, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(v, PROTO_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
+    int rc = ps_array(v, REQ_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
     for (uint32_t i = 0; rc == DERAS_OK && i < k; i++)
-        rc = ps_token(&items[i], &r->stop_ids[i], err, "stop_token_ids[%u]", i);
+        rc = ps_token(&items[i], &p->stop_ids[i], err, "stop_token_ids[%u]", i);
     if (rc == DERAS_OK)
-        r->n_stop_ids = (int)k;
+        p->n_stop_ids = (int)k;
     return rc;
 }
 
@@ -207,6 +203,7 @@ static int request_field(proto_decoder *d, int f, const msgpack_object *v, proto
                          bool *has_prompt, proto_error *err)
 {
     const proto_limits *L = &d->lim;
+    req_params *q = &r->params;
     int64_t i64;
     const char *p;
     size_t n;
@@ -230,56 +227,39 @@ static int request_field(proto_decoder *d, int f, const msgpack_object *v, proto
                         &r->n_prompt_ids, err);
     case RF_MAX_TOKENS:
         rc = ps_int(v, 1, L->max_tokens, PE_LIMIT_EXCEEDED, &i64, err, "max_tokens");
-        r->max_tokens = (int)i64;
+        q->max_tokens = (int)i64;
         return rc;
     case RF_N:
-        rc = ps_int(v, 1, PROTO_MAX_N, PE_LIMIT_EXCEEDED, &i64, err, "n");
-        r->n = (int)i64;
+        rc = ps_int(v, 1, REQ_MAX_N, PE_LIMIT_EXCEEDED, &i64, err, "n");
+        q->n = (int)i64;
         return rc;
     case RF_STREAM:
         return ps_bool(v, &r->stream, err, "stream");
-    case RF_TEMPERATURE:
-        return ps_float(v, 0, false, 100, false, &r->temperature, err, "temperature");
-    case RF_TOP_P:
-        return ps_float(v, 0, true, 1, false, &r->top_p, err, "top_p");
-    case RF_TOP_K:
-        rc = ps_int(v, 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &i64, err, "top_k");
-        r->top_k = (int)i64;
-        return rc;
-    case RF_MIN_P:
-        return ps_float(v, 0, false, 1, false, &r->min_p, err, "min_p");
-    case RF_REPETITION_PENALTY:
-        return ps_float(v, 0, true, 10, false, &r->repetition_penalty, err, "repetition_penalty");
-    case RF_PRESENCE_PENALTY:
-        return ps_float(v, -2, false, 2, false, &r->presence_penalty, err, "presence_penalty");
-    case RF_FREQUENCY_PENALTY:
-        return ps_float(v, -2, false, 2, false, &r->frequency_penalty, err, "frequency_penalty");
     case RF_SEED:
-        rc = ps_u64(v, &r->seed, err, "seed");
+        rc = ps_u64(v, &q->seed, err, "seed");
         r->has_seed = rc == DERAS_OK;
         return rc;
     case RF_STOP:
         return request_stops(d, v, r, err);
     case RF_STOP_TOKEN_IDS:
-        return request_stop_ids(v, r, err);
-    case RF_LOGPROBS:
-        rc = ps_int(v, 0, PROTO_MAX_LOGPROBS, PE_LIMIT_EXCEEDED, &i64, err, "logprobs");
-        r->logprobs = (int)i64;
-        return rc;
+        return request_stop_ids(v, q, err);
     case RF_IGNORE_EOS:
-        return ps_bool(v, &r->ignore_eos, err, "ignore_eos");
+        return ps_bool(v, &q->ignore_eos, err, "ignore_eos");
     case RF_ADD_SPECIAL_TOKENS:
         return ps_bool(v, &r->add_special_tokens, err, "add_special_tokens");
     case RF_DEADLINE_MS:
         return ps_int(v, 1, L->max_deadline_ms, PE_LIMIT_EXCEEDED, &r->deadline_ms, err, "deadline_ms");
     case RF_NUM_SPECULATIVE_TOKENS:
-        rc = ps_int(v, 0, PROTO_MAX_SPEC_TOKENS, PE_VALUE_OUT_OF_RANGE, &i64, err,
+        rc = ps_int(v, 0, REQ_MAX_SPEC_TOKENS, PE_VALUE_OUT_OF_RANGE, &i64, err,
                     "num_speculative_tokens");
-        r->num_speculative_tokens = i64 == 0 ? -1 : (int)i64;
+        q->spec_tokens = i64 == 0 ? -1 : (int)i64;
         return rc;
+    case RF_SAMPLING:
     case RF_N_FIELDS:
         break;
     }
+    if (f >= RF_SAMPLING && f < RF_N_FIELDS)
+        return wv_decode_sampling(f - RF_SAMPLING, v, &q->sp, err);
     return ps_fail(err, PE_INTERNAL, "request field %d has no checker", f);
 }
 
@@ -307,7 +287,7 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
     }
     mp_scan_limits lim = {.max_depth = 8,
                           .max_items = (size_t)d->lim.max_prompt_ids + 4 * RF_N_FIELDS +
-                                       PROTO_MAX_STOPS + PROTO_MAX_STOP_IDS + 16};
+                                       PROTO_MAX_STOPS + REQ_MAX_STOP_IDS + 16};
     const msgpack_object_kv *kv;
     uint32_t n;
     int type, rc;
@@ -483,7 +463,7 @@ static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_
     case SF_ID:
         return ps_cstr(v, m->type == PROTO_ERROR ? 0 : 1, PROTO_MAX_ID, m->id, err, "id");
     case SF_INDEX:
-        rc = ps_int(v, 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &i64, err, "index");
+        rc = ps_int(v, 0, REQ_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &i64, err, "index");
         m->index = (int)i64;
         return rc;
     case SF_TOKEN_IDS:
@@ -636,7 +616,9 @@ static int pack_logprobs(msgpack_packer *pk, const proto_logprob *lps, int n)
     int rc = msgpack_pack_array(pk, (size_t)n);
     for (int i = 0; i < n; i++) {
         const proto_logprob *lp = &lps[i];
-        int n_top = lp->n_top < 0 ? 0 : lp->n_top > PROTO_MAX_LOGPROBS ? PROTO_MAX_LOGPROBS : lp->n_top;
+        int n_top = lp->n_top < 0                       ? 0
+                    : lp->n_top > SAMPLING_MAX_LOGPROBS ? SAMPLING_MAX_LOGPROBS
+                                                        : lp->n_top;
         rc |= msgpack_pack_map(pk, 3);
         rc |= KEY(pk, "token_id") | msgpack_pack_int32(pk, lp->token_id);
         rc |= KEY(pk, "logprob") | msgpack_pack_float(pk, lp->logprob);
@@ -756,18 +738,16 @@ int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_work
 
 int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len)
 {
+    const req_params *q = r ? &r->params : NULL;
     BEGIN(e, r && (r->prompt || !r->prompt_len) && (r->prompt_ids || r->n_prompt_ids <= 0) &&
-                 r->n_stops >= 0 && r->n_stops <= PROTO_MAX_STOPS && r->n_stop_ids >= 0 &&
-                 r->n_stop_ids <= PROTO_MAX_STOP_IDS);
+                 r->n_stops >= 0 && r->n_stops <= PROTO_MAX_STOPS && q->n_stop_ids >= 0 &&
+                 q->n_stop_ids <= REQ_MAX_STOP_IDS);
     msgpack_packer *pk = &e->pk;
     bool ids = r->prompt_ids != NULL && !r->prompt;
-    unsigned n = 4u + (r->max_tokens != 256) + (r->n != 1) + r->stream + (r->temperature != 1) +
-                 (r->top_p != 1) + (r->top_k != 0) + (r->min_p != 0) +
-                 (r->repetition_penalty != 1) + (r->presence_penalty != 0) +
-                 (r->frequency_penalty != 0) + r->has_seed + (r->n_stops > 0) +
-                 (r->n_stop_ids > 0) + (r->logprobs != 0) + r->ignore_eos +
-                 !r->add_special_tokens + (r->deadline_ms != 0) +
-                 (r->num_speculative_tokens != 0);
+    unsigned n = 4u + (q->max_tokens != REQ_DEFAULT_MAX_TOKENS) + (q->n != 1) + r->stream +
+                 r->has_seed + (r->n_stops > 0) + (q->n_stop_ids > 0) + q->ignore_eos +
+                 !r->add_special_tokens + (r->deadline_ms != 0) + (q->spec_tokens != 0) +
+                 wv_sampling_count(&q->sp, false);
     int rc = msgpack_pack_map(pk, n);
     rc |= KEY(pk, "type") | KEY(pk, "request");
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
@@ -776,46 +756,31 @@ int proto_encode_request(proto_encoder *e, const proto_request *r, const void **
         rc |= KEY(pk, "prompt_ids") | pack_ids(pk, r->prompt_ids, r->n_prompt_ids);
     else
         rc |= KEY(pk, "prompt") | pack_str(pk, r->prompt, r->prompt_len);
-    if (r->max_tokens != 256)
-        rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, r->max_tokens);
-    if (r->n != 1)
-        rc |= KEY(pk, "n") | msgpack_pack_int(pk, r->n);
+    if (q->max_tokens != REQ_DEFAULT_MAX_TOKENS)
+        rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, q->max_tokens);
+    if (q->n != 1)
+        rc |= KEY(pk, "n") | msgpack_pack_int(pk, q->n);
     if (r->stream)
         rc |= KEY(pk, "stream") | msgpack_pack_true(pk);
-    if (r->temperature != 1)
-        rc |= KEY(pk, "temperature") | msgpack_pack_float(pk, r->temperature);
-    if (r->top_p != 1)
-        rc |= KEY(pk, "top_p") | msgpack_pack_float(pk, r->top_p);
-    if (r->top_k != 0)
-        rc |= KEY(pk, "top_k") | msgpack_pack_int(pk, r->top_k);
-    if (r->min_p != 0)
-        rc |= KEY(pk, "min_p") | msgpack_pack_float(pk, r->min_p);
-    if (r->repetition_penalty != 1)
-        rc |= KEY(pk, "repetition_penalty") | msgpack_pack_float(pk, r->repetition_penalty);
-    if (r->presence_penalty != 0)
-        rc |= KEY(pk, "presence_penalty") | msgpack_pack_float(pk, r->presence_penalty);
-    if (r->frequency_penalty != 0)
-        rc |= KEY(pk, "frequency_penalty") | msgpack_pack_float(pk, r->frequency_penalty);
+    rc |= wv_pack_sampling(pk, &q->sp, false);
     if (r->has_seed)
-        rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, r->seed);
+        rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, q->seed);
     if (r->n_stops > 0) {
         rc |= KEY(pk, "stop") | msgpack_pack_array(pk, (size_t)r->n_stops);
         for (int i = 0; i < r->n_stops; i++)
             rc |= pack_str(pk, r->stops[i], r->stops[i] ? r->stop_lens[i] : 0);
     }
-    if (r->n_stop_ids > 0)
-        rc |= KEY(pk, "stop_token_ids") | pack_ids(pk, r->stop_ids, r->n_stop_ids);
-    if (r->logprobs != 0)
-        rc |= KEY(pk, "logprobs") | msgpack_pack_int(pk, r->logprobs);
-    if (r->ignore_eos)
+    if (q->n_stop_ids > 0)
+        rc |= KEY(pk, "stop_token_ids") | pack_ids(pk, q->stop_ids, q->n_stop_ids);
+    if (q->ignore_eos)
         rc |= KEY(pk, "ignore_eos") | msgpack_pack_true(pk);
     if (!r->add_special_tokens)
         rc |= KEY(pk, "add_special_tokens") | msgpack_pack_false(pk);
     if (r->deadline_ms != 0)
         rc |= KEY(pk, "deadline_ms") | msgpack_pack_int64(pk, r->deadline_ms);
-    if (r->num_speculative_tokens != 0)
+    if (q->spec_tokens != 0)
         rc |= KEY(pk, "num_speculative_tokens") |
-              msgpack_pack_int(pk, r->num_speculative_tokens < 0 ? 0 : r->num_speculative_tokens);
+              msgpack_pack_int(pk, q->spec_tokens < 0 ? 0 : q->spec_tokens);
     return finish(e, rc, "request", buf, len);
 }
 

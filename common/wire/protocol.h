@@ -29,16 +29,14 @@
 
 #include "common/request/finish_reason.h"
 #include "common/request/proto_error.h"
+#include "common/request/req_params.h"
 #include "common/request/spec_counters.h"
 
 #define PROTO_VERSION 1
 #define PROTO_MAX_ID 64          /* bytes in a request id */
 #define PROTO_MAX_STOPS 16
 #define PROTO_MAX_STOP_BYTES 256
-#define PROTO_MAX_STOP_IDS 16
-#define PROTO_MAX_N 16
-#define PROTO_MAX_LOGPROBS 20
-#define PROTO_MAX_SPEC_TOKENS 16
+
 
 typedef struct proto_error {
     enum proto_error_code code;
@@ -61,28 +59,23 @@ void proto_limits_default(proto_limits *l);
 
 enum proto_client_type { PROTO_REQUEST = 1, PROTO_CANCEL = 2, PROTO_PING = 3 };
 
-/* A decoded request. Defaults: max_tokens 256, n 1, stream false, temperature 1, top_p 1,
- * top_k 0 (off), min_p 0, penalties neutral (1, 0, 0), no seed, logprobs 0, no deadline,
- * add_special_tokens true, ignore_eos false. Pointers point into the decoder and stay
- * valid until its next decode. Exactly one of prompt / prompt_ids is set. */
+/* A decoded request. Defaults: req_params_init's (max_tokens 256, n 1, the sampling
+ * table's defaults, no stop ids, the worker's speculation), stream false, no seed, no
+ * deadline, add_special_tokens true. Pointers point into the decoder and stay valid until
+ * its next decode. Exactly one of prompt / prompt_ids is set. */
 typedef struct proto_request {
     char id[PROTO_MAX_ID + 1];
     const char *prompt;          /* UTF-8, not NUL-terminated */
     size_t prompt_len;
     const int32_t *prompt_ids;
     int n_prompt_ids;
-    int max_tokens, n, top_k, logprobs;
-    bool stream, ignore_eos, add_special_tokens, has_seed;
-    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    uint64_t seed;
+    bool stream, add_special_tokens, has_seed; /* has_seed: params.seed was given */
     int n_stops;
     const char *stops[PROTO_MAX_STOPS]; /* UTF-8, not NUL-terminated */
     size_t stop_lens[PROTO_MAX_STOPS];
-    int n_stop_ids;
-    int32_t stop_ids[PROTO_MAX_STOP_IDS];
     int64_t deadline_ms;         /* 0: none; else relative to the router's receipt */
-    int num_speculative_tokens;  /* drafts per step at most: 0 (field absent) the worker's
-                                    default; -1 (field 0) no speculation; else 1..16 */
+    req_params params;           /* what the worker's engine gets; on the wire
+                                    "num_speculative_tokens" 0 is params.spec_tokens -1 */
 } proto_request;
 
 typedef struct proto_client_msg {
@@ -107,8 +100,8 @@ typedef struct proto_logprob {
     int32_t token_id;
     float logprob;
     int n_top;
-    int32_t top_ids[PROTO_MAX_LOGPROBS];
-    float top_logprobs[PROTO_MAX_LOGPROBS];
+    int32_t top_ids[SAMPLING_MAX_LOGPROBS];
+    float top_logprobs[SAMPLING_MAX_LOGPROBS];
 } proto_logprob;
 
 typedef struct proto_usage {

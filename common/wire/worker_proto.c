@@ -42,22 +42,21 @@
 #define WP_RETAIN_ENTRIES (1u << 14) /* tokens / finishes kept between decodes */
 #define WP_MAX_STEP_ENTRIES (1u << 16) /* tokens (and finishes) in one STEP */
 
+/* The link's own fields, then one per sampling parameter (common/request/sampling.h). */
 enum wp_field {
     WF_TYPE, WF_V, WF_NAME, WF_DEVICE, WF_MODEL, WF_VOCAB_SIZE, WF_MAX_MODEL_LEN, WF_TP_SIZE,
     WF_KV_BLOCKS_TOTAL, WF_BLOCK_SIZE, WF_MAX_SEQS, WF_PID, WF_HEARTBEAT_MS, WF_REASON,
-    WF_LOAD, WF_RID, WF_PROMPT_IDS, WF_MAX_TOKENS, WF_N, WF_TOP_K, WF_LOGPROBS,
-    WF_TEMPERATURE, WF_TOP_P, WF_MIN_P, WF_REPETITION_PENALTY, WF_PRESENCE_PENALTY,
-    WF_FREQUENCY_PENALTY, WF_SEED, WF_STOP_TOKEN_IDS, WF_IGNORE_EOS, WF_TOKENS, WF_FINISHES,
-    WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_SPEC, WF_N_FIELDS
+    WF_LOAD, WF_RID, WF_PROMPT_IDS, WF_MAX_TOKENS, WF_N, WF_SEED, WF_STOP_TOKEN_IDS,
+    WF_IGNORE_EOS, WF_TOKENS, WF_FINISHES, WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_SPEC,
+    WF_SAMPLING, WF_N_FIELDS = WF_SAMPLING + SAMPLING_N_PARAMS
 };
+_Static_assert(WF_N_FIELDS <= 64, "worker fields fit the decoder's 64-bit masks");
 
 static const char *const wf_names[WF_N_FIELDS] = {
     "type", "v", "name", "device", "model", "vocab_size", "max_model_len", "tp_size",
     "kv_blocks_total", "block_size", "max_seqs", "pid", "heartbeat_ms", "reason", "load",
-    "rid", "prompt_ids", "max_tokens", "n", "top_k", "logprobs", "temperature", "top_p",
-    "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
-    "stop_token_ids", "ignore_eos", "tokens", "finishes", "code", "message", "spec_tokens",
-    "spec",
+    "rid", "prompt_ids", "max_tokens", "n", "seed", "stop_token_ids", "ignore_eos", "tokens",
+    "finishes", "code", "message", "spec_tokens", "spec", SAMPLING_PARAMS(SAMPLING_KEY)
 };
 
 /* Indexed by enum wproto_type - 1. */
@@ -68,11 +67,21 @@ static const char *const wp_types[] = {"hello", "welcome", "refuse", "heartbeat"
 #define BIT(f) (1ull << (f))
 #define RANGE(a, b) ((BIT((b) + 1) - 1) & ~(BIT(a) - 1)) /* fields a..b */
 
+/* The sampling parameters SUBMIT must carry, and those it may omit (worker_optional in the
+ * table: added after version 1's first release). */
+#define SAMPLING_BIT(field, kind, key, flag, arg, def, lo, lo_open, hi, hi_open, cap, wopt,  \
+                     doc, optional)                                                          \
+    | ((wopt) == (optional) ? BIT(WF_SAMPLING + SAMPLING_I_##field) : 0)
+#define SAMPLING_REQUIRED(...) SAMPLING_BIT(__VA_ARGS__, 0)
+#define SAMPLING_OPTIONAL(...) SAMPLING_BIT(__VA_ARGS__, 1)
+#define SUBMIT_SAMPLING_REQUIRED (0 SAMPLING_PARAMS(SAMPLING_REQUIRED))
+#define SUBMIT_SAMPLING_OPTIONAL (0 SAMPLING_PARAMS(SAMPLING_OPTIONAL))
+
 /* Keys a type may carry beyond its required ones and "v": added after version 1's
  * first release, so a peer that omits them still speaks the protocol. */
 static const uint64_t wp_optional[N_TYPES] = {
     [WP_HELLO - 1] = BIT(WF_SPEC),
-    [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS),
+    [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS) | SUBMIT_SAMPLING_OPTIONAL,
 };
 
 /* Required keys per type; the allowed keys are these plus "v" and the optional ones. */
@@ -81,7 +90,7 @@ static const uint64_t wp_required[N_TYPES] = {
     BIT(WF_TYPE) | BIT(WF_V) | BIT(WF_HEARTBEAT_MS),                        /* welcome */
     BIT(WF_TYPE) | BIT(WF_REASON),                                          /* refuse */
     BIT(WF_TYPE) | BIT(WF_LOAD),                                            /* heartbeat */
-    BIT(WF_TYPE) | RANGE(WF_RID, WF_IGNORE_EOS),                            /* submit */
+    BIT(WF_TYPE) | RANGE(WF_RID, WF_IGNORE_EOS) | SUBMIT_SAMPLING_REQUIRED, /* submit */
     BIT(WF_TYPE) | BIT(WF_RID),                                             /* abort */
     BIT(WF_TYPE) | BIT(WF_TOKENS) | BIT(WF_FINISHES) | BIT(WF_LOAD),        /* step */
     BIT(WF_TYPE) | BIT(WF_RID) | BIT(WF_CODE) | BIT(WF_MESSAGE),            /* reject */
@@ -250,14 +259,14 @@ static int decode_prompt_bin(wp_decoder *d, const msgpack_object *o, wp_submit *
     return DERAS_OK;
 }
 
-static int decode_stop_ids(const msgpack_object *o, wp_submit *s, proto_error *err)
+static int decode_stop_ids(const msgpack_object *o, req_params *p, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(o, PROTO_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
+    int rc = ps_array(o, REQ_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
     for (uint32_t i = 0; rc == DERAS_OK && i < k; i++)
-        rc = ps_token(&items[i], &s->stop_ids[i], err, "stop_token_ids[%u]", i);
-    s->n_stop_ids = rc == DERAS_OK ? (int)k : 0;
+        rc = ps_token(&items[i], &p->stop_ids[i], err, "stop_token_ids[%u]", i);
+    p->n_stop_ids = rc == DERAS_OK ? (int)k : 0;
     return rc;
 }
 
@@ -275,7 +284,7 @@ static int decode_token(const msgpack_object *o, uint32_t i, wp_token *t, proto_
                        "tokens[%u] must be [rid, index, token_id(, logprob, top)], got %u "
                        "elements", i, n);
     if ((rc = ps_u64(&a[0], &t->rid, err, "tokens[%u].rid", i)) != DERAS_OK ||
-        (rc = ps_int(&a[1], 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
+        (rc = ps_int(&a[1], 0, REQ_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
                      "tokens[%u].index", i)) != DERAS_OK ||
         (rc = ps_token(&a[2], &t->lp.token_id, err, "tokens[%u].token_id", i)) != DERAS_OK)
         return rc;
@@ -285,7 +294,7 @@ static int decode_token(const msgpack_object *o, uint32_t i, wp_token *t, proto_
     if (n == 3)
         return DERAS_OK;
     if ((rc = ps_logprob(&a[3], &t->lp.logprob, err, "tokens[%u].logprob", i)) != DERAS_OK ||
-        (rc = ps_array(&a[4], PROTO_MAX_LOGPROBS, &top, &n_top, err, "tokens[%u].top", i)) !=
+        (rc = ps_array(&a[4], SAMPLING_MAX_LOGPROBS, &top, &n_top, err, "tokens[%u].top", i)) !=
             DERAS_OK)
         return rc;
     for (uint32_t k = 0; k < n_top; k++) {
@@ -352,7 +361,7 @@ static int decode_finish(const msgpack_object *o, uint32_t i, wp_finish *f, prot
                        "(+ [%s]), got %u elements", i,
                        (SPEC_COUNTERS(SPEC_KEY_TEXT)) + 2, n);
     if ((rc = ps_u64(&a[0], &f->rid, err, "finishes[%u].rid", i)) != DERAS_OK ||
-        (rc = ps_int(&a[1], 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
+        (rc = ps_int(&a[1], 0, REQ_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
                      "finishes[%u].index", i)) != DERAS_OK ||
         (rc = ps_int(&a[2], 0, FINISH_LAST_SAMPLE, PE_VALUE_OUT_OF_RANGE, &reason, err,
                      "finishes[%u].reason", i)) != DERAS_OK ||
@@ -405,6 +414,7 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
 {
     wp_hello *h = &m->hello;
     wp_submit *s = &m->submit;
+    req_params *q = &s->params;
     const char *name = wf_names[f];
     int64_t i64;
     int rc;
@@ -434,23 +444,12 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
         s->rid = m->rid;
         return rc;
     case WF_PROMPT_IDS: return decode_prompt_bin(d, v, s, err);
-    case WF_MAX_TOKENS: return int_field(v, 1, INT32_MAX, &s->max_tokens, err, name);
-    case WF_N: return int_field(v, 1, PROTO_MAX_N, &s->n, err, name);
-    case WF_TOP_K: return int_field(v, 0, INT32_MAX, &s->top_k, err, name);
-    case WF_LOGPROBS: return int_field(v, 0, PROTO_MAX_LOGPROBS, &s->logprobs, err, name);
-    case WF_TEMPERATURE: return ps_float(v, 0, false, 100, false, &s->temperature, err, "%s", name);
-    case WF_TOP_P: return ps_float(v, 0, true, 1, false, &s->top_p, err, "%s", name);
-    case WF_MIN_P: return ps_float(v, 0, false, 1, false, &s->min_p, err, "%s", name);
-    case WF_REPETITION_PENALTY:
-        return ps_float(v, 0, true, 10, false, &s->repetition_penalty, err, "%s", name);
-    case WF_PRESENCE_PENALTY:
-        return ps_float(v, -2, false, 2, false, &s->presence_penalty, err, "%s", name);
-    case WF_FREQUENCY_PENALTY:
-        return ps_float(v, -2, false, 2, false, &s->frequency_penalty, err, "%s", name);
-    case WF_SEED: return ps_u64(v, &s->seed, err, "seed");
-    case WF_STOP_TOKEN_IDS: return decode_stop_ids(v, s, err);
-    case WF_IGNORE_EOS: return ps_bool(v, &s->ignore_eos, err, "ignore_eos");
-    case WF_SPEC_TOKENS: return int_field(v, -1, PROTO_MAX_SPEC_TOKENS, &s->spec_tokens, err, name);
+    case WF_MAX_TOKENS: return int_field(v, 1, INT32_MAX, &q->max_tokens, err, name);
+    case WF_N: return int_field(v, 1, REQ_MAX_N, &q->n, err, name);
+    case WF_SEED: return ps_u64(v, &q->seed, err, "seed");
+    case WF_STOP_TOKEN_IDS: return decode_stop_ids(v, q, err);
+    case WF_IGNORE_EOS: return ps_bool(v, &q->ignore_eos, err, "ignore_eos");
+    case WF_SPEC_TOKENS: return int_field(v, -1, REQ_MAX_SPEC_TOKENS, &q->spec_tokens, err, name);
     case WF_TOKENS: return decode_tokens(d, v, m, err);
     case WF_FINISHES: return decode_finishes(d, v, m, err);
     case WF_CODE:
@@ -459,8 +458,11 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
                            ps_type_name(v));
         m->code = ps_error_code(v);
         return DERAS_OK;
+    case WF_SAMPLING:
     case WF_N_FIELDS: break;
     }
+    if (f >= WF_SAMPLING && f < WF_N_FIELDS)
+        return wv_decode_sampling(f - WF_SAMPLING, v, &q->sp, err);
     return ps_fail(err, PE_INTERNAL, "worker field %d has no checker", f);
 }
 
@@ -483,6 +485,8 @@ int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_err
         goto done;
     memset(out, 0, sizeof *out);
     out->type = (enum wproto_type)(type + 1);
+    if (out->type == WP_SUBMIT) /* what the optional keys default to */
+        req_params_init(&out->submit.params);
     uint64_t seen = 0, allowed = wp_required[type] | wp_optional[type] | BIT(WF_V);
     for (uint32_t i = 0; i < n; i++) {
         int f = ps_lookup(&kv[i].key, wf_names, WF_N_FIELDS);
@@ -666,27 +670,22 @@ static int pack_int_array(msgpack_packer *pk, const int32_t *v, int n)
 
 int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t *len)
 {
-    BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) && s->n_stop_ids >= 0 &&
-                 s->n_stop_ids <= PROTO_MAX_STOP_IDS);
+    const req_params *q = s ? &s->params : NULL;
+    BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) && q->n_stop_ids >= 0 &&
+                 q->n_stop_ids <= REQ_MAX_STOP_IDS);
     msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "submit", 15 + (s->spec_tokens != 0));
+    int rc = pack_head(pk, "submit",
+                       7u + (q->spec_tokens != 0) + wv_sampling_count(&q->sp, true));
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, s->rid);
     rc |= KEY(pk, "prompt_ids") | pack_ids_bin(pk, s->prompt_ids, s->n_prompt);
-    rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, s->max_tokens);
-    rc |= KEY(pk, "n") | msgpack_pack_int(pk, s->n);
-    rc |= KEY(pk, "top_k") | msgpack_pack_int(pk, s->top_k);
-    rc |= KEY(pk, "logprobs") | msgpack_pack_int(pk, s->logprobs);
-    rc |= KEY(pk, "temperature") | msgpack_pack_float(pk, s->temperature);
-    rc |= KEY(pk, "top_p") | msgpack_pack_float(pk, s->top_p);
-    rc |= KEY(pk, "min_p") | msgpack_pack_float(pk, s->min_p);
-    rc |= KEY(pk, "repetition_penalty") | msgpack_pack_float(pk, s->repetition_penalty);
-    rc |= KEY(pk, "presence_penalty") | msgpack_pack_float(pk, s->presence_penalty);
-    rc |= KEY(pk, "frequency_penalty") | msgpack_pack_float(pk, s->frequency_penalty);
-    rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, s->seed);
-    rc |= KEY(pk, "stop_token_ids") | pack_int_array(pk, s->stop_ids, s->n_stop_ids);
-    rc |= KEY(pk, "ignore_eos") | (s->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
-    if (s->spec_tokens != 0)
-        rc |= KEY(pk, "spec_tokens") | msgpack_pack_int(pk, s->spec_tokens);
+    rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, q->max_tokens);
+    rc |= KEY(pk, "n") | msgpack_pack_int(pk, q->n);
+    rc |= wv_pack_sampling(pk, &q->sp, true);
+    rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, q->seed);
+    rc |= KEY(pk, "stop_token_ids") | pack_int_array(pk, q->stop_ids, q->n_stop_ids);
+    rc |= KEY(pk, "ignore_eos") | (q->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
+    if (q->spec_tokens != 0)
+        rc |= KEY(pk, "spec_tokens") | msgpack_pack_int(pk, q->spec_tokens);
     return done_enc(e, rc, "submit", buf, len);
 }
 
@@ -765,8 +764,8 @@ static bool logprob_ok(float x)
 
 int wp_step_add_token(wp_encoder *e, const wp_token *t)
 {
-    if (!e || !t || t->index < 0 || t->index >= PROTO_MAX_N || t->lp.token_id < 0 ||
-        t->lp.n_top < 0 || t->lp.n_top > PROTO_MAX_LOGPROBS || !logprob_ok(t->lp.logprob))
+    if (!e || !t || t->index < 0 || t->index >= REQ_MAX_N || t->lp.token_id < 0 ||
+        t->lp.n_top < 0 || t->lp.n_top > SAMPLING_MAX_LOGPROBS || !logprob_ok(t->lp.logprob))
         return deras_fail(DERAS_EINVAL, "wp_step_add_token: bad arguments");
     for (int k = 0; k < t->lp.n_top; k++)
         if (t->lp.top_ids[k] < 0 || !logprob_ok(t->lp.top_logprobs[k]))
@@ -782,7 +781,7 @@ int wp_step_add_token(wp_encoder *e, const wp_token *t)
 
 int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
 {
-    if (!e || !f || f->index < 0 || f->index >= PROTO_MAX_N || (int)f->reason < 0 ||
+    if (!e || !f || f->index < 0 || f->index >= REQ_MAX_N || (int)f->reason < 0 ||
         f->reason > FINISH_LAST_SAMPLE ||
         f->n_prompt < 0 || f->n_generated < 0 || !spec_counters_valid(&f->spec))
         return deras_fail(DERAS_EINVAL, "wp_step_add_finish: bad arguments");

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "common/request/finish_reason.h"
+#include "common/request/req_params.h"
 #include "common/request/spec_counters.h"
 #include "common/wire/protocol.h"
 
@@ -91,14 +92,7 @@ typedef struct wp_submit {
     uint64_t rid;
     const int32_t *prompt_ids;        /* into the decoder's storage */
     int n_prompt;
-    int max_tokens, n, top_k, logprobs;
-    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    uint64_t seed;
-    int n_stop_ids;
-    int32_t stop_ids[PROTO_MAX_STOP_IDS];
-    bool ignore_eos;
-    int spec_tokens;                  /* drafts per step at most: 0 (or absent) the worker's
-                                         default, -1 no speculation, else 1..16 */
+    req_params params;                /* for engine_add; spec_tokens 0 is sent as absent */
 } wp_submit;
 
 /* One token of one sample, with its logprobs when the request asked for them. */

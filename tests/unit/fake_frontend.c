@@ -25,8 +25,8 @@ typedef struct fake_req {
     uint8_t ident[256];
     size_t ident_len;
     char id[PROTO_MAX_ID + 1];
-    int n, limit, generated[PROTO_MAX_N], prompt_tokens, n_done;
-    bool done[PROTO_MAX_N];
+    int n, limit, generated[REQ_MAX_N], prompt_tokens, n_done;
+    bool done[REQ_MAX_N];
     finish_reason finish;
     double delay, next_at, t0, t_first;
 } fake_req;
@@ -132,9 +132,9 @@ static void on_request(fake_frontend *r, const uint8_t *ident, size_t ident_len,
     memcpy(q->ident, ident, ident_len);
     q->ident_len = ident_len;
     snprintf(q->id, sizeof q->id, "%s", req->id);
-    q->n = req->n;
+    q->n = req->params.n;
     q->stream = req->stream;
-    q->limit = req->max_tokens;
+    q->limit = req->params.max_tokens;
     q->finish = FINISH_LENGTH;
     if (!strncmp(prompt, "stop:", 5)) {
         int k = atoi(prompt + 5);

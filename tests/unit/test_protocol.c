@@ -45,14 +45,17 @@ static void request_round_trips_with_every_field(void **state)
     static const int32_t stop_ids[] = {2, 7};
     proto_request r = {
         .prompt = "Hello, wörld", .prompt_len = strlen("Hello, wörld"),
-        .max_tokens = 100, .n = 3, .top_k = 40, .logprobs = 5, .stream = true,
-        .ignore_eos = true, .add_special_tokens = false, .has_seed = true,
-        .temperature = 0.7f, .top_p = 0.9f, .min_p = 0.05f, .repetition_penalty = 1.1f,
-        .presence_penalty = -0.5f, .frequency_penalty = 1.5f, .seed = UINT64_MAX,
+        .params.max_tokens = 100, .params.n = 3, .params.sp.top_k = 40, .params.sp.n_logprobs = 5,
+        .stream = true,
+        .params.ignore_eos = true, .add_special_tokens = false, .has_seed = true,
+        .params.sp.temperature = 0.7f, .params.sp.top_p = 0.9f, .params.sp.min_p = 0.05f,
+        .params.sp.repetition_penalty = 1.1f,
+        .params.sp.presence_penalty = -0.5f, .params.sp.frequency_penalty = 1.5f,
+        .params.seed = UINT64_MAX,
         .n_stops = 2, .stops = {"\n\n", "User:"}, .stop_lens = {2, 5},
-        .n_stop_ids = 2, .deadline_ms = 30000, .num_speculative_tokens = 5,
+        .params.n_stop_ids = 2, .deadline_ms = 30000, .params.spec_tokens = 5,
     };
-    memcpy(r.stop_ids, stop_ids, sizeof stop_ids);
+    memcpy(r.params.stop_ids, stop_ids, sizeof stop_ids);
     strcpy(r.id, "req-1");
     const void *buf;
     size_t len;
@@ -69,39 +72,42 @@ static void request_round_trips_with_every_field(void **state)
     assert_int_equal(g->prompt_len, r.prompt_len);
     assert_memory_equal(g->prompt, r.prompt, r.prompt_len);
     assert_null(g->prompt_ids);
-    assert_int_equal(g->max_tokens, 100);
-    assert_int_equal(g->n, 3);
-    assert_int_equal(g->top_k, 40);
-    assert_int_equal(g->logprobs, 5);
-    assert_true(g->stream && g->ignore_eos && !g->add_special_tokens && g->has_seed);
-    assert_true(g->temperature == 0.7f && g->top_p == 0.9f && g->min_p == 0.05f);
-    assert_true(g->repetition_penalty == 1.1f && g->presence_penalty == -0.5f &&
-                g->frequency_penalty == 1.5f);
-    assert_true(g->seed == UINT64_MAX);
+    assert_int_equal(g->params.max_tokens, 100);
+    assert_int_equal(g->params.n, 3);
+    assert_int_equal(g->params.sp.top_k, 40);
+    assert_int_equal(g->params.sp.n_logprobs, 5);
+    assert_true(g->stream && g->params.ignore_eos && !g->add_special_tokens && g->has_seed);
+    assert_true(g->params.sp.temperature == 0.7f && g->params.sp.top_p == 0.9f &&
+                g->params.sp.min_p == 0.05f);
+    assert_true(g->params.sp.repetition_penalty == 1.1f && g->params.sp.presence_penalty == -0.5f &&
+                g->params.sp.frequency_penalty == 1.5f);
+    assert_true(g->params.seed == UINT64_MAX);
     assert_int_equal(g->n_stops, 2);
     assert_int_equal(g->stop_lens[1], 5);
     assert_memory_equal(g->stops[1], "User:", 5);
-    assert_int_equal(g->n_stop_ids, 2);
-    assert_int_equal(g->stop_ids[1], 7);
+    assert_int_equal(g->params.n_stop_ids, 2);
+    assert_int_equal(g->params.stop_ids[1], 7);
     assert_int_equal(g->deadline_ms, 30000);
-    assert_int_equal(g->num_speculative_tokens, 5);
+    assert_int_equal(g->params.spec_tokens, 5);
 
     /* num_speculative_tokens 0 on the wire turns speculation off (-1 in the struct) */
     assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", "
                                     "num_speculative_tokens: 0}", &m, &err), DERAS_OK);
-    assert_int_equal(m.req.num_speculative_tokens, -1);
-    r.num_speculative_tokens = -1;
+    assert_int_equal(m.req.params.spec_tokens, -1);
+    r.params.spec_tokens = -1;
     assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
     assert_int_equal(proto_decode_client(d, buf, len, &m, &err), DERAS_OK);
-    assert_int_equal(m.req.num_speculative_tokens, -1);
+    assert_int_equal(m.req.params.spec_tokens, -1);
     assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", "
                                     "num_speculative_tokens: 17}", &m, &err), DERAS_EFORMAT);
     assert_int_equal(err.code, PE_VALUE_OUT_OF_RANGE);
 
     /* prompt_ids instead of text; the decoded pointers belong to the decoder. */
     static const int32_t ids[] = {1, 15043, 0, 2147483647};
-    proto_request q = {.prompt_ids = ids, .n_prompt_ids = 4, .max_tokens = 256, .n = 1,
-                       .temperature = 1, .top_p = 1, .repetition_penalty = 1,
+    proto_request q = {.prompt_ids = ids, .n_prompt_ids = 4, .params.max_tokens = 256,
+                       .params.n = 1,
+                       .params.sp.temperature = 1, .params.sp.top_p = 1,
+                       .params.sp.repetition_penalty = 1,
                        .add_special_tokens = true};
     strcpy(q.id, "ids");
     assert_int_equal(proto_encode_request(e, &q, &buf, &len), DERAS_OK);
@@ -125,21 +131,22 @@ static void request_defaults_apply_to_omitted_fields(void **state)
     assert_int_equal(decode_text(d, "{type: \"request\", id: \"a\", prompt: \"\"}", &m, &err),
                      DERAS_OK);
     const proto_request *r = &m.req;
-    assert_int_equal(r->max_tokens, 256);
-    assert_int_equal(r->n, 1);
+    assert_int_equal(r->params.max_tokens, 256);
+    assert_int_equal(r->params.n, 1);
     assert_false(r->stream);
-    assert_true(r->temperature == 1 && r->top_p == 1 && r->min_p == 0);
-    assert_int_equal(r->top_k, 0);
-    assert_true(r->repetition_penalty == 1 && r->presence_penalty == 0 &&
-                r->frequency_penalty == 0);
+    assert_true(r->params.sp.temperature == 1 && r->params.sp.top_p == 1 &&
+                r->params.sp.min_p == 0);
+    assert_int_equal(r->params.sp.top_k, 0);
+    assert_true(r->params.sp.repetition_penalty == 1 && r->params.sp.presence_penalty == 0 &&
+                r->params.sp.frequency_penalty == 0);
     assert_false(r->has_seed);
-    assert_int_equal(r->logprobs, 0);
+    assert_int_equal(r->params.sp.n_logprobs, 0);
     assert_int_equal(r->deadline_ms, 0);
-    assert_int_equal(r->num_speculative_tokens, 0); /* the worker's default */
+    assert_int_equal(r->params.spec_tokens, 0); /* the worker's default */
     assert_true(r->add_special_tokens);
-    assert_false(r->ignore_eos);
+    assert_false(r->params.ignore_eos);
     assert_int_equal(r->n_stops, 0);
-    assert_int_equal(r->n_stop_ids, 0);
+    assert_int_equal(r->params.n_stop_ids, 0);
     assert_non_null(r->prompt);
     assert_int_equal(r->prompt_len, 0);
     /* Integers are accepted for float fields; "v" may be given. */
@@ -147,7 +154,7 @@ static void request_defaults_apply_to_omitted_fields(void **state)
                                     "temperature: 0, top_p: 1, repetition_penalty: 2}",
                                  &m, &err),
                      DERAS_OK);
-    assert_true(m.req.temperature == 0 && m.req.repetition_penalty == 2);
+    assert_true(m.req.params.sp.temperature == 0 && m.req.params.sp.repetition_penalty == 2);
     proto_decoder_destroy(&d);
 }
 
@@ -560,10 +567,11 @@ static void truncation_at_every_length_is_malformed(void **state)
     (void)state;
     proto_decoder *d = default_decoder();
     proto_encoder *e = proto_encoder_new();
-    proto_request r = {.prompt = "héllo", .prompt_len = 6, .max_tokens = 9, .n = 2,
-                       .temperature = 0.5f, .top_p = 0.5f, .repetition_penalty = 1,
-                       .has_seed = true, .seed = 1ull << 40, .n_stops = 1, .stops = {"\n"},
-                       .stop_lens = {1}, .n_stop_ids = 1, .stop_ids = {3}};
+    proto_request r = {.prompt = "héllo", .prompt_len = 6, .params.max_tokens = 9, .params.n = 2,
+                       .params.sp.temperature = 0.5f, .params.sp.top_p = 0.5f,
+                       .params.sp.repetition_penalty = 1,
+                       .has_seed = true, .params.seed = 1ull << 40, .n_stops = 1, .stops = {"\n"},
+                       .stop_lens = {1}, .params.n_stop_ids = 1, .params.stop_ids = {3}};
     strcpy(r.id, "trunc");
     const void *buf;
     size_t len;
@@ -834,8 +842,10 @@ static void mutated_frames_decode_cleanly_or_fail(void **state)
     (void)state;
     proto_decoder *d = default_decoder();
     proto_encoder *e = proto_encoder_new();
-    proto_request r = {.prompt = "mutate me", .prompt_len = 9, .max_tokens = 9, .n = 2,
-                       .temperature = 0.5f, .top_p = 0.5f, .repetition_penalty = 1,
+    proto_request r = {.prompt = "mutate me", .prompt_len = 9, .params.max_tokens = 9,
+                       .params.n = 2,
+                       .params.sp.temperature = 0.5f, .params.sp.top_p = 0.5f,
+                       .params.sp.repetition_penalty = 1,
                        .n_stops = 1, .stops = {"\n"}, .stop_lens = {1}};
     strcpy(r.id, "m");
     const void *buf;

@@ -348,9 +348,9 @@ static void run_greedy(rig *g, const prompts *pr, const spec_opts *so, int max_o
     engine_t *e = engine_for(g, o, so, true, &drafter);
     for (int r = 0; r < pr->n; r++) {
         engine_request q = {.id = (uint64_t)r, .prompt = pr->tok[r], .n_prompt = pr->len[r],
-                            .max_tokens = max_out, .n = 1};
-        sampling_params_default(&q.sp);
-        q.sp.n_logprobs = 2;
+                            .params.max_tokens = max_out, .params.n = 1};
+        sampling_params_default(&q.params.sp);
+        q.params.sp.n_logprobs = 2;
         if (engine_add(e, &q))
             fail_msg("engine_add: %s", deras_errmsg());
     }
@@ -552,8 +552,9 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
             memset(o, 0, sizeof *o);
             for (int r = base; r < base + MAX_REQS && r < E2E_N; r++) {
                 engine_request q = {.id = (uint64_t)r, .prompt = prompt, .n_prompt = n_prompt,
-                                    .max_tokens = 4, .n = 1, .seed = 1000003ull * (uint64_t)r,
-                                    .sp = sp, .ignore_eos = true};
+                                    .params.max_tokens = 4, .params.n = 1,
+                                    .params.seed = 1000003ull * (uint64_t)r,
+                                    .params.sp = sp, .params.ignore_eos = true};
                 if (engine_add(e, &q))
                     fail_msg("engine_add: %s", deras_errmsg());
             }
@@ -722,9 +723,9 @@ static void bad_speculation_settings_get_clear_errors(void **state)
     eo.spec = proposer(SPEC_NGRAM, 0, NULL, 4);
     assert_int_equal(engine_new(g.m, &eo, &e), DERAS_OK);
     int32_t p[3] = {3, 4, 5};
-    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .max_tokens = 4, .n = 1,
-                        .spec_k = SPEC_MAX_K + 1};
-    sampling_params_default(&q.sp);
+    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .params.max_tokens = 4, .params.n = 1,
+                        .params.spec_tokens = SPEC_MAX_K + 1};
+    sampling_params_default(&q.params.sp);
     assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
     assert_non_null(strstr(deras_errmsg(), "num_speculative_tokens"));
     engine_destroy(&e);

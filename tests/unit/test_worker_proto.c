@@ -106,10 +106,14 @@ static void every_message_round_trips(void **state)
 
     static const int32_t prompt[] = {1, 2, 3, 128000, 2147483647, 0};
     wp_submit s = {.rid = 0xfeedfacecafebeefull, .prompt_ids = prompt, .n_prompt = 6,
-                   .max_tokens = 77, .n = 4, .top_k = 50, .logprobs = 3, .temperature = 0.8f,
-                   .top_p = 0.95f, .min_p = 0.1f, .repetition_penalty = 1.2f,
-                   .presence_penalty = 0.5f, .frequency_penalty = -0.5f, .seed = 99,
-                   .n_stop_ids = 2, .stop_ids = {128001, 128009}, .ignore_eos = true};
+                   .params.max_tokens = 77, .params.n = 4, .params.sp.top_k = 50,
+                   .params.sp.n_logprobs = 3, .params.sp.temperature = 0.8f,
+                   .params.sp.top_p = 0.95f, .params.sp.min_p = 0.1f,
+                   .params.sp.repetition_penalty = 1.2f,
+                   .params.sp.presence_penalty = 0.5f, .params.sp.frequency_penalty = -0.5f,
+                   .params.seed = 99,
+                   .params.n_stop_ids = 2, .params.stop_ids = {128001, 128009},
+                   .params.ignore_eos = true};
     assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
     decode_ok(d, buf, len, &m);
     assert_int_equal(m.type, WP_SUBMIT);
@@ -117,31 +121,34 @@ static void every_message_round_trips(void **state)
     assert_true(g->rid == s.rid);
     assert_int_equal(g->n_prompt, 6);
     assert_memory_equal(g->prompt_ids, prompt, sizeof prompt);
-    assert_int_equal(g->max_tokens, 77);
-    assert_int_equal(g->n, 4);
-    assert_int_equal(g->top_k, 50);
-    assert_int_equal(g->logprobs, 3);
-    assert_true(g->temperature == 0.8f && g->top_p == 0.95f && g->min_p == 0.1f);
-    assert_true(g->repetition_penalty == 1.2f && g->presence_penalty == 0.5f &&
-                g->frequency_penalty == -0.5f);
-    assert_true(g->seed == 99);
-    assert_int_equal(g->n_stop_ids, 2);
-    assert_int_equal(g->stop_ids[1], 128009);
-    assert_true(g->ignore_eos);
-    assert_int_equal(g->spec_tokens, 0); /* not sent: the worker's default */
+    assert_int_equal(g->params.max_tokens, 77);
+    assert_int_equal(g->params.n, 4);
+    assert_int_equal(g->params.sp.top_k, 50);
+    assert_int_equal(g->params.sp.n_logprobs, 3);
+    assert_true(g->params.sp.temperature == 0.8f && g->params.sp.top_p == 0.95f &&
+                g->params.sp.min_p == 0.1f);
+    assert_true(g->params.sp.repetition_penalty == 1.2f && g->params.sp.presence_penalty == 0.5f &&
+                g->params.sp.frequency_penalty == -0.5f);
+    assert_true(g->params.seed == 99);
+    assert_int_equal(g->params.n_stop_ids, 2);
+    assert_int_equal(g->params.stop_ids[1], 128009);
+    assert_true(g->params.ignore_eos);
+    assert_int_equal(g->params.spec_tokens, 0); /* not sent: the worker's default */
 
     /* spec_tokens: -1 (off) and 1..16 travel; beyond 16 is refused */
     for (int v = -1; v <= 17; v += 9) {
-        s.spec_tokens = v == 8 ? 16 : v;
+        s.params.spec_tokens = v == 8 ? 16 : v;
         assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
         proto_error err;
         int rc = wp_decode(d, buf, len, &m, &err);
-        if (s.spec_tokens > 16) {
+        if (s.params.spec_tokens > 16) {
             if (rc != DERAS_EFORMAT || err.code != PE_VALUE_OUT_OF_RANGE)
-                fail_msg("spec_tokens %d: expected value_out_of_range, got %s", s.spec_tokens,
+                fail_msg("spec_tokens %d: expected value_out_of_range, got %s",
+                         s.params.spec_tokens,
                          proto_error_name(err.code));
-        } else if (rc != DERAS_OK || m.submit.spec_tokens != s.spec_tokens) {
-            fail_msg("spec_tokens %d: decoded %d (%s)", s.spec_tokens, m.submit.spec_tokens,
+        } else if (rc != DERAS_OK || m.submit.params.spec_tokens != s.params.spec_tokens) {
+            fail_msg("spec_tokens %d: decoded %d (%s)", s.params.spec_tokens,
+                     m.submit.params.spec_tokens,
                      err.message);
         }
     }
@@ -444,8 +451,10 @@ static void mutated_worker_frames_decode_cleanly_or_fail(void **state)
     wp_decoder *d = wp_decoder_new(0);
     wp_encoder *e = wp_encoder_new();
     static const int32_t prompt[] = {5, 6, 7};
-    wp_submit s = {.rid = 3, .prompt_ids = prompt, .n_prompt = 3, .max_tokens = 4, .n = 1,
-                   .temperature = 1, .top_p = 1, .repetition_penalty = 1};
+    wp_submit s = {.rid = 3, .prompt_ids = prompt, .n_prompt = 3, .params.max_tokens = 4,
+                   .params.n = 1,
+                   .params.sp.temperature = 1, .params.sp.top_p = 1,
+                   .params.sp.repetition_penalty = 1};
     const void *buf;
     size_t len;
     assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);

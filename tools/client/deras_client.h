@@ -67,9 +67,9 @@ deras_client *deras_client_new(const deras_client_opts *opts);
  * Safe on NULL and on *c == NULL. */
 void deras_client_destroy(deras_client **c);
 
-/* Reset *r to the protocol's defaults (max_tokens 256, n 1, temperature 1, top_p 1, ...,
- * add_special_tokens true; no prompt, empty id), so only the fields set afterwards are
- * sent. */
+/* Reset *r to the protocol's defaults (req_params_init: max_tokens 256, n 1, the sampling
+ * table's defaults; add_special_tokens true; no prompt, empty id), so only the fields set
+ * afterwards are sent. */
 void deras_client_request_init(proto_request *r);
 
 /* Send a request. An empty r->id is filled with a fresh id unique to this client (32 hex
