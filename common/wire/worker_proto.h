@@ -44,6 +44,8 @@
 
 #define WPROTO_VERSION 1
 #define WPROTO_MAX_NAME 64
+#define WPROTO_MAX_STEP_ENTRIES (1u << 16) /* tokens (and finishes) in one STEP */
+#define WPROTO_LOAD_FIELDS 14 /* pairs of a load map before the speculation counters */
 
 enum wproto_type {
     WP_HELLO = 1,    /* worker -> router */
