@@ -50,6 +50,9 @@ struct ereq {
     uint64_t id;
     int n_prompt, n_done;
     req_params params;
+    int32_t *stops;        /* the tokens that end its samples: stop ids, then end of
+                              generation unless ignore_eos; in engine.stops */
+    int n_stops;
     int seq[REQ_MAX_N];    /* slots of its samples */
     bool live;
 };
@@ -58,6 +61,7 @@ struct engine {
     model_t *m;
     engine_opts o;
     int32_t *eog;
+    int32_t *stops;        /* (max_live_seqs, REQ_MAX_STOP_IDS + n_eog) each request's stops */
     int vocab;
     kv_manager_t *kv;
     sched_t *sched;
@@ -151,9 +155,10 @@ int engine_new(model_t *m, const engine_opts *opts, engine_t **out)
     e->seqs = calloc((size_t)o.max_live_seqs, sizeof *e->seqs);
     e->reqs = calloc((size_t)o.max_live_seqs, sizeof *e->reqs);
     e->eog = malloc((size_t)(o.n_eog + 1) * sizeof(int32_t));
+    e->stops = malloc((size_t)o.max_live_seqs * (REQ_MAX_STOP_IDS + o.n_eog) * sizeof(int32_t));
     e->row0 = calloc(S, sizeof *e->row0);
     if (!e->sched || !e->plan || !e->sampler || !e->logits || !e->seqs || !e->reqs || !e->eog ||
-        !e->row0) {
+        !e->stops || !e->row0) {
         rc = deras_fail(DERAS_ENOMEM, "engine_new: out of memory");
         goto fail;
     }
@@ -203,6 +208,7 @@ void engine_destroy(engine_t **ep)
     free(e->reqs);
     free(e->logits);
     free(e->eog);
+    free(e->stops);
     spec_proposer_destroy(&e->spec);
     free(e->cand);
     free(e->cand_seq);
@@ -269,6 +275,11 @@ int engine_add(engine_t *e, const engine_request *r)
     q->id = r->id;
     q->n_prompt = r->n_prompt;
     q->params = *p;
+    q->stops = e->stops + (size_t)(q - e->reqs) * (REQ_MAX_STOP_IDS + e->o.n_eog);
+    memcpy(q->stops, p->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
+    q->n_stops = p->n_stop_ids;
+    for (int i = 0; !p->ignore_eos && i < e->o.n_eog; i++)
+        q->stops[q->n_stops++] = e->eog[i];
 
     size_t cap = (size_t)r->n_prompt + (size_t)p->max_tokens;
     int taken[REQ_MAX_N];
@@ -358,16 +369,20 @@ int engine_abort(engine_t *e, uint64_t id)
     return DERAS_OK;
 }
 
-static bool is_stop(const engine_t *e, const ereq *q, int32_t t)
+static bool is_stop(const ereq *q, int32_t t)
 {
-    for (int i = 0; i < q->params.n_stop_ids; i++)
-        if (q->params.stop_ids[i] == t)
+    for (int i = 0; i < q->n_stops; i++)
+        if (q->stops[i] == t)
             return true;
-    if (!q->params.ignore_eos)
-        for (int i = 0; i < e->o.n_eog; i++)
-            if (e->eog[i] == t)
-                return true;
     return false;
+}
+
+/* What the sampler sees of s before its output token j (0: the next one). */
+static sample_history history(const eseq *s, int j)
+{
+    const ereq *q = s->req;
+    return (sample_history){s->tokens, q->n_prompt, s->tokens + q->n_prompt,
+                            s->n_generated + j, q->stops, q->n_stops};
 }
 
 /* Report s's next token (appending it to s's tokens unless it is there already, as an
@@ -381,7 +396,8 @@ static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
     e->st.generated_tokens++;
     if (e->o.cb.on_token)
         e->o.cb.on_token(e->o.cb.ctx, q->id, s->index, r);
-    if (is_stop(e, q, r->token))
+    /* min_tokens: the sampler kept stop tokens away until then; a stop is no end before */
+    if (s->n_generated > q->params.sp.min_tokens && is_stop(q, r->token))
         finish_seq(e, s, FINISH_STOP);
     else if (s->n_generated == q->params.max_tokens ||
              q->n_prompt + s->n_generated >= e->o.max_model_len)
@@ -393,7 +409,7 @@ static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
 static int sample_into(engine_t *e, eseq *s, const float *logits)
 {
     ereq *q = s->req;
-    sample_history h = {s->tokens, q->n_prompt, s->tokens + q->n_prompt, s->n_generated};
+    sample_history h = history(s, 0);
     sample_result r;
     int rc = sampler_sample(e->sampler, logits, &q->params.sp, &s->rng, &h, &r);
     if (rc)
@@ -478,7 +494,7 @@ static int verify(engine_t *e, eseq *s, const float *lg, sample_result *res, int
     int a = 0, rc = DERAS_OK;
     for (int j = 0; j <= k; j++) {
         const float *row = lg + (size_t)j * V;
-        sample_history h = {s->tokens, q->n_prompt, s->tokens + q->n_prompt, s->n_generated + j};
+        sample_history h = history(s, j);
         sample_result *r = &res[j];
         if (j == k || q->params.sp.temperature == 0.0f) {
             /* the target's own choice: greedy, or the position after the last draft */

@@ -10,7 +10,9 @@
  * Stop conditions handled here: the request's stop token ids, the model's end-of-
  * generation ids (unless ignore_eos), max_tokens and the context limit. Stop strings are
  * text and live with the detokenizer (router, `deras generate`), which aborts the request
- * when one matches.
+ * when one matches. min_tokens (vLLM's): before a sample has that many tokens the sampler
+ * cannot draw a stop or end-of-generation token, and none would end it; the detokenizer
+ * side looks for stop strings only after them.
  *
  * Speculative decoding (engine_opts.spec, see speculative.h): before scheduling, each
  * decoding sequence may get k drafts from the proposer; the step verifies them with the

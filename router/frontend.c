@@ -174,6 +174,13 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
                      (int)p->stop_ids[i], rt->vocab_size);
             return PE_TOKEN_OUT_OF_RANGE;
         }
+    const logit_bias *b = &p->sp.logit_bias;
+    for (int i = 0; i < b->n; i++)
+        if (b->ids[i] >= rt->vocab_size) { /* the decoder refused negative ids */
+            snprintf(msg, cap, "logit_bias token %d is outside the vocabulary [0, %d)",
+                     (int)b->ids[i], rt->vocab_size);
+            return PE_TOKEN_OUT_OF_RANGE;
+        }
     for (int i = 0; i < q->n_stops; i++)
         if (q->stop_lens[i] == 0 || memchr(q->stops[i], '\0', q->stop_lens[i])) {
             snprintf(msg, cap, "stop[%d] is empty or holds a NUL byte", i);

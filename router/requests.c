@@ -179,7 +179,7 @@ int rq_start_samples(rq_table *t, rq *r)
         if (!s->st && !(s->st = stream_new(t->tok)))
             return DERAS_ENOMEM;
         int rc = stream_start(s->st, stops, r->stop_lens, r->n_stops,
-                              r->params.sp.n_logprobs > 0);
+                              r->params.sp.n_logprobs > 0, r->params.sp.min_tokens);
         if (rc)
             return rc;
         s->done = s->worker_done = s->touched = false;

@@ -226,6 +226,7 @@ typedef struct gen_stream {
     bool log_probs, stopped_by_string, finished;
     finish_reason why;
     int n_gen, err;
+    int min_tokens;         /* stop strings count only in the text after this many tokens */
     double t_first;
 } gen_stream;
 
@@ -239,11 +240,16 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     if (g->stopped_by_string)
         return;
     size_t n_piece, n_out;
-    int stop;
-    if ((g->err = detok_push(g->dt, r->token, g->piece, g->piece_cap, &n_piece)) ||
-        (g->err = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
+    int stop = -1;
+    if ((g->err = detok_push(g->dt, r->token, g->piece, g->piece_cap, &n_piece)))
         return;
-    fwrite(g->out, 1, n_out, stdout);
+    if (g->n_gen <= g->min_tokens) /* min_tokens: no stop string yet, the matcher holds none */
+        fwrite(g->piece, 1, n_piece, stdout);
+    else if ((g->err = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out,
+                                         &stop)))
+        return;
+    else
+        fwrite(g->out, 1, n_out, stdout);
     fflush(stdout);
     g->stopped_by_string = stop >= 0; /* the caller aborts the request after this step */
 }
@@ -260,8 +266,13 @@ static int flush_stream(gen_stream *g)
 {
     size_t n_piece, n_out;
     int stop = -1, rc;
-    if ((rc = detok_flush(g->dt, g->piece, g->piece_cap, &n_piece)) ||
-        (rc = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
+    if ((rc = detok_flush(g->dt, g->piece, g->piece_cap, &n_piece)))
+        return rc;
+    if (g->n_gen <= g->min_tokens) { /* the matcher saw nothing */
+        fwrite(g->piece, 1, n_piece, stdout);
+        return DERAS_OK;
+    }
+    if ((rc = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
         return rc;
     fwrite(g->out, 1, n_out, stdout);
     if (stop >= 0) {
@@ -320,6 +331,7 @@ static int generate(const gen_args *a)
     eog = malloc((size_t)(n_eog + 1) * sizeof(int32_t));
     g.tok = tok;
     g.log_probs = a->params.sp.n_logprobs > 0;
+    g.min_tokens = a->params.sp.min_tokens;
     if ((rc = stop_matcher_new(a->stops, a->n_stops, &g.sm)))
         goto fail;
     g.dt = detok_new(tok, true, false);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/status.h"
+
 static bool excluded(const char *flag, const char *const *exclude)
 {
     for (int j = 0; exclude && exclude[j]; j++)
@@ -35,12 +37,39 @@ static bool parse_value(const sampling_param_info *pi, const char *s, double *ou
     return true;
 }
 
+/* --flag ID:BIAS, one more entry of a logit-bias map. */
+static int apply_bias(const sampling_param_info *pi, logit_bias *b, const char *arg)
+{
+    char *end, range[64];
+    errno = 0;
+    long id = strtol(arg, &end, 10);
+    bool ok = !errno && end != arg && *end == ':' && id >= 0 && id <= INT32_MAX;
+    double v = 0;
+    if (ok) {
+        const char *s = end + 1;
+        v = strtod(s, &end);
+        ok = !errno && end != s && !*end && sampling_param_in_range(pi, v);
+    }
+    if (!ok) {
+        fprintf(stderr, "--%s: expected ID:BIAS, a token id and a bias in %s, got '%s'\n",
+                pi->flag, sampling_param_range(pi, range, sizeof range), arg);
+        return -1;
+    }
+    if (logit_bias_add(b, (int32_t)id, (float)v)) {
+        fprintf(stderr, "--%s: %s\n", pi->flag, deras_errmsg());
+        return -1;
+    }
+    return 1;
+}
+
 int sampling_flags_apply(sampling_params *p, int c, const char *arg)
 {
     int i = c - SAMPLING_FLAGS_CODE;
     if (i < 0 || i >= SAMPLING_N_PARAMS)
         return 0;
     const sampling_param_info *pi = &sampling_param_table[i];
+    if (pi->kind == SAMPLING_BIAS)
+        return apply_bias(pi, (logit_bias *)((char *)p + pi->offset), arg);
     double v;
     if (!parse_value(pi, arg, &v)) {
         char range[64];
@@ -61,6 +90,9 @@ void sampling_flags_usage(FILE *f, const sampling_params *def, const char *const
             continue;
         char opt[64];
         snprintf(opt, sizeof opt, "--%s %s", pi->flag, pi->arg);
-        fprintf(f, "  %-23s %s (default %g)\n", opt, pi->doc, sampling_param_get(def, i));
+        if (pi->kind == SAMPLING_BIAS)
+            fprintf(f, "  %-23s %s (at most %d)\n", opt, pi->doc, SAMPLING_MAX_LOGIT_BIAS);
+        else
+            fprintf(f, "  %-23s %s (default %g)\n", opt, pi->doc, sampling_param_get(def, i));
     }
 }

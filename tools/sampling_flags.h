@@ -6,7 +6,9 @@
  *
  * Each flag's getopt code is SAMPLING_FLAGS_CODE + its table index. Values are checked
  * against the row's bounds (open ends included) before anything runs, with the same
- * words as the wire ("--top-p: expected a number in (0, 1], got '0'"). Costs: O(table).
+ * words as the wire ("--top-p: expected a number in (0, 1], got '0'"). A BIAS row's flag
+ * takes ID:BIAS and repeats, one map entry each time. Costs: O(table), O(entries) per
+ * bias entry.
  */
 #ifndef DERAS_SAMPLING_FLAGS_H
 #define DERAS_SAMPLING_FLAGS_H

@@ -29,5 +29,8 @@ int req_params_validate(const req_params *p, int vocab)
     if (p->spec_tokens < -1 || p->spec_tokens > REQ_MAX_SPEC_TOKENS)
         return deras_fail(DERAS_ERANGE, "num_speculative_tokens must be in [0, %d] (or -1: "
                           "off), got %d", REQ_MAX_SPEC_TOKENS, p->spec_tokens);
+    if (p->sp.min_tokens > p->max_tokens)
+        return deras_fail(DERAS_ERANGE, "min_tokens must be at most max_tokens (%d), got %d",
+                          p->max_tokens, p->sp.min_tokens);
     return sampling_params_validate(&p->sp, vocab);
 }

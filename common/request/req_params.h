@@ -42,8 +42,9 @@ typedef struct req_params {
  * speculation, sampling_params_init. */
 void req_params_init(req_params *p);
 
-/* Every field in its range (vocab > 0: top_k at most the vocabulary; see
- * sampling_params_validate). DERAS_ERANGE naming the field and its bounds. */
+/* Every field in its range (vocab > 0: top_k and the logit-bias ids inside the
+ * vocabulary; see sampling_params_validate) and min_tokens at most max_tokens.
+ * DERAS_ERANGE naming the field and its bounds. */
 int req_params_validate(const req_params *p, int vocab);
 
 #endif

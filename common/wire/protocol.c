@@ -285,7 +285,8 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
     }
     mp_scan_limits lim = {.max_depth = 8,
                           .max_items = (size_t)d->lim.max_prompt_ids + 4 * RF_N_FIELDS +
-                                       PROTO_MAX_STOPS + REQ_MAX_STOP_IDS + 16};
+                                       PROTO_MAX_STOPS + REQ_MAX_STOP_IDS + 16 +
+                                       wv_sampling_max_items()};
     const msgpack_object_kv *kv;
     uint32_t n;
     int type, rc;
@@ -326,6 +327,8 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
             rc = ps_fail(err, PE_INVALID_FIELD, "give exactly one of prompt and prompt_ids, got both");
         else if (!has_prompt && !has_ids)
             rc = ps_fail(err, PE_MISSING_FIELD, "prompt or prompt_ids is required");
+        else if (req_params_validate(&r->params, 0) != DERAS_OK) /* the rules across fields */
+            rc = ps_fail(err, PE_VALUE_OUT_OF_RANGE, "%s", deras_errmsg());
     } else {
         request_defaults(r);
     }

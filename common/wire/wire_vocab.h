@@ -6,7 +6,8 @@
  *   sampling parameters  key/value pairs of the request / SUBMIT map, under their wire
  *                        keys, checked against their row (kind, bounds, cap); a client
  *                        request leaves out those at their default, a SUBMIT leaves out
- *                        only the ones the worker link has as optional
+ *                        only the ones the worker link has as optional; a BIAS map is a
+ *                        msgpack map of int token ids to numbers
  *   speculation counters key/value pairs in a map (usage, load), or values in table
  *                        order in a positional array (a STEP finish)
  * Decoding checks like proto_schema.h (same codes, messages naming the field and the
@@ -23,8 +24,15 @@
 
 /* Sampling parameter i from v, checked against its row: a FLOAT takes any finite number in
  * its bounds, an INT an integer; below the lower bound, and above the upper one unless the
- * row is a cap, is value_out_of_range; above a cap limit_exceeded. */
+ * row is a cap, is value_out_of_range; above a cap limit_exceeded. A BIAS takes a map of at
+ * most SAMPLING_MAX_LOGIT_BIAS entries (more: limit_exceeded) whose keys are distinct
+ * token ids (not an integer, or twice: invalid_field; negative: token_out_of_range) and
+ * whose values are biases in the row's bounds (value_out_of_range). */
 int wv_decode_sampling(int i, const msgpack_object *v, sampling_params *p, proto_error *err);
+
+/* msgpack objects the sampling parameters can take at most in one message (keys, values,
+ * map entries): for a decoder's scan bound. */
+size_t wv_sampling_max_items(void);
 
 /* The pairs wv_pack_sampling writes: the parameters not at their default, and for the
  * worker link (worker) also every one it requires. */

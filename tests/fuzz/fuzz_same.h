@@ -11,9 +11,18 @@
 
 static inline bool fuzz_same_sampling(const sampling_params *a, const sampling_params *b)
 {
-    for (int i = 0; i < SAMPLING_N_PARAMS; i++)
+    for (int i = 0; i < SAMPLING_N_PARAMS; i++) {
         if (sampling_param_get(a, i) != sampling_param_get(b, i))
             return false;
+        if (sampling_param_table[i].kind == SAMPLING_BIAS) { /* same count: the entries */
+            size_t off = sampling_param_table[i].offset;
+            const logit_bias *x = (const void *)((const char *)a + off);
+            const logit_bias *y = (const void *)((const char *)b + off);
+            for (int k = 0; k < x->n; k++)
+                if (x->ids[k] != y->ids[k] || x->bias[k] != y->bias[k])
+                    return false;
+        }
+    }
     return true;
 }
 

@@ -58,7 +58,9 @@ static void client_corpus(void)
     p->ignore_eos = true;
     p->sp = (sampling_params){.temperature = 0.7f, .top_p = 0.9f, .top_k = 40, .min_p = 0.05f,
                               .repetition_penalty = 1.1f, .presence_penalty = 0.5f,
-                              .frequency_penalty = -0.5f, .n_logprobs = 2};
+                              .frequency_penalty = -0.5f, .n_logprobs = 2, .min_tokens = 4};
+    OK(logit_bias_add(&p->sp.logit_bias, 13, -100.0f));
+    OK(logit_bias_add(&p->sp.logit_bias, 7, 2.5f));
     strcpy(r.id, "req-1");
     OK(proto_encode_request(e, &r, &buf, &len));
     put(t, "request_text", buf, len);
@@ -139,6 +141,8 @@ static void worker_corpus(void)
     s.params.sp.n_logprobs = 2;
     s.params.sp.temperature = 0.8f;
     s.params.sp.top_p = 0.95f;
+    s.params.sp.min_tokens = 3;
+    OK(logit_bias_add(&s.params.sp.logit_bias, 2, 5.0f));
     OK(wp_encode_submit(e, &s, &buf, &len));
     put(t, "submit", buf, len);
     OK(wp_encode_abort(e, 7, &buf, &len));

@@ -7,11 +7,13 @@
 
 int main(void)
 {
-    static const char *const kinds[] = {"float", "int"};
+    static const char *const kinds[] = {"float", "int", "map of int to float"};
     for (int i = 0; i < SAMPLING_N_PARAMS; i++) {
         const sampling_param_info *pi = &sampling_param_table[i];
         char range[64];
-        printf("%s\t%s\t%g\t%s\t%s\t%s\t%d\t%d\t%s\n", pi->key, kinds[pi->kind], pi->def,
+        char def[32];
+        snprintf(def, sizeof def, pi->kind == SAMPLING_BIAS ? "{}" : "%g", pi->def);
+        printf("%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", pi->key, kinds[pi->kind], def,
                sampling_param_range(pi, range, sizeof range), pi->flag, pi->arg, pi->cap,
                pi->worker_optional, pi->doc);
     }

@@ -476,6 +476,54 @@ static void bad_requests_get_clear_errors(void **state)
     rig_close(&g);
 }
 
+/* min_tokens and logit_bias through the engine: a +100 bias makes token X every greedy
+ * choice; with X a stop token a sample ends at its first token, with min_tokens 3 at its
+ * fourth (the first three are neither X nor end of generation), with min_tokens =
+ * max_tokens never by a stop; the rules across fields are refused at engine_add. */
+static void min_tokens_and_logit_bias_through_the_engine(void **state)
+{
+    (void)state;
+    rig g;
+    rig_open(&g, engine_model(), 100, 4, 64);
+    outputs *o = calloc(1, sizeof *o);
+    engine_t *e = engine_for(&g, o, 4, 64, false, false);
+    int32_t p[3] = {1, 5, 9};
+    const int32_t X = 7;
+    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .params.max_tokens = 10,
+                        .params.n = 1, .params.n_stop_ids = 1, .params.stop_ids = {X}};
+    sampling_params_default(&q.params.sp);
+    assert_int_equal(logit_bias_add(&q.params.sp.logit_bias, X, 100.0f), DERAS_OK);
+    static const int min_tokens[3] = {0, 3, 10};
+    run_stats rs;
+    for (int i = 0; i < 3; i++) {
+        q.id = (uint64_t)(1 + i);
+        q.params.sp.min_tokens = min_tokens[i];
+        assert_int_equal(engine_add(e, &q), DERAS_OK);
+        run_to_end(e, &rs, 16);
+        const out_seq *s = &o->s[1 + i][0];
+        assert_int_equal(s->finished, 1);
+        assert_int_equal(s->n, i < 2 ? min_tokens[i] + 1 : 10);
+        for (int k = 0; k < s->n; k++) {
+            bool stop_token = s->tokens[k] == X || s->tokens[k] == 2; /* 2: end of generation */
+            if (stop_token != (k == min_tokens[i]))
+                fail_msg("min_tokens %d: token %d is %d", min_tokens[i], k, s->tokens[k]);
+        }
+        assert_int_equal(s->why, i < 2 ? FINISH_STOP : FINISH_LENGTH);
+    }
+    q.id = 9;
+    q.params.sp.min_tokens = 11; /* above max_tokens */
+    assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
+    assert_non_null(strstr(deras_errmsg(), "min_tokens"));
+    q.params.sp.min_tokens = 0;
+    assert_int_equal(logit_bias_add(&q.params.sp.logit_bias, g.vocab, 1.0f), DERAS_OK);
+    assert_int_equal(engine_add(e, &q), DERAS_ERANGE); /* a bias id outside the vocabulary */
+    assert_non_null(strstr(deras_errmsg(), "logit_bias"));
+    assert_false(engine_has_work(e));
+    engine_destroy(&e);
+    free(o);
+    rig_close(&g);
+}
+
 static void static_batching_admits_only_when_the_batch_drains(void **state)
 {
     (void)state;
@@ -576,6 +624,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_requests_get_clear_errors),
+        cmocka_unit_test(min_tokens_and_logit_bias_through_the_engine),
         cmocka_unit_test(abort_frees_blocks_at_once_and_finishes_once),
         cmocka_unit_test(decodes_progress_every_step_while_a_long_prompt_prefills),
         cmocka_unit_test(static_batching_admits_only_when_the_batch_drains),

@@ -107,6 +107,53 @@ static void request_round_trips_with_every_field(void **state)
     assert_null(d);
 }
 
+/* min_tokens and a full logit-bias map survive encode -> decode (with a full-size prompt:
+ * the scan bound leaves room for the map), and one entry too many is a cap. */
+static void min_tokens_and_logit_bias_round_trip(void **state)
+{
+    (void)state;
+    proto_decoder *d = default_decoder();
+    proto_encoder *e = proto_encoder_new();
+    proto_limits lim;
+    proto_limits_default(&lim);
+    int32_t *ids = calloc((size_t)lim.max_prompt_ids, sizeof *ids);
+    proto_request r;
+    memset(&r, 0, sizeof r);
+    req_params_init(&r.params);
+    r.add_special_tokens = true;
+    r.prompt_ids = ids;
+    r.n_prompt_ids = lim.max_prompt_ids;
+    r.params.max_tokens = 64;
+    r.params.sp.min_tokens = 64;
+    logit_bias *b = &r.params.sp.logit_bias;
+    for (int i = 0; i < SAMPLING_MAX_LOGIT_BIAS; i++)
+        assert_int_equal(logit_bias_add(b, 7 * i, i % 2 ? 100.0f : -0.25f * (float)i), DERAS_OK);
+    strcpy(r.id, "bias");
+    const void *buf;
+    size_t len;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    proto_client_msg m;
+    proto_error err;
+    if (proto_decode_client(d, buf, len, &m, &err) != DERAS_OK)
+        fail_msg("%s: %s", proto_error_name(err.code), err.message);
+    const sampling_params *g = &m.req.params.sp;
+    assert_int_equal(g->min_tokens, 64);
+    assert_int_equal(g->logit_bias.n, SAMPLING_MAX_LOGIT_BIAS);
+    assert_memory_equal(g->logit_bias.ids, b->ids, sizeof b->ids);
+    assert_memory_equal(g->logit_bias.bias, b->bias, sizeof b->bias);
+    /* 301 entries */
+    char *frame = malloc(16384);
+    int at = snprintf(frame, 16384, "{" REQ "prompt: \"x\", logit_bias: {");
+    for (int i = 0; i <= SAMPLING_MAX_LOGIT_BIAS; i++)
+        at += snprintf(frame + at, (size_t)(16384 - at), "%s%d: 1", i ? ", " : "", i);
+    snprintf(frame + at, (size_t)(16384 - at), "}}");
+    check_case(d, frame, PE_LIMIT_EXCEEDED, "logit_bias may have at most 300 entries, got 301");
+    free(frame);
+    free(ids);
+    proto_encoder_destroy(&e);
+    proto_decoder_destroy(&d);
+}
+
 static void request_defaults_apply_to_omitted_fields(void **state)
 {
     (void)state;
@@ -132,6 +179,8 @@ static void request_defaults_apply_to_omitted_fields(void **state)
     assert_false(r->params.ignore_eos);
     assert_int_equal(r->n_stops, 0);
     assert_int_equal(r->params.n_stop_ids, 0);
+    assert_int_equal(r->params.sp.min_tokens, 0);
+    assert_int_equal(r->params.sp.logit_bias.n, 0);
     assert_non_null(r->prompt);
     assert_int_equal(r->prompt_len, 0);
     /* Integers are accepted for float fields; "v" may be given. */
@@ -296,6 +345,27 @@ static const vcase request_cases[] = {
     {"{" REQ "prompt: \"x\", frequency_penalty: -3}", PE_VALUE_OUT_OF_RANGE,
      "frequency_penalty must be in [-2, 2], got -3"},
     {"{" REQ "prompt: \"x\", seed: -1}", PE_VALUE_OUT_OF_RANGE, "seed must be in [0, "},
+    {"{" REQ "prompt: \"x\", min_tokens: -1}", PE_VALUE_OUT_OF_RANGE,
+     "min_tokens must be in [0, 2147483647], got -1"},
+    {"{" REQ "prompt: \"x\", min_tokens: 1.5}", PE_INVALID_FIELD,
+     "min_tokens must be an integer, got float"},
+    {"{" REQ "prompt: \"x\", min_tokens: 257}", PE_VALUE_OUT_OF_RANGE,
+     "min_tokens must be at most max_tokens (256), got 257"},
+    {"{" REQ "prompt: \"x\", max_tokens: 8, min_tokens: 9}", PE_VALUE_OUT_OF_RANGE,
+     "min_tokens must be at most max_tokens (8), got 9"},
+    {"{" REQ "prompt: \"x\", logit_bias: [1, 2]}", PE_INVALID_FIELD,
+     "logit_bias must be a map of token ids to biases, got array"},
+    {"{" REQ "prompt: \"x\", logit_bias: {\"5\": 1}}", PE_INVALID_FIELD,
+     "logit_bias keys must be an integer, got str"},
+    {"{" REQ "prompt: \"x\", logit_bias: {-1: 1}}", PE_TOKEN_OUT_OF_RANGE,
+     "logit_bias keys must be in [0, 2147483647], got -1"},
+    {"{" REQ "prompt: \"x\", logit_bias: {5: 100.5}}", PE_VALUE_OUT_OF_RANGE,
+     "logit_bias[5] must be in [-100, 100], got 100.5"},
+    {"{" REQ "prompt: \"x\", logit_bias: {5: nan}}", PE_VALUE_OUT_OF_RANGE, "logit_bias[5]"},
+    {"{" REQ "prompt: \"x\", logit_bias: {5: \"up\"}}", PE_INVALID_FIELD,
+     "logit_bias[5] must be a number, got str"},
+    {"{" REQ "prompt: \"x\", logit_bias: {5: 1, 6: 2, 5: 3}}", PE_INVALID_FIELD,
+     "logit_bias has token 5 twice"},
     {"{" REQ "prompt: \"x\", seed: 1.5}", PE_INVALID_FIELD, "seed must be an integer"},
     /* caps */
     {"{" REQ "prompt: \"x\", logprobs: 21}", PE_LIMIT_EXCEEDED, "logprobs must be in [0, 20], got 21"},
@@ -624,6 +694,7 @@ int main(void)
     msgpack_sbuffer_init(&sb);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(request_round_trips_with_every_field),
+        cmocka_unit_test(min_tokens_and_logit_bias_round_trip),
         cmocka_unit_test(request_defaults_apply_to_omitted_fields),
         cmocka_unit_test(cancel_and_ping_round_trip),
         cmocka_unit_test(replies_round_trip),

@@ -67,7 +67,8 @@ def main():
                   encoding="utf-8").read()
     py = python_params(os.path.join(src, "tools", "clients", "python", "deras_client",
                                     "client.py"))
-    py_kind = {"float": "FLOAT_PARAMS", "int": "INT_PARAMS"}
+    py_kind = {"float": "FLOAT_PARAMS", "int": "INT_PARAMS",
+               "map of int to float": "MAP_PARAMS"}
     for r in rows:
         k = r["key"]
         cells = doc_rows.get(k)
@@ -77,7 +78,7 @@ def main():
             typ, default, rng, errors = cells[0], cells[1], cells[2], cells[3]
             if typ != r["kind"]:
                 bad.append(f"docs/protocol.md `{k}`: type '{typ}', the table says {r['kind']}")
-            if not re.match(re.escape(r["default"]) + r"(\b|$| )", default):
+            if not re.match(re.escape(r["default"]) + r"($| )", default):
                 bad.append(f"docs/protocol.md `{k}`: default '{default}', the table says "
                            f"{r['default']}")
             if not rng.startswith(r["range"]):

@@ -181,6 +181,41 @@ static void every_message_round_trips(void **state)
     assert_null(d);
 }
 
+/* The parameters added after version 1 travel when set and are absent otherwise, so a
+ * router without them still speaks to a worker with them and back. */
+static void submit_carries_min_tokens_and_logit_bias_when_set(void **state)
+{
+    (void)state;
+    wp_decoder *d = wp_decoder_new(0);
+    wp_encoder *e = wp_encoder_new();
+    static const int32_t prompt[] = {5, 6};
+    wp_submit s = {.rid = 9, .prompt_ids = prompt, .n_prompt = 2};
+    req_params_init(&s.params);
+    const void *buf;
+    size_t len, len_plain;
+    wp_msg m;
+    assert_int_equal(wp_encode_submit(e, &s, &buf, &len_plain), DERAS_OK);
+    decode_ok(d, buf, len_plain, &m);
+    assert_int_equal(m.submit.params.sp.min_tokens, 0);
+    assert_int_equal(m.submit.params.sp.logit_bias.n, 0);
+    s.params.sp.min_tokens = 7;
+    for (int i = 0; i < SAMPLING_MAX_LOGIT_BIAS; i++)
+        assert_int_equal(logit_bias_add(&s.params.sp.logit_bias, 1000 - i, (float)(i % 201 - 100)),
+                         DERAS_OK);
+    assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
+    assert_true(len > len_plain);
+    decode_ok(d, buf, len, &m);
+    const sampling_params *g = &m.submit.params.sp;
+    assert_int_equal(g->min_tokens, 7);
+    assert_int_equal(g->logit_bias.n, SAMPLING_MAX_LOGIT_BIAS);
+    assert_memory_equal(g->logit_bias.ids, s.params.sp.logit_bias.ids,
+                        sizeof g->logit_bias.ids);
+    assert_memory_equal(g->logit_bias.bias, s.params.sp.logit_bias.bias,
+                        sizeof g->logit_bias.bias);
+    wp_encoder_destroy(&e);
+    wp_decoder_destroy(&d);
+}
+
 static void step_carries_what_was_added(void **state)
 {
     (void)state;
@@ -319,6 +354,11 @@ static const vcase cases[] = {
     {"{" SUBMIT ", prompt_ids: b\"\\x01\\x00\\x00\\x00\\xff\\xff\\xff\\xff\"}",
      PE_TOKEN_OUT_OF_RANGE, "prompt_ids[1] must be in [0, 2147483647], got -1"},
     {"{" SUBMIT "}", PE_MISSING_FIELD, "prompt_ids is required in submit"},
+    {"{" SUBMIT ", prompt_ids: bin(4), min_tokens: 2, logit_bias: {3: -1.5}}", PE_NONE, ""},
+    {"{" SUBMIT ", prompt_ids: bin(4), logit_bias: {3: 200}}", PE_VALUE_OUT_OF_RANGE,
+     "logit_bias[3] must be in [-100, 100], got 200"},
+    {"{" SUBMIT ", prompt_ids: bin(4), min_tokens: -1}", PE_VALUE_OUT_OF_RANGE,
+     "min_tokens must be in [0, 2147483647], got -1"},
     {"{" SUBMIT ", prompt_ids: bin(4), temperature: 1}", PE_INVALID_FIELD, "duplicate key 'temperature'"},
     {"{type: \"submit\", rid: -1}", PE_VALUE_OUT_OF_RANGE, "rid must be in [0, 18446744073709551615], got -1"},
     {"{type: \"submit\", top_p: 0}", PE_VALUE_OUT_OF_RANGE, "top_p must be in (0, 1], got 0"},
@@ -485,6 +525,7 @@ int main(void)
     msgpack_sbuffer_init(&sb);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_message_round_trips),
+        cmocka_unit_test(submit_carries_min_tokens_and_logit_bias_when_set),
         cmocka_unit_test(step_carries_what_was_added),
         cmocka_unit_test(hostile_worker_frames_are_refused),
         cmocka_unit_test(reject_codes_survive_and_unknown_ones_are_internal),

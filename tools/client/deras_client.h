@@ -11,6 +11,8 @@
  *   proto_request r;
  *   deras_client_request_init(&r);
  *   r.prompt = "Hello"; r.prompt_len = 5; r.stream = true;
+ *   r.params.sp.min_tokens = 8;                   // r.params: common/request/req_params.h
+ *   logit_bias_add(&r.params.sp.logit_bias, 13, -100);
  *   deras_client_send(c, &r, my_state);          // r.id is filled in
  *   deras_event ev;
  *   while (deras_client_recv(c, 30000, &ev) == DERAS_OK) { ...; if (ev.done) break; }
