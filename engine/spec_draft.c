@@ -90,7 +90,10 @@ void spec_draft_destroy(spec_draft_t **dp)
  * distribution (kept in q->q for the verification). */
 static int next_draft(spec_draft_t *d, spec_seq *q, int len, const float *lg)
 {
-    sample_history h = {q->tokens, q->n_prompt, q->tokens + q->n_prompt, len - q->n_prompt};
+    /* no stop tokens: a draft that ends the sample before min_tokens has target probability
+     * 0 there and never stands, so the drafter need not know them */
+    sample_history h = {q->tokens, q->n_prompt, q->tokens + q->n_prompt, len - q->n_prompt,
+                        NULL, 0};
     int32_t t;
     if (q->sp->temperature == 0.0f) {
         t = sampler_greedy(d->sampler, lg, q->sp, &h);

@@ -145,13 +145,13 @@ static const char *base_name(const char *path)
     return slash && slash[1] ? slash + 1 : path;
 }
 
-/* One worker's row of a status (or drain) reply: 18 pairs. */
+/* One worker's row of a status (or drain) reply: 15 pairs and the speculation counters. */
 static int pack_worker(msgpack_packer *pk, const worker *k, int64_t now_us)
 {
     const wp_load *l = &k->load;
     bool heard = workers_live(k) || k->state == W_STUCK;
     double uptime = ((heard ? now_us : k->dead_since_us) - k->registered_us) / 1e6;
-    int rc = msgpack_pack_map(pk, 18);
+    int rc = msgpack_pack_map(pk, 15 + SPEC_N_COUNTERS);
     rc |= KEY(pk, "name") | pack_str(pk, k->name);
     rc |= KEY(pk, "state") | pack_str(pk, workers_state_name(k));
     rc |= KEY(pk, "device") | pack_str(pk, k->hello.device);
@@ -167,9 +167,9 @@ static int pack_worker(msgpack_packer *pk, const worker *k, int64_t now_us)
     rc |= KEY(pk, "served") | msgpack_pack_uint64(pk, k->served);
     rc |= KEY(pk, "steps") | msgpack_pack_uint64(pk, l->steps);
     rc |= KEY(pk, "spec") | pack_str(pk, workers_spec_name(k));
-    rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, l->spec_proposed);
-    rc |= KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, l->spec_accepted);
-    rc |= KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, l->spec_verifications);
+    for (int i = 0; i < SPEC_N_COUNTERS; i++)
+        rc |= pack_str(pk, spec_counter_table[i].key) |
+              msgpack_pack_uint64(pk, spec_counter_get(&l->spec, i));
     return rc;
 }
 

@@ -79,7 +79,7 @@ static void q_push(dispatch_t *d, rq *r, bool front)
         list_push_front(&d->queue, &r->queue);
     else
         list_push_back(&d->queue, &r->queue);
-    d->queued_requests += r->n;
+    d->queued_requests += r->params.n;
     d->queued_count++;
     d->queued_tokens += r->n_prompt;
 }
@@ -89,7 +89,7 @@ static void q_unlink(dispatch_t *d, rq *r)
     if (!list_linked(&r->queue))
         return;
     list_remove(&r->queue);
-    d->queued_requests -= r->n;
+    d->queued_requests -= r->params.n;
     d->queued_count--;
     d->queued_tokens -= r->n_prompt;
 }
@@ -161,18 +161,18 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
     int max_len = workers_max_len(d->w);
     rq *r;
     while ((r = q_first(d))) {
-        int need = r->n_prompt + r->max_tokens;
+        int need = r->n_prompt + r->params.max_tokens;
         if (need > max_len) {
             char msg[200];
             snprintf(msg, sizeof msg,
                      "prompt (%d tokens) + max_tokens (%d) = %d exceeds the longest context a "
                      "worker serves (%d tokens)",
-                     r->n_prompt, r->max_tokens, need, max_len);
+                     r->n_prompt, r->params.max_tokens, need, max_len);
             q_unlink(d, r);
             d->fail(d->ctx, r, PE_CONTEXT_LENGTH_EXCEEDED, msg);
             continue;
         }
-        worker *k = workers_pick(d->w, r->n, r->n_prompt, need);
+        worker *k = workers_pick(d->w, r->params.n, r->n_prompt, need);
         if (!k)
             break;
         q_unlink(d, r);
@@ -181,13 +181,13 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
         r->worker = k->slot;
         r->attempts++;
         r->t_dispatch_us = now_us;
-        workers_sent(k, r->n, r->n_prompt, now_us);
+        workers_sent(k, r->params.n, r->n_prompt, now_us);
         int rc = d->submit(d->ctx, k, r);
         if (rc) {
             /* unreachable worker: skip it until heard from; the request goes back */
             log_warn("worker %s unreachable (%s); request goes back to the queue", k->name,
                      deras_errmsg());
-            workers_ended(k, r->n);
+            workers_ended(k, r->params.n);
             k->disconnected = true;
             r->attempts--;
             q_push(d, r, true);

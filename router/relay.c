@@ -28,15 +28,6 @@
 #include "common/base/status.h"
 #include "router/router.h"
 
-static const char *finish_name(int reason)
-{
-    switch (reason) {
-    case 0: return "stop";
-    case 1: return "length";
-    default: return "abort";
-    }
-}
-
 static void usage_of(const rq *r, const rq_sample *s, int64_t now_us, proto_usage *u)
 {
     u->prompt_tokens = r->n_prompt;
@@ -44,9 +35,7 @@ static void usage_of(const rq *r, const rq_sample *s, int64_t now_us, proto_usag
     u->queue_ms = ((r->t_dispatch_us ? r->t_dispatch_us : now_us) - r->t_recv_us) / 1e3;
     u->ttft_ms = s->t_first_us ? (s->t_first_us - r->t_recv_us) / 1e3 : 0.0;
     u->total_ms = (now_us - r->t_recv_us) / 1e3;
-    u->spec_proposed = s->spec_proposed;
-    u->spec_accepted = s->spec_accepted;
-    u->spec_verifications = s->spec_verifications;
+    u->spec = s->spec;
 }
 
 static void send_to(router_t *rt, rq *r, const void *buf, size_t len)
@@ -80,8 +69,8 @@ static void account_final(router_t *rt, const rq *r, const rq_sample *s, const p
     int n = u->completion_tokens;
     double ttft = s->t_first_us ? u->ttft_ms / 1e3 : -1.0;
     double tpot = s->t_first_us && n > 1 ? (s->t_last_us - s->t_first_us) / 1e6 / (n - 1) : -1.0;
-    metrics_sample_end(rt->metrics, s->finish_reason, n, ttft, tpot, u->total_ms / 1e3);
-    if (r->n_finals == r->n)
+    metrics_sample_end(rt->metrics, s->finish, n, ttft, tpot, u->total_ms / 1e3);
+    if (r->n_finals == r->params.n)
         metrics_request_end(rt->metrics, r->n_prompt, u->queue_ms / 1e3);
 }
 
@@ -104,7 +93,7 @@ static void send_final(router_t *rt, rq *r, int k, int64_t now_us)
     }
     const void *buf;
     size_t len;
-    if (proto_encode_final(rt->penc, r->id, k, s->finish_reason, s->abort_reason, &u, text, n_text,
+    if (proto_encode_final(rt->penc, r->id, k, s->finish, s->abort_reason, &u, text, n_text,
                            ids, n_ids, lps, &buf, &len) == DERAS_OK)
         send_to(rt, r, buf, len);
     else
@@ -119,11 +108,11 @@ static void leave_worker(router_t *rt, rq *r)
     worker *k = workers_at(rt->workers, r->worker);
     if (k && workers_live(k)) {
         bool running = false;
-        for (int i = 0; i < r->n; i++)
+        for (int i = 0; i < r->params.n; i++)
             running |= !r->samples[i].worker_done;
         if (running)
             wlink_abort(rt, k, r->rid);
-        workers_ended(k, r->n);
+        workers_ended(k, r->params.n);
     }
     r->worker = -1;
 }
@@ -137,7 +126,7 @@ static void release(router_t *rt, rq *r)
 }
 
 /* End sample k: flush its stream, record why. */
-static void end_sample(rq *r, int k, const char *finish, const char *abort_reason)
+static void end_sample(rq *r, int k, finish_reason finish, const char *abort_reason)
 {
     rq_sample *s = &r->samples[k];
     if (s->done)
@@ -147,10 +136,10 @@ static void end_sample(rq *r, int k, const char *finish, const char *abort_reaso
     s->done = true;
     r->n_done++;
     if (stream_stopped(s->st)) {
-        s->finish_reason = "stop";
+        s->finish = FINISH_STOP;
         s->abort_reason = NULL;
     } else {
-        s->finish_reason = finish;
+        s->finish = finish;
         s->abort_reason = abort_reason;
     }
 }
@@ -158,10 +147,10 @@ static void end_sample(rq *r, int k, const char *finish, const char *abort_reaso
 void relay_abort(router_t *rt, rq *r, const char *abort_reason)
 {
     int64_t now = router_now_us();
-    for (int k = 0; k < r->n; k++) {
+    for (int k = 0; k < r->params.n; k++) {
         if (r->samples[k].done)
             continue;
-        end_sample(r, k, "abort", abort_reason);
+        end_sample(r, k, FINISH_ABORT, abort_reason);
         if (r->stream && stream_has_pending(r->samples[k].st))
             send_chunk(rt, r, k);
         send_final(rt, r, k, now);
@@ -223,11 +212,11 @@ static rq *lookup(router_t *rt, worker *k, uint64_t rid)
 /* A sample index the worker should never send: ignored, counted, logged a few times. */
 static bool bad_index(router_t *rt, worker *k, const rq *r, int index)
 {
-    if (index >= 0 && index < r->n)
+    if (index >= 0 && index < r->params.n)
         return false;
     if (++rt->st.stray_tokens <= 10)
         log_warn("worker %s: sample index %d outside request %s's %d samples", k->name, index,
-                 r->id, r->n);
+                 r->id, r->params.n);
     return true;
 }
 
@@ -249,7 +238,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         rq_sample *s = &r->samples[t->index];
         if (s->done)
             continue;
-        if (stream_n_tokens(s->st) >= r->max_tokens) {
+        if (stream_n_tokens(s->st) >= r->params.max_tokens) {
             /* a worker that does not stop: the text stays bounded by max_tokens */
             rt->st.stray_tokens++;
             continue;
@@ -257,12 +246,13 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         if (!s->t_first_us)
             s->t_first_us = now;
         s->t_last_us = now;
-        int rc = stream_push(s->st, t->lp.token_id, r->logprobs > 0 ? &t->lp : NULL);
+        int rc = stream_push(s->st, t->lp.token_id,
+                             r->params.sp.n_logprobs > 0 ? &t->lp : NULL);
         if (rc == DERAS_ENOMEM) {
             log_error("request %s: %s", r->id, deras_errmsg());
-            end_sample(r, t->index, "abort", "out_of_memory");
+            end_sample(r, t->index, FINISH_ABORT, "out_of_memory");
         } else if (stream_stopped(s->st)) {
-            end_sample(r, t->index, "stop", NULL);
+            end_sample(r, t->index, FINISH_STOP, NULL);
         }
         touch(rt, r, t->index);
     }
@@ -276,12 +266,10 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
         s->worker_done = true;
         /* kept even when the router ended the sample first (a stop string in this STEP):
          * its final goes out below */
-        s->spec_proposed = f->spec_proposed;
-        s->spec_accepted = f->spec_accepted;
-        s->spec_verifications = f->spec_verifications;
+        s->spec = f->spec;
         if (s->done)
             continue;
-        end_sample(r, f->index, finish_name(f->reason), f->reason == 2 ? "worker_aborted" : NULL);
+        end_sample(r, f->index, f->reason, f->reason == FINISH_ABORT ? "worker_aborted" : NULL);
         touch(rt, r, f->index);
     }
 
@@ -298,7 +286,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
     }
     for (int i = 0; i < rt->n_touched; i++) {
         rq *r = rt->touched[i].r;
-        if (r->state != RQ_FREE && r->n_done == r->n)
+        if (r->state != RQ_FREE && r->n_done == r->params.n)
             release(rt, r);
     }
     rt->n_touched = 0;

@@ -81,7 +81,7 @@ void rq_table_destroy(rq_table **tp)
     rq_table *t = *tp;
     for (int i = 0; i < t->n_slots; i++) {
         rq *r = t->slots[i];
-        for (int k = 0; k < PROTO_MAX_N; k++)
+        for (int k = 0; k < REQ_MAX_N; k++)
             stream_destroy(&r->samples[k].st);
         free(r->prompt);
         free(r);
@@ -121,14 +121,14 @@ rq *rq_new(rq_table *t)
     /* keep the pooled buffers, reset everything else */
     int32_t *prompt = r->prompt;
     int prompt_cap = r->prompt_cap, slot = r->slot;
-    stream_t *st[PROTO_MAX_N];
-    for (int k = 0; k < PROTO_MAX_N; k++)
+    stream_t *st[REQ_MAX_N];
+    for (int k = 0; k < REQ_MAX_N; k++)
         st[k] = r->samples[k].st;
     memset(r, 0, sizeof *r);
     r->prompt = prompt;
     r->prompt_cap = prompt_cap;
     r->slot = slot;
-    for (int k = 0; k < PROTO_MAX_N; k++)
+    for (int k = 0; k < REQ_MAX_N; k++)
         r->samples[k].st = st[k];
     r->state = RQ_QUEUED;
     r->worker = -1;
@@ -150,7 +150,7 @@ void rq_discard(rq_table *t, rq *r)
         r->prompt = NULL;
         r->prompt_cap = 0;
     }
-    for (int k = 0; k < PROTO_MAX_N; k++)
+    for (int k = 0; k < REQ_MAX_N; k++)
         stream_trim(r->samples[k].st, RQ_KEEP_BYTES);
     t->free_list[t->n_free++] = r->slot;
 }
@@ -176,17 +176,19 @@ int rq_start_samples(rq_table *t, rq *r)
     for (int i = 0; i < r->n_stops; i++)
         stops[i] = r->stops[i];
     r->n_done = r->n_finals = 0;
-    for (int k = 0; k < r->n; k++) {
+    for (int k = 0; k < r->params.n; k++) {
         rq_sample *s = &r->samples[k];
         if (!s->st && !(s->st = stream_new(t->tok)))
             return DERAS_ENOMEM;
-        int rc = stream_start(s->st, stops, r->stop_lens, r->n_stops, r->logprobs > 0);
+        int rc = stream_start(s->st, stops, r->stop_lens, r->n_stops,
+                              r->params.sp.n_logprobs > 0, r->params.sp.min_tokens);
         if (rc)
             return rc;
         s->done = s->worker_done = s->touched = false;
-        s->finish_reason = s->abort_reason = NULL;
+        s->finish = FINISH_STOP;
+        s->abort_reason = NULL;
         s->t_first_us = s->t_last_us = 0;
-        s->spec_proposed = s->spec_accepted = s->spec_verifications = 0;
+        s->spec = (spec_counters){0};
     }
     return DERAS_OK;
 }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "common/base/list.h"
+#include "common/request/finish_reason.h"
 #include "common/wire/protocol.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/stream.h"
@@ -36,14 +37,12 @@ typedef struct rq_sample {
     stream_t *st;               /* pooled with the slot */
     bool done;                  /* the client has (or is about to get) its final */
     bool worker_done;           /* the worker reported its finish */
-    const char *finish_reason;  /* "stop", "length", "abort" (static strings) */
-    const char *abort_reason;   /* with "abort": "cancelled", "deadline_exceeded", ... */
+    finish_reason finish;       /* once done: FINISH_STOP, FINISH_LENGTH or FINISH_ABORT */
+    const char *abort_reason;   /* with FINISH_ABORT: "cancelled", "deadline_exceeded", ... */
     int64_t t_first_us;         /* first token, 0 before */
     int64_t t_last_us;          /* latest token */
     bool touched;               /* in the current STEP's list of samples to flush */
-    /* the worker's speculation for it (drafts verified, accepted, verifications), from its
-     * finish; 0 before */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;         /* the worker's speculation for it, from its finish; 0 before */
 } rq_sample;
 
 typedef struct rq {
@@ -60,19 +59,14 @@ typedef struct rq {
     /* what to run (the prompt is already tokenized and validated) */
     int32_t *prompt;
     int n_prompt, prompt_cap;
-    int max_tokens, n, top_k, logprobs;
-    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    uint64_t seed;
-    bool has_seed, stream, ignore_eos;
-    int n_stop_ids;
-    int32_t stop_ids[PROTO_MAX_STOP_IDS];
+    req_params params;           /* as decoded, with the seed chosen when the client gave none */
+    bool stream;
     int n_stops;
     char stops[PROTO_MAX_STOPS][PROTO_MAX_STOP_BYTES];
     size_t stop_lens[PROTO_MAX_STOPS];
-    int spec_tokens;             /* as wp_submit.spec_tokens */
 
     /* progress */
-    rq_sample samples[PROTO_MAX_N];
+    rq_sample samples[REQ_MAX_N];
     int n_done;                  /* samples with done */
     int n_finals;                /* samples whose final went out (or would have: gone) */
     bool client_seen;            /* a chunk or final went out: no silent re-dispatch */

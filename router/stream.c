@@ -27,6 +27,7 @@ struct stream {
     bool logprobs, stopped, finished;
     int stop_index;
     int n_tokens;             /* pushed since start */
+    int min_tokens;           /* the text of the first min_tokens tokens skips the matcher */
 
     char *text;               /* pending text */
     size_t n_text, text_cap;
@@ -78,7 +79,7 @@ void stream_destroy(stream_t **sp)
 }
 
 int stream_start(stream_t *s, const char *const *stops, const size_t *lens, int n_stops,
-                 bool logprobs)
+                 bool logprobs, int min_tokens)
 {
     if (!s || n_stops < 0 || n_stops > PROTO_MAX_STOPS || (n_stops > 0 && (!stops || !lens)))
         return deras_fail(DERAS_EINVAL, "stream_start: bad arguments");
@@ -88,6 +89,7 @@ int stream_start(stream_t *s, const char *const *stops, const size_t *lens, int 
     s->stopped = s->finished = false;
     s->stop_index = -1;
     s->n_tokens = 0;
+    s->min_tokens = min_tokens;
     stream_take(s);
     if (n_stops == 0)
         return DERAS_OK;
@@ -149,12 +151,13 @@ static int reserve_id(stream_t *s)
     return DERAS_OK;
 }
 
-/* Pass n bytes of detokenized text through the stop matcher into the pending text. The
- * caller reserved n + PROTO_MAX_STOP_BYTES bytes: the matcher never releases more than
- * it was given plus what it held (less than the longest stop string). */
+/* Pass n bytes of detokenized text through the stop matcher into the pending text (past
+ * it while the stream has no more than min_tokens tokens: the matcher never saw those and
+ * holds nothing). The caller reserved n + PROTO_MAX_STOP_BYTES bytes: the matcher never
+ * releases more than it was given plus what it held (less than the longest stop string). */
 static int feed_text(stream_t *s, const char *txt, size_t n, bool flush)
 {
-    if (!s->sm) {
+    if (!s->sm || s->n_tokens <= s->min_tokens) {
         memcpy(s->text + s->n_text, txt, n);
         s->n_text += n;
         return DERAS_OK;

@@ -94,26 +94,8 @@ static void refuse(router_t *rt, const void *name, int name_len, const char *why
 int wlink_submit(void *ctx, worker *k, rq *r)
 {
     router_t *rt = ctx;
-    wp_submit s = {
-        .rid = r->rid,
-        .prompt_ids = r->prompt,
-        .n_prompt = r->n_prompt,
-        .max_tokens = r->max_tokens,
-        .n = r->n,
-        .top_k = r->top_k,
-        .logprobs = r->logprobs,
-        .temperature = r->temperature,
-        .top_p = r->top_p,
-        .min_p = r->min_p,
-        .repetition_penalty = r->repetition_penalty,
-        .presence_penalty = r->presence_penalty,
-        .frequency_penalty = r->frequency_penalty,
-        .seed = r->seed,
-        .n_stop_ids = r->n_stop_ids,
-        .ignore_eos = r->ignore_eos,
-        .spec_tokens = r->spec_tokens,
-    };
-    memcpy(s.stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof s.stop_ids[0]);
+    wp_submit s = {.rid = r->rid, .prompt_ids = r->prompt, .n_prompt = r->n_prompt,
+                   .params = r->params};
     const void *buf;
     size_t len;
     int rc = wp_encode_submit(rt->wenc, &s, &buf, &len);
@@ -215,7 +197,7 @@ static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
         return;
     if (m->code == PE_BUSY) {
         log_debug("worker %s busy: request '%s' goes back to the queue", k->name, r->id);
-        workers_ended(k, r->n);
+        workers_ended(k, r->params.n);
         workers_busy(k);
         r->attempts--;
         dispatch_requeue(rt->disp, r, router_now_us());

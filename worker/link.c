@@ -62,9 +62,7 @@ void link_load(worker_server *s, double t, wp_load *l)
     l->prefix_query_tokens = st.prefix_query_tokens;
     l->prompt_tokens = st.prompt_tokens;
     l->generated_tokens = st.generated_tokens;
-    l->spec_proposed = st.spec.proposed;
-    l->spec_accepted = st.spec.accepted;
-    l->spec_verifications = st.spec.verifications;
+    l->spec = st.spec;
 }
 
 /* ---- sending ---- */

@@ -50,9 +50,6 @@
 #include "engine/step_plan.h"
 #include "worker/server_internal.h"
 
-_Static_assert(SAMPLER_MAX_LOGPROBS <= PROTO_MAX_LOGPROBS, "a token's logprobs fit a wp_token");
-_Static_assert(PROTO_MAX_N <= ENGINE_MAX_N, "every n the protocol allows fits the engine");
-
 double server_now(void)
 {
     struct timespec ts;
@@ -110,10 +107,8 @@ static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end
     live_finish_one(s, id);
     if (s->silent || s->cb_err)
         return;
-    wp_finish f = {.rid = id, .index = index, .reason = (int)end->why, .n_prompt = end->n_prompt,
-                   .n_generated = end->n_generated, .spec_proposed = end->spec.proposed,
-                   .spec_accepted = end->spec.accepted,
-                   .spec_verifications = end->spec.verifications};
+    wp_finish f = {.rid = id, .index = index, .reason = end->why, .n_prompt = end->n_prompt,
+                   .n_generated = end->n_generated, .spec = end->spec};
     s->cb_err = wp_step_add_finish(s->step_enc, &f);
 }
 
@@ -136,19 +131,6 @@ void server_abort_all(worker_server *s)
     s->silent = false;
 }
 
-/* The protocol code for an engine_add failure. */
-static enum proto_error_code reject_code(int rc, const char *msg)
-{
-    switch (rc) {
-    case DERAS_EBUSY: return PE_BUSY;
-    case DERAS_ERANGE:
-        return !strncmp(msg, "context_length_exceeded", 23) ? PE_CONTEXT_LENGTH_EXCEEDED
-                                                            : PE_VALUE_OUT_OF_RANGE;
-    case DERAS_EINVAL: return PE_INVALID_FIELD;
-    default: return PE_INTERNAL;
-    }
-}
-
 static int handle_submit(worker_server *s, const wp_submit *q)
 {
     char msg[256];
@@ -165,24 +147,14 @@ static int handle_submit(worker_server *s, const wp_submit *q)
             return link_send_reject(s, q->rid, PE_TOKEN_OUT_OF_RANGE, msg);
         }
     engine_request r = {.id = q->rid, .prompt = q->prompt_ids, .n_prompt = q->n_prompt,
-                        .seed = q->seed, .max_tokens = q->max_tokens, .n = q->n,
-                        .stop_ids = q->stop_ids, .n_stop_ids = q->n_stop_ids,
-                        .ignore_eos = q->ignore_eos, .spec_k = q->spec_tokens};
-    r.sp.temperature = q->temperature;
-    r.sp.top_k = q->top_k;
-    r.sp.top_p = q->top_p;
-    r.sp.min_p = q->min_p;
-    r.sp.repetition_penalty = q->repetition_penalty;
-    r.sp.presence_penalty = q->presence_penalty;
-    r.sp.frequency_penalty = q->frequency_penalty;
-    r.sp.n_logprobs = q->logprobs;
+                        .params = q->params};
     int rc = engine_add(s->e, &r);
     if (rc) {
         log_debug("request %llu rejected: %s", (unsigned long long)q->rid, deras_errmsg());
-        return link_send_reject(s, q->rid, reject_code(rc, deras_errmsg()), deras_errmsg());
+        return link_send_reject(s, q->rid, proto_error_of_status(rc), deras_errmsg());
     }
     /* the engine holds at most max_live_seqs requests, so the table has room */
-    s->live[s->n_live++] = (live_req){.rid = q->rid, .n = q->n, .n_done = 0};
+    s->live[s->n_live++] = (live_req){.rid = q->rid, .n = q->params.n, .n_done = 0};
     return DERAS_OK;
 }
 
@@ -385,9 +357,11 @@ static int warm_up(worker_server *s)
     int32_t prompt[4];
     for (int i = 0; i < 4; i++)
         prompt[i] = (int32_t)(i + 1 < s->vocab ? i + 1 : 0);
-    engine_request r = {.id = WARMUP_RID, .prompt = prompt, .n_prompt = 4, .max_tokens = 1,
-                        .n = 1, .ignore_eos = true};
-    sampling_params_default(&r.sp);
+    engine_request r = {.id = WARMUP_RID, .prompt = prompt, .n_prompt = 4};
+    req_params_init(&r.params);
+    r.params.max_tokens = 1;
+    r.params.ignore_eos = true;
+    sampling_params_default(&r.params.sp);
     double t0 = server_now();
     s->silent = true;
     int rc = engine_add(s->e, &r);

@@ -30,6 +30,7 @@ const char *deras_status_name(int status)
     case DERAS_EBUSY: return "busy";
     case DERAS_ECLOSED: return "closed";
     case DERAS_EINTERNAL: return "internal_error";
+    case DERAS_ECONTEXT: return "context_length_exceeded";
     default: return "unknown";
     }
 }

@@ -29,6 +29,7 @@ enum deras_status {
     DERAS_EBUSY = -10,       /* capacity exhausted; retry later */
     DERAS_ECLOSED = -11,     /* peer or object already shut down */
     DERAS_EINTERNAL = -12,   /* a broken invariant of our own */
+    DERAS_ECONTEXT = -13,    /* a request longer than the context (prompt + max_tokens) */
 };
 
 /* Stable snake_case code for a status ("ok", "invalid_argument", ...); "unknown" for

@@ -37,10 +37,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/request/finish_reason.h"
+#include "common/request/req_params.h"
+#include "common/request/spec_counters.h"
 #include "common/wire/protocol.h"
 
 #define WPROTO_VERSION 1
 #define WPROTO_MAX_NAME 64
+#define WPROTO_MAX_STEP_ENTRIES (1u << 16) /* tokens (and finishes) in one STEP */
+#define WPROTO_LOAD_FIELDS 14 /* pairs of a load map before the speculation counters */
 
 enum wproto_type {
     WP_HELLO = 1,    /* worker -> router */
@@ -81,23 +86,15 @@ typedef struct wp_load {
     double tokens_per_s;              /* generated, recent average */
     uint64_t steps, preemptions, prefix_hit_tokens, prefix_query_tokens;
     uint64_t prompt_tokens, generated_tokens;
-    /* speculative decoding (optional on the wire, 0 when absent): drafts verified, drafts
-     * accepted, verifications (sequence-steps with drafts) */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;               /* speculative decoding since the start (optional on
+                                         the wire, 0 when absent) */
 } wp_load;
 
 typedef struct wp_submit {
     uint64_t rid;
     const int32_t *prompt_ids;        /* into the decoder's storage */
     int n_prompt;
-    int max_tokens, n, top_k, logprobs;
-    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    uint64_t seed;
-    int n_stop_ids;
-    int32_t stop_ids[PROTO_MAX_STOP_IDS];
-    bool ignore_eos;
-    int spec_tokens;                  /* drafts per step at most: 0 (or absent) the worker's
-                                         default, -1 no speculation, else 1..16 */
+    req_params params;                /* for engine_add; spec_tokens 0 is sent as absent */
 } wp_submit;
 
 /* One token of one sample, with its logprobs when the request asked for them. */
@@ -110,11 +107,9 @@ typedef struct wp_token {
 typedef struct wp_finish {
     uint64_t rid;
     int index;
-    int reason;                       /* enum engine_finish: 0 stop, 1 length, 2 abort */
+    finish_reason reason;             /* FINISH_STOP .. FINISH_LAST_SAMPLE, by number */
     int n_prompt, n_generated;
-    /* the sample's speculation (0 when it had none): drafts verified, drafts accepted,
-     * verifications; accepted and verifications never exceed proposed */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;               /* the sample's speculation (0 when it had none) */
 } wp_finish;
 
 typedef struct wp_msg {

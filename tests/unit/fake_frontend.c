@@ -25,9 +25,9 @@ typedef struct fake_req {
     uint8_t ident[256];
     size_t ident_len;
     char id[PROTO_MAX_ID + 1];
-    int n, limit, generated[PROTO_MAX_N], prompt_tokens, n_done;
-    bool done[PROTO_MAX_N];
-    const char *finish;
+    int n, limit, generated[REQ_MAX_N], prompt_tokens, n_done;
+    bool done[REQ_MAX_N];
+    finish_reason finish;
     double delay, next_at, t0, t_first;
 } fake_req;
 
@@ -65,7 +65,7 @@ static void send_error(fake_frontend *r, const uint8_t *ident, size_t ident_len,
         send_to(r, ident, ident_len, buf, len);
 }
 
-static void send_final(fake_frontend *r, fake_req *q, int k, const char *reason,
+static void send_final(fake_frontend *r, fake_req *q, int k, finish_reason reason,
                        const char *abort_reason)
 {
     double now = now_s();
@@ -132,15 +132,15 @@ static void on_request(fake_frontend *r, const uint8_t *ident, size_t ident_len,
     memcpy(q->ident, ident, ident_len);
     q->ident_len = ident_len;
     snprintf(q->id, sizeof q->id, "%s", req->id);
-    q->n = req->n;
+    q->n = req->params.n;
     q->stream = req->stream;
-    q->limit = req->max_tokens;
-    q->finish = "length";
+    q->limit = req->params.max_tokens;
+    q->finish = FINISH_LENGTH;
     if (!strncmp(prompt, "stop:", 5)) {
         int k = atoi(prompt + 5);
         if (k < q->limit)
             q->limit = k;
-        q->finish = "stop";
+        q->finish = FINISH_STOP;
     }
     q->prompt_tokens = req->prompt ? 1 : req->n_prompt_ids;
     for (size_t i = 0; req->prompt && i < req->prompt_len; i++)
@@ -158,7 +158,7 @@ static void on_cancel(fake_frontend *r, const uint8_t *ident, size_t ident_len, 
         return send_error(r, ident, ident_len, id, PE_UNKNOWN_REQUEST, "no such live request");
     for (int k = 0; k < q->n; k++)
         if (!q->done[k])
-            send_final(r, q, k, "abort", "cancelled");
+            send_final(r, q, k, FINISH_ABORT, "cancelled");
 }
 
 static void on_ping(fake_frontend *r, const uint8_t *ident, size_t ident_len)

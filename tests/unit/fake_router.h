@@ -338,11 +338,9 @@ static inline wp_submit fr_submit_defaults(uint64_t rid, const int32_t *prompt, 
     s.rid = rid;
     s.prompt_ids = prompt;
     s.n_prompt = n_prompt;
-    s.max_tokens = max_tokens;
-    s.n = 1;
-    s.temperature = 0;
-    s.top_p = 1;
-    s.repetition_penalty = 1;
+    req_params_init(&s.params);
+    s.params.max_tokens = max_tokens;
+    s.params.sp.temperature = 0;
     return s;
 }
 

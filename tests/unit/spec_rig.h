@@ -25,8 +25,8 @@ typedef struct out_seq {
     int32_t tokens[MAX_GEN];
     float margin[MAX_GEN];
     int n, finished;
-    engine_finish why;
-    spec_stats spec;   /* as on_finish reported it */
+    finish_reason why;
+    spec_counters spec;   /* as on_finish reported it */
 } out_seq;
 
 typedef struct outputs {

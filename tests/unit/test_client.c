@@ -60,7 +60,7 @@ static void text_request(proto_request *r, const char *prompt, int max_tokens, b
     deras_client_request_init(r);
     r->prompt = prompt;
     r->prompt_len = strlen(prompt);
-    r->max_tokens = max_tokens;
+    r->params.max_tokens = max_tokens;
     r->stream = stream;
 }
 
@@ -99,7 +99,7 @@ static void test_stream_delivers_chunks_then_a_final_marked_done(void **state)
         if (ev.msg.type == PROTO_FINAL) {
             assert_int_equal(i, 5);
             assert_true(ev.done);
-            assert_string_equal(ev.msg.finish_reason, "length");
+            assert_int_equal(ev.msg.finish, FINISH_LENGTH);
             assert_int_equal(ev.msg.usage.prompt_tokens, 2);
             assert_int_equal(ev.msg.usage.completion_tokens, 5);
             break;
@@ -125,7 +125,7 @@ static void test_non_stream_final_carries_text_and_ids(void **state)
     recv_ok(f->cl, &ev);
     assert_int_equal(ev.msg.type, PROTO_FINAL);
     assert_true(ev.done);
-    assert_string_equal(ev.msg.finish_reason, "stop");
+    assert_int_equal(ev.msg.finish, FINISH_STOP);
     char want[64];
     expected_text(want, sizeof want, 0, 3);
     assert_int_equal(ev.msg.text_len, strlen(want));
@@ -139,7 +139,7 @@ static void test_done_only_after_the_last_sample_finished(void **state)
     fixture *f = *state;
     proto_request r;
     text_request(&r, "p", 2, true);
-    r.n = 3;
+    r.params.n = 3;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_OK);
     int finals = 0, chunks[3] = {0};
     for (;;) {
@@ -167,7 +167,7 @@ static void test_prompt_ids_reach_the_router(void **state)
     int32_t ids[] = {1, 2, 3, 4, 5, 6, 7};
     r.prompt_ids = ids;
     r.n_prompt_ids = 7;
-    r.max_tokens = 1;
+    r.params.max_tokens = 1;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_OK);
     deras_event ev;
     recv_ok(f->cl, &ev);
@@ -281,7 +281,7 @@ static void test_cancel_ends_the_request_with_abort(void **state)
         chunks++;
     }
     assert_int_equal(ev.msg.type, PROTO_FINAL);
-    assert_string_equal(ev.msg.finish_reason, "abort");
+    assert_int_equal(ev.msg.finish, FINISH_ABORT);
     assert_string_equal(ev.msg.abort_reason, "cancelled");
     assert_true(ev.done);
     assert_true(chunks < 50);
@@ -340,7 +340,7 @@ static void test_refuses_bad_requests_and_overflow(void **state)
     r.n_prompt_ids = 1;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_EINVAL); /* both prompts */
     text_request(&r, "p", 3, true);
-    r.n = 0;
+    r.params.n = 0;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_EINVAL);
     text_request(&r, "silent", 3, true);
     snprintf(r.id, sizeof r.id, "mine");
@@ -372,13 +372,15 @@ static void test_request_init_sets_protocol_defaults(void **state)
     proto_request r;
     memset(&r, 0x5a, sizeof r);
     deras_client_request_init(&r);
-    assert_int_equal(r.max_tokens, 256);
-    assert_int_equal(r.n, 1);
-    assert_true(r.temperature == 1.0f && r.top_p == 1.0f && r.repetition_penalty == 1.0f);
-    assert_true(r.min_p == 0 && r.presence_penalty == 0 && r.frequency_penalty == 0);
-    assert_int_equal(r.top_k, 0);
+    assert_int_equal(r.params.max_tokens, 256);
+    assert_int_equal(r.params.n, 1);
+    assert_true(r.params.sp.temperature == 1.0f && r.params.sp.top_p == 1.0f &&
+                r.params.sp.repetition_penalty == 1.0f);
+    assert_true(r.params.sp.min_p == 0 && r.params.sp.presence_penalty == 0 &&
+                r.params.sp.frequency_penalty == 0);
+    assert_int_equal(r.params.sp.top_k, 0);
     assert_true(r.add_special_tokens);
-    assert_false(r.stream || r.ignore_eos || r.has_seed);
+    assert_false(r.stream || r.params.ignore_eos || r.has_seed);
     assert_null(r.prompt);
     assert_null(r.prompt_ids);
     assert_string_equal(r.id, "");

@@ -152,7 +152,7 @@ static void warm_codecs_allocate_nothing_per_message(void **state)
             assert_int_equal(proto_encode_chunk(pe, "warm", 0, ids, 4, "text", 4, lps, &buf, &len),
                              DERAS_OK);
             assert_int_equal(decode(SERVER, pd, wd, buf, len), DERAS_OK);
-            assert_int_equal(proto_encode_final(pe, "warm", 0, "stop", NULL, &u, "all", 3, ids, 64,
+            assert_int_equal(proto_encode_final(pe, "warm", 0, FINISH_STOP, NULL, &u, "all", 3, ids, 64,
                                                 NULL, &buf, &len),
                              DERAS_OK);
             assert_int_equal(decode(SERVER, pd, wd, buf, len), DERAS_OK);
@@ -166,8 +166,9 @@ static void warm_codecs_allocate_nothing_per_message(void **state)
             assert_int_equal(wp_step_add_finish(we, &fin), DERAS_OK);
             assert_int_equal(wp_step_end(we, &load, &buf, &len), DERAS_OK);
             assert_int_equal(decode(WORKER, pd, wd, buf, len), DERAS_OK);
-            wp_submit s = {.rid = 1, .prompt_ids = ids, .n_prompt = 64, .max_tokens = 1,
-                           .n = 1, .temperature = 1, .top_p = 1, .repetition_penalty = 1};
+            wp_submit s = {.rid = 1, .prompt_ids = ids, .n_prompt = 64, .params.max_tokens = 1,
+                           .params.n = 1, .params.sp.temperature = 1, .params.sp.top_p = 1,
+                           .params.sp.repetition_penalty = 1};
             assert_int_equal(wp_encode_submit(we, &s, &buf, &len), DERAS_OK);
             assert_int_equal(decode(WORKER, pd, wd, buf, len), DERAS_OK);
             assert_int_equal(wp_encode_heartbeat(we, &load, &buf, &len), DERAS_OK);
@@ -201,8 +202,10 @@ static void growing_frames_allocate_logarithmically(void **state)
     size_t len;
     size_t n0 = n_allocs;
     for (int n = 1; n <= 20000; n += 7) {
-        proto_request r = {.prompt_ids = ids, .n_prompt_ids = n, .max_tokens = 1, .n = 1,
-                           .temperature = 1, .top_p = 1, .repetition_penalty = 1,
+        proto_request r = {.prompt_ids = ids, .n_prompt_ids = n, .params.max_tokens = 1,
+                           .params.n = 1,
+                           .params.sp.temperature = 1, .params.sp.top_p = 1,
+                           .params.sp.repetition_penalty = 1,
                            .add_special_tokens = true};
         strcpy(r.id, "grow");
         assert_int_equal(proto_encode_request(pe, &r, &buf, &len), DERAS_OK);
@@ -213,8 +216,10 @@ static void growing_frames_allocate_logarithmically(void **state)
         r.prompt_len = (size_t)n;
         assert_int_equal(proto_encode_request(pe, &r, &buf, &len), DERAS_OK);
         assert_int_equal(decode(CLIENT, pd, wd, buf, len), DERAS_OK);
-        wp_submit s = {.rid = 1, .prompt_ids = ids, .n_prompt = n, .max_tokens = 1, .n = 1,
-                       .temperature = 1, .top_p = 1, .repetition_penalty = 1};
+        wp_submit s = {.rid = 1, .prompt_ids = ids, .n_prompt = n, .params.max_tokens = 1,
+                       .params.n = 1,
+                       .params.sp.temperature = 1, .params.sp.top_p = 1,
+                       .params.sp.repetition_penalty = 1};
         assert_int_equal(wp_encode_submit(we, &s, &buf, &len), DERAS_OK);
         assert_int_equal(decode(WORKER, pd, wd, buf, len), DERAS_OK);
     }

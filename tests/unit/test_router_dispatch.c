@@ -135,9 +135,9 @@ static rq *submit(int n, int n_prompt, int max_tokens)
     snprintf(r->id, sizeof r->id, "r%d", counter++);
     r->ident[0] = 7;
     r->ident_len = 1;
-    r->n = n;
+    r->params.n = n;
     r->n_prompt = n_prompt;
-    r->max_tokens = max_tokens;
+    r->params.max_tokens = max_tokens;
     r->t_recv_us = now;
     assert_int_equal(rq_insert(tab, r), DERAS_OK);
     dispatch_admit(disp, r, now);
@@ -199,7 +199,7 @@ static void a_full_worker_holds_the_queue_in_order(void **state)
     assert_int_equal(d->state, RQ_QUEUED); /* would fit, but never overtakes c */
     assert_int_equal(dispatch_queued_requests(disp), 3);
     assert_int_equal(dispatch_queued_tokens(disp), 20);
-    workers_ended(w, a->n);
+    workers_ended(w, a->params.n);
     rq_release(tab, a);
     dispatch_run(disp, now);
     assert_int_equal(n_sent, 3);
@@ -295,7 +295,7 @@ static void a_busy_worker_is_held_until_a_heartbeat_says_it_has_room(void **stat
     rq *r = submit(1, 10, 16);
     assert_int_equal(n_sent, 1);
     /* the worker answers busy: the request goes back, the worker is held at 0 */
-    workers_ended(w, r->n);
+    workers_ended(w, r->params.n);
     workers_busy(w);
     r->attempts--;
     dispatch_requeue(disp, r, now);
@@ -453,7 +453,7 @@ static void a_drained_worker_gets_nothing_new_and_is_drained_when_empty(void **s
             fail_msg("dispatch %d after the drain: expected w1, got slot %d", i, sent[i].slot);
     assert_null(workers_drain_overdue(reg, now + 4999999));
     assert_ptr_equal(workers_drain_overdue(reg, now + 5000000), w0);
-    workers_ended(w0, r->n); /* its request ended */
+    workers_ended(w0, r->params.n); /* its request ended */
     assert_true(workers_drained(w0));
     assert_string_equal(workers_state_name(w0), "drained");
     assert_null(workers_drain_overdue(reg, now + 5000000)); /* nothing left to abort */

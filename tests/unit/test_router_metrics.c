@@ -149,10 +149,10 @@ static void every_family_has_help_and_type_before_its_samples(void **state)
 static void request_ends_are_counted_by_finish_reason_and_tokens_as_given(void **state)
 {
     (void)state;
-    metrics_sample_end(m, "length", 7, 0.01, 0.002, 0.05);
-    metrics_sample_end(m, "length", 5, 0.02, 0.003, 0.06);
-    metrics_sample_end(m, "stop", 1, 0.03, -1, 0.04);   /* one token: no TPOT */
-    metrics_sample_end(m, "abort", 0, -1, -1, 0.5);     /* no token: no TTFT */
+    metrics_sample_end(m, FINISH_LENGTH, 7, 0.01, 0.002, 0.05);
+    metrics_sample_end(m, FINISH_LENGTH, 5, 0.02, 0.003, 0.06);
+    metrics_sample_end(m, FINISH_STOP, 1, 0.03, -1, 0.04);   /* one token: no TPOT */
+    metrics_sample_end(m, FINISH_ABORT, 0, -1, -1, 0.5);     /* no token: no TTFT */
     metrics_request_end(m, 11, 0.001);
     metrics_request_end(m, 4, 0.002);
     metrics_request_error(m);
@@ -183,9 +183,9 @@ static void request_ends_are_counted_by_finish_reason_and_tokens_as_given(void *
 static void histograms_are_cumulative_and_a_bound_belongs_to_its_bucket(void **state)
 {
     (void)state;
-    metrics_sample_end(m, "length", 2, 0.1, 0.1, 0.1);  /* exactly on the 0.1 bounds */
-    metrics_sample_end(m, "length", 2, 0.2, 0.2, 0.2);
-    metrics_sample_end(m, "length", 2, 1e6, 1e6, 1e6); /* above every bound */
+    metrics_sample_end(m, FINISH_LENGTH, 2, 0.1, 0.1, 0.1);  /* exactly on the 0.1 bounds */
+    metrics_sample_end(m, FINISH_LENGTH, 2, 0.2, 0.2, 0.2);
+    metrics_sample_end(m, FINISH_LENGTH, 2, 1e6, 1e6, 1e6); /* above every bound */
     render();
     expect_series("deras_time_to_first_token_seconds_bucket{le=\"0.08\"}", 0);
     expect_series("deras_time_to_first_token_seconds_bucket{le=\"0.1\"}", 1);
@@ -252,10 +252,10 @@ static void speculation_series_carry_the_proposer_label(void **state)
     add_worker("w2", 100, 100); /* named no proposer */
     snprintf(a->hello.spec, sizeof a->hello.spec, "ngram");
     snprintf(b->hello.spec, sizeof b->hello.spec, "x\"}y"); /* unknown: never a raw label */
-    a->load.spec_proposed = 40;
-    a->load.spec_accepted = 30;
-    a->load.spec_verifications = 12;
-    b->load.spec_proposed = 5;
+    a->load.spec.proposed = 40;
+    a->load.spec.accepted = 30;
+    a->load.spec.verifications = 12;
+    b->load.spec.proposed = 5;
     render();
     expect_series("deras_spec_draft_tokens_total{worker=\"w0\",proposer=\"ngram\"}", 40);
     expect_series("deras_spec_accepted_tokens_total{worker=\"w0\",proposer=\"ngram\"}", 30);
@@ -274,7 +274,7 @@ static void a_warm_render_reuses_its_buffer(void **state)
     render();
     const char *first = text;
     size_t first_len = len;
-    metrics_sample_end(m, "stop", 3, 0.1, 0.01, 0.2);
+    metrics_sample_end(m, FINISH_STOP, 3, 0.1, 0.01, 0.2);
     render();
     if (text != first)
         fail_msg("second render: expected the same buffer %p, got %p", (const void *)first,

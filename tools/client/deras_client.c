@@ -241,8 +241,8 @@ int deras_client_send(deras_client *c, proto_request *r, void *user)
         return deras_fail(DERAS_EINVAL, "deras_client_send: NULL argument");
     if (!r->prompt == !r->prompt_ids)
         return deras_fail(DERAS_EINVAL, "request: give exactly one of prompt, prompt_ids");
-    if (r->n < 1 || r->n > PROTO_MAX_N)
-        return deras_fail(DERAS_EINVAL, "request: n %d outside [1, %d]", r->n, PROTO_MAX_N);
+    if (r->params.n < 1 || r->params.n > REQ_MAX_N)
+        return deras_fail(DERAS_EINVAL, "request: n %d outside [1, %d]", r->params.n, REQ_MAX_N);
     if (memchr(r->id, '\0', sizeof r->id) == NULL)
         return deras_fail(DERAS_EINVAL, "request: id longer than %d bytes", PROTO_MAX_ID);
     if (c->n_live >= c->max_live)
@@ -263,7 +263,7 @@ int deras_client_send(deras_client *c, proto_request *r, void *user)
         return rc;
     live_req *e = &c->table[slot];
     memcpy(e->id, r->id, sizeof e->id);
-    e->n = r->n;
+    e->n = r->params.n;
     e->n_finals = 0;
     e->user = user;
     c->n_live++;

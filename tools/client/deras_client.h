@@ -11,6 +11,8 @@
  *   proto_request r;
  *   deras_client_request_init(&r);
  *   r.prompt = "Hello"; r.prompt_len = 5; r.stream = true;
+ *   r.params.sp.min_tokens = 8;                   // r.params: common/request/req_params.h
+ *   logit_bias_add(&r.params.sp.logit_bias, 13, -100);
  *   deras_client_send(c, &r, my_state);          // r.id is filled in
  *   deras_event ev;
  *   while (deras_client_recv(c, 30000, &ev) == DERAS_OK) { ...; if (ev.done) break; }
@@ -67,9 +69,9 @@ deras_client *deras_client_new(const deras_client_opts *opts);
  * Safe on NULL and on *c == NULL. */
 void deras_client_destroy(deras_client **c);
 
-/* Reset *r to the protocol's defaults (max_tokens 256, n 1, temperature 1, top_p 1, ...,
- * add_special_tokens true; no prompt, empty id), so only the fields set afterwards are
- * sent. */
+/* Reset *r to the protocol's defaults (req_params_init: max_tokens 256, n 1, the sampling
+ * table's defaults; add_special_tokens true; no prompt, empty id), so only the fields set
+ * afterwards are sent. */
 void deras_client_request_init(proto_request *r);
 
 /* Send a request. An empty r->id is filled with a fresh id unique to this client (32 hex
