@@ -59,7 +59,9 @@ typedef struct sample_history {
 
 typedef struct sampler sampler_t;
 
-sampler_t *sampler_new(int vocab);
+/* A sampler for `vocab` logits, its scratch sized once: DERAS_EINVAL for vocab < 1,
+ * DERAS_ENOMEM. O(vocab). */
+int sampler_new(int vocab, sampler_t **out);
 void sampler_destroy(sampler_t **s);
 
 /* Sample one token from `logits` (vocab entries, left unchanged: processing happens in the

@@ -460,7 +460,7 @@ void group_set_loaded(group_t *g)
         shm_flag_store(&g->h->loaded[g->rank], 1);
 }
 
-int group_publish(void *ctx, const step_plan *p)
+int group_publish(void *ctx, const step_plan_t *p)
 {
     group_t *g = ctx;
     int rc = plan_ring_publish(g->ring, PLAN_MSG_STEP, p, p->bytes, g->timeout_s);
@@ -472,7 +472,7 @@ int group_publish(void *ctx, const step_plan *p)
 int group_follow(group_t *g, model_t *m)
 {
     const size_t cap = plan_ring_max_msg(g->ring);
-    step_plan *p = malloc(cap);
+    step_plan_t *p = malloc(cap);
     if (!p)
         return deras_fail(DERAS_ENOMEM, "group: out of memory for a %zu-byte plan", cap);
     int rc;

@@ -71,7 +71,7 @@ comm_t *group_comm(const group_t *g);
 void group_set_loaded(group_t *g);
 
 /* Leader: publish one step's plan to the followers. Signature fits engine_opts.on_plan. */
-int group_publish(void *g, const step_plan *p);
+int group_publish(void *g, const step_plan_t *p);
 
 /* Follower: run every published plan through the model until STOP (DERAS_OK) or a
  * failure (the leader died, the group was aborted, a forward pass failed). */
