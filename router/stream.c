@@ -47,7 +47,7 @@ stream_t *stream_new(const tokenizer_t *t)
     if (!s)
         goto nomem;
     s->tok = t;
-    if (!(s->dt = detok_new(t, true, false)))
+    if (detok_new(t, true, false, &s->dt))
         goto fail;
     s->dt_cap = detok_max_output(s->dt);
     s->sm_cap = PROTO_MAX_STOP_BYTES + STOP_MATCHER_MAX_PIECE;
