@@ -50,7 +50,7 @@ typedef struct waiter {
 } waiter;
 
 struct admin {
-    admin_codec *codec;
+    admin_codec_t *codec;
     msgpack_sbuffer sb;
     msgpack_packer pk;
     waiter w[ADMIN_MAX_WAITERS];
@@ -62,9 +62,11 @@ int admin_open(router_t *rt)
 {
     int rc;
     admin_t *a = calloc(1, sizeof *a);
-    if (!a || !(a->codec = admin_codec_new())) {
-        free(a);
+    if (!a)
         return deras_fail(DERAS_ENOMEM, "admin: out of memory");
+    if ((rc = admin_codec_new(&a->codec))) {
+        free(a);
+        return deras_fail_ctx(rc, "admin: ");
     }
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);

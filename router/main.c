@@ -372,9 +372,10 @@ static int start(router_t *rt)
         (rc = curve_load(rt->o.curve_secret_file, rt->o.admin_curve_allow_file, "deras-admin",
                          &rt->admin_curve)))
         return rc;
-    if (!(rt->pdec = proto_decoder_new(&rt->lim)) || !(rt->penc = proto_encoder_new()) ||
-        !(rt->wdec = wp_decoder_new(16u << 20)) || !(rt->wenc = wp_encoder_new()) ||
-        !(rt->rqs = rq_table_new(rt->tok)) || !(rt->metrics = metrics_new()) ||
+    if ((rc = proto_decoder_new(&rt->lim, &rt->pdec)) || (rc = proto_encoder_new(&rt->penc)) ||
+        (rc = wp_decoder_new(16u << 20, &rt->wdec)) || (rc = wp_encoder_new(&rt->wenc)))
+        return rc;
+    if (!(rt->rqs = rq_table_new(rt->tok)) || !(rt->metrics = metrics_new()) ||
         !(rt->workers = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms,
                                     rt->o.stuck_timeout_ms)))
         return deras_fail(DERAS_ENOMEM, "out of memory at start-up");

@@ -92,10 +92,10 @@ typedef struct router {
     curve_t *curve, *admin_curve;
 
     /* codecs, reused for every message */
-    proto_decoder *pdec;
-    proto_encoder *penc;
-    wp_decoder *wdec;
-    wp_encoder *wenc;
+    proto_decoder_t *pdec;
+    proto_encoder_t *penc;
+    wp_decoder_t *wdec;
+    wp_encoder_t *wenc;
 
     rq_table *rqs;
     workers_t *workers;

@@ -44,8 +44,8 @@ typedef struct ctl {
     char secret[41];          /* CURVE: ours, from --curve-client-key */
     bool curve, json;
     void *zctx;
-    admin_codec *codec;
-    mp_frame *frame;
+    admin_codec_t *codec;
+    mp_frame_t *frame;
     zmq_msg_t reply;
     bool reply_open;
 } ctl;
@@ -538,8 +538,8 @@ int main(int argc, char **argv)
     }
     int rc = 1;
     void *s = NULL;
-    if (!(c.zctx = zmq_ctx_new()) || !(c.codec = admin_codec_new()) ||
-        !(c.frame = mp_frame_new(1u << 20))) {
+    if (!(c.zctx = zmq_ctx_new()) || admin_codec_new(&c.codec) ||
+        mp_frame_new(1u << 20, &c.frame)) {
         fprintf(stderr, "derasctl: out of memory\n");
         goto done;
     }

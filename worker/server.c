@@ -507,13 +507,13 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     if ((rc = worker_opts_spec(&s->o, &so)) || (rc = load_engine(s, &so)))
         goto fail;
     s->live = calloc((size_t)s->o.max_live_seqs, sizeof *s->live);
-    s->dec = wp_decoder_new(MAX_FRAME);
-    s->step_enc = wp_encoder_new();
-    s->msg_enc = wp_encoder_new();
-    if (!s->live || !s->dec || !s->step_enc || !s->msg_enc) {
+    if (!s->live) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
+    if ((rc = wp_decoder_new(MAX_FRAME, &s->dec)) || (rc = wp_encoder_new(&s->step_enc)) ||
+        (rc = wp_encoder_new(&s->msg_enc)))
+        goto fail;
     wp_hello *h = &s->hello;
     snprintf(h->name, sizeof h->name, "%s", s->name);
     snprintf(h->device, sizeof h->device, "%s", backend_name(loader_backend(s->ld)));

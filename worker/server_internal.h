@@ -49,8 +49,8 @@ struct worker_server {
     pulse_t *pulse;             /* heartbeats from a side thread while a step runs long */
     zmq_msg_t rx;
     bool rx_open;
-    wp_decoder *dec;
-    wp_encoder *step_enc, *msg_enc;
+    wp_decoder_t *dec;
+    wp_encoder_t *step_enc, *msg_enc;
     wp_msg in;                  /* the message being handled (too big for the stack) */
 
     live_req *live;             /* (max_live_seqs) requests in the engine */

@@ -376,7 +376,7 @@ int ps_required(uint64_t required, uint64_t seen, const char *const *names, int 
     return DERAS_OK;
 }
 
-int ps_close(mp_frame *f, int rc)
+int ps_close(mp_frame_t *f, int rc)
 {
     mp_frame_trim(f);
     return rc == DERAS_ENOMEM ? rc : rc != DERAS_OK ? DERAS_EFORMAT : DERAS_OK;
@@ -414,7 +414,7 @@ size_t ps_utf8_clip(const char *s, size_t n, size_t cap)
     return k;
 }
 
-int ps_open(mp_frame *f, const void *buf, size_t len, size_t max_bytes,
+int ps_open(mp_frame_t *f, const void *buf, size_t len, size_t max_bytes,
             const mp_scan_limits *lim, const msgpack_object_kv **kv, uint32_t *n,
             proto_error *err)
 {

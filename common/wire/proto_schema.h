@@ -100,7 +100,7 @@ enum proto_error_code ps_error_code(const msgpack_object *o);
 /* Open a frame: larger than max_bytes is message_too_large; a scan failure or a root
  * that is not a map is malformed. On success *kv / *n are the root map's pairs (keys not
  * yet checked), valid until the next parse of f. */
-int ps_open(mp_frame *f, const void *buf, size_t len, size_t max_bytes,
+int ps_open(mp_frame_t *f, const void *buf, size_t len, size_t max_bytes,
             const mp_scan_limits *lim, const msgpack_object_kv **kv, uint32_t *n,
             proto_error *err);
 
@@ -128,7 +128,7 @@ int ps_required(uint64_t required, uint64_t seen, const char *const *names, int 
 
 /* The end of every decode: trim the frame's zone back to its retained size and map rc to
  * the decoders' contract (DERAS_ENOMEM stays, any other failure is DERAS_EFORMAT). */
-int ps_close(mp_frame *f, int rc);
+int ps_close(mp_frame_t *f, int rc);
 
 /* Decoder storage: make *p (capacity *cap elements of elem bytes) hold need elements,
  * growing geometrically (so a warm decoder stops allocating) and shrinking back to retain

@@ -23,17 +23,19 @@ struct proto_encoder {
     msgpack_packer pk;
 };
 
-proto_encoder *proto_encoder_new(void)
+int proto_encoder_new(proto_encoder_t **out)
 {
-    proto_encoder *e = calloc(1, sizeof *e);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "proto_encoder_new: NULL out");
+    proto_encoder_t *e = *out = calloc(1, sizeof *e);
     if (!e)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "proto_encoder_new: out of memory");
     msgpack_sbuffer_init(&e->sb);
     msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
-    return e;
+    return DERAS_OK;
 }
 
-void proto_encoder_destroy(proto_encoder **ep)
+void proto_encoder_destroy(proto_encoder_t **ep)
 {
     if (!ep || !*ep)
         return;
@@ -84,7 +86,7 @@ static int pack_logprobs(msgpack_packer *pk, const proto_logprob *lps, int n)
     return rc;
 }
 
-static int finish(proto_encoder *e, int rc, const char *what, const void **buf, size_t *len)
+static int finish(proto_encoder_t *e, int rc, const char *what, const void **buf, size_t *len)
 {
     if (rc != 0)
         return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
@@ -100,7 +102,7 @@ static int finish(proto_encoder *e, int rc, const char *what, const void **buf, 
         msgpack_sbuffer_clear(&(e)->sb);                                                     \
     } while (0)
 
-int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_t *ids, int n_ids,
+int proto_encode_chunk(proto_encoder_t *e, const char *id, int index, const int32_t *ids, int n_ids,
                        const char *text, size_t text_len, const proto_logprob *lps,
                        const void **buf, size_t *len)
 {
@@ -117,7 +119,7 @@ int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_
     return finish(e, rc, "chunk", buf, len);
 }
 
-int proto_encode_final(proto_encoder *e, const char *id, int index, finish_reason why,
+int proto_encode_final(proto_encoder_t *e, const char *id, int index, finish_reason why,
                        const char *abort_reason, const proto_usage *u, const char *text,
                        size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
                        const void **buf, size_t *len)
@@ -152,7 +154,7 @@ int proto_encode_final(proto_encoder *e, const char *id, int index, finish_reaso
 
 #define PROTO_MAX_MESSAGE_TEXT 1024 /* error messages on the wire, bytes */
 
-int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code code,
+int proto_encode_error(proto_encoder_t *e, const char *id, enum proto_error_code code,
                        const char *message, const void **buf, size_t *len)
 {
     BEGIN(e, id && message);
@@ -167,7 +169,7 @@ int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code c
     return finish(e, rc, "error", buf, len);
 }
 
-int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_workers,
+int proto_encode_pong(proto_encoder_t *e, const proto_worker_status *w, int n_workers,
                       const void **buf, size_t *len)
 {
     BEGIN(e, n_workers >= 0 && n_workers <= PROTO_MAX_WORKERS && (w || !n_workers));
@@ -190,7 +192,7 @@ int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_work
     return finish(e, rc, "pong", buf, len);
 }
 
-int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len)
+int proto_encode_request(proto_encoder_t *e, const proto_request *r, const void **buf, size_t *len)
 {
     const req_params *q = r ? &r->params : NULL;
     BEGIN(e, r && (r->prompt || !r->prompt_len) && (r->prompt_ids || r->n_prompt_ids <= 0) &&
@@ -238,7 +240,7 @@ int proto_encode_request(proto_encoder *e, const proto_request *r, const void **
     return finish(e, rc, "request", buf, len);
 }
 
-int proto_encode_cancel(proto_encoder *e, const char *id, const void **buf, size_t *len)
+int proto_encode_cancel(proto_encoder_t *e, const char *id, const void **buf, size_t *len)
 {
     BEGIN(e, id);
     msgpack_packer *pk = &e->pk;

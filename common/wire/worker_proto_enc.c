@@ -29,21 +29,23 @@ struct wp_encoder {
     size_t n_finishes, finishes_cap;
 };
 
-wp_encoder *wp_encoder_new(void)
+int wp_encoder_new(wp_encoder_t **out)
 {
-    wp_encoder *e = calloc(1, sizeof *e);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "wp_encoder_new: NULL out");
+    wp_encoder_t *e = *out = calloc(1, sizeof *e);
     if (!e)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "wp_encoder_new: out of memory");
     msgpack_sbuffer_init(&e->sb);
     msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
-    return e;
+    return DERAS_OK;
 }
 
-void wp_encoder_destroy(wp_encoder **ep)
+void wp_encoder_destroy(wp_encoder_t **ep)
 {
     if (!ep || !*ep)
         return;
-    wp_encoder *e = *ep;
+    wp_encoder_t *e = *ep;
     msgpack_sbuffer_destroy(&e->sb);
     free(e->tokens);
     free(e->finishes);
@@ -61,7 +63,7 @@ static int pack_text(msgpack_packer *pk, const char *s, size_t cap)
     return msgpack_pack_str_with_body(pk, n ? s : "", n);
 }
 
-static int done_enc(wp_encoder *e, int rc, const char *what, const void **buf, size_t *len)
+static int done_enc(wp_encoder_t *e, int rc, const char *what, const void **buf, size_t *len)
 {
     if (rc != 0)
         return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
@@ -83,7 +85,7 @@ static int pack_head(msgpack_packer *pk, const char *type, size_t n)
     return msgpack_pack_map(pk, n + 1) | KEY(pk, "type") | pack_text(pk, type, 16);
 }
 
-int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *len)
+int wp_encode_hello(wp_encoder_t *e, const wp_hello *h, const void **buf, size_t *len)
 {
     BEGIN(e, h);
     msgpack_packer *pk = &e->pk;
@@ -104,7 +106,7 @@ int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *
     return done_enc(e, rc, "hello", buf, len);
 }
 
-int wp_encode_welcome(wp_encoder *e, int heartbeat_ms, const void **buf, size_t *len)
+int wp_encode_welcome(wp_encoder_t *e, int heartbeat_ms, const void **buf, size_t *len)
 {
     BEGIN(e, true);
     msgpack_packer *pk = &e->pk;
@@ -114,7 +116,7 @@ int wp_encode_welcome(wp_encoder *e, int heartbeat_ms, const void **buf, size_t 
     return done_enc(e, rc, "welcome", buf, len);
 }
 
-int wp_encode_refuse(wp_encoder *e, const char *reason, const void **buf, size_t *len)
+int wp_encode_refuse(wp_encoder_t *e, const char *reason, const void **buf, size_t *len)
 {
     BEGIN(e, reason);
     msgpack_packer *pk = &e->pk;
@@ -149,7 +151,7 @@ static bool load_ok(const wp_load *l)
     return l && l->phase >= WP_PHASE_STARTING && l->phase <= WP_PHASE_DRAINING;
 }
 
-int wp_encode_heartbeat(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
+int wp_encode_heartbeat(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len)
 {
     BEGIN(e, load_ok(l));
     msgpack_packer *pk = &e->pk;
@@ -183,7 +185,7 @@ static int pack_int_array(msgpack_packer *pk, const int32_t *v, int n)
     return rc;
 }
 
-int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t *len)
+int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size_t *len)
 {
     const req_params *q = s ? &s->params : NULL;
     BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) && q->n_stop_ids >= 0 &&
@@ -204,7 +206,7 @@ int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t
     return done_enc(e, rc, "submit", buf, len);
 }
 
-int wp_encode_abort(wp_encoder *e, uint64_t rid, const void **buf, size_t *len)
+int wp_encode_abort(wp_encoder_t *e, uint64_t rid, const void **buf, size_t *len)
 {
     BEGIN(e, true);
     msgpack_packer *pk = &e->pk;
@@ -213,7 +215,7 @@ int wp_encode_abort(wp_encoder *e, uint64_t rid, const void **buf, size_t *len)
     return done_enc(e, rc, "abort", buf, len);
 }
 
-int wp_encode_reject(wp_encoder *e, uint64_t rid, enum proto_error_code code, const char *message,
+int wp_encode_reject(wp_encoder_t *e, uint64_t rid, enum proto_error_code code, const char *message,
                      const void **buf, size_t *len)
 {
     BEGIN(e, message);
@@ -225,19 +227,19 @@ int wp_encode_reject(wp_encoder *e, uint64_t rid, enum proto_error_code code, co
     return done_enc(e, rc, "reject", buf, len);
 }
 
-int wp_encode_drain(wp_encoder *e, const void **buf, size_t *len)
+int wp_encode_drain(wp_encoder_t *e, const void **buf, size_t *len)
 {
     BEGIN(e, true);
     return done_enc(e, pack_head(&e->pk, "drain", 0), "drain", buf, len);
 }
 
-int wp_encode_shutdown(wp_encoder *e, const void **buf, size_t *len)
+int wp_encode_shutdown(wp_encoder_t *e, const void **buf, size_t *len)
 {
     BEGIN(e, true);
     return done_enc(e, pack_head(&e->pk, "shutdown", 0), "shutdown", buf, len);
 }
 
-int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *len)
+int wp_encode_bye(wp_encoder_t *e, const char *reason, const void **buf, size_t *len)
 {
     BEGIN(e, reason);
     msgpack_packer *pk = &e->pk;
@@ -248,7 +250,7 @@ int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *l
 
 /* ---- STEP, built incrementally ---- */
 
-void wp_step_begin(wp_encoder *e)
+void wp_step_begin(wp_encoder_t *e)
 {
     if (e) {
         e->n_tokens = 0;
@@ -277,7 +279,7 @@ static bool logprob_ok(float x)
     return !isnan(x) && x != INFINITY;
 }
 
-int wp_step_add_token(wp_encoder *e, const wp_token *t)
+int wp_step_add_token(wp_encoder_t *e, const wp_token *t)
 {
     if (!e || !t || t->index < 0 || t->index >= REQ_MAX_N || t->lp.token_id < 0 ||
         t->lp.n_top < 0 || t->lp.n_top > SAMPLING_MAX_LOGPROBS || !logprob_ok(t->lp.logprob))
@@ -294,7 +296,7 @@ int wp_step_add_token(wp_encoder *e, const wp_token *t)
     return DERAS_OK;
 }
 
-int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
+int wp_step_add_finish(wp_encoder_t *e, const wp_finish *f)
 {
     if (!e || !f || f->index < 0 || f->index >= REQ_MAX_N || (int)f->reason < 0 ||
         f->reason > FINISH_LAST_SAMPLE ||
@@ -310,12 +312,12 @@ int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
     return DERAS_OK;
 }
 
-bool wp_step_empty(const wp_encoder *e)
+bool wp_step_empty(const wp_encoder_t *e)
 {
     return !e || (e->n_tokens == 0 && e->n_finishes == 0);
 }
 
-int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
+int wp_step_end(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len)
 {
     BEGIN(e, load_ok(l));
     msgpack_packer *pk = &e->pk;

@@ -16,7 +16,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static admin_codec *c1, *c2;
+static admin_codec_t *c1, *c2;
 
 #define CHECK(x)                                                                             \
     do {                                                                                     \
@@ -27,9 +27,7 @@ static admin_codec *c1, *c2;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!c1) {
-        c1 = admin_codec_new();
-        c2 = admin_codec_new();
-        CHECK(c1 && c2);
+        CHECK(admin_codec_new(&c1) == DERAS_OK && admin_codec_new(&c2) == DERAS_OK);
     }
     admin_request q, back;
     proto_error err;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/base/status.h"
 #include "common/wire/worker_proto.h"
 
 #define FR_MAX_REQS 16
@@ -51,8 +52,8 @@ typedef struct fr_reject {
 typedef struct fake_router {
     void *ctx, *sock;
     char dir[64], endpoint[128];
-    wp_decoder *dec;
-    wp_encoder *enc;
+    wp_decoder_t *dec;
+    wp_encoder_t *enc;
     char peer[WPROTO_MAX_NAME + 1];
     size_t peer_len;
     /* what the worker sent */
@@ -103,8 +104,8 @@ static inline fake_router *fr_new(void)
     assert_non_null(r);
     fr_unbound_endpoint(r->dir, sizeof r->dir, r->endpoint, sizeof r->endpoint);
     fr_bind(r);
-    r->dec = wp_decoder_new(16u << 20);
-    r->enc = wp_encoder_new();
+    assert_int_equal(wp_decoder_new(16u << 20, &r->dec), DERAS_OK);
+    assert_int_equal(wp_encoder_new(&r->enc), DERAS_OK);
     assert_non_null(r->dec);
     assert_non_null(r->enc);
     return r;

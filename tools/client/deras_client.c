@@ -35,8 +35,8 @@ typedef struct live_req {
 struct deras_client {
     void *ctx, *sock;
     bool own_ctx;
-    proto_encoder *enc;
-    proto_decoder *dec;
+    proto_encoder_t *enc;
+    proto_decoder_t *dec;
     char address[512];
     live_req *table;        /* cap slots, cap a power of two >= 2 * max_in_flight */
     size_t cap;
@@ -142,15 +142,15 @@ deras_client *deras_client_new(const deras_client_opts *opts)
     for (c->cap = 16; c->cap < 2 * (size_t)o.max_in_flight; c->cap *= 2)
         ;
     c->table = calloc(c->cap, sizeof *c->table);
-    c->enc = proto_encoder_new();
-    proto_limits lim;
-    proto_limits_default(&lim);
-    lim.max_message_bytes = (size_t)64 << 20; /* a long non-streamed final; the router's call */
-    c->dec = proto_decoder_new(&lim);
-    if (!c->table || !c->enc || !c->dec) {
+    if (!c->table) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
+    proto_limits lim;
+    proto_limits_default(&lim);
+    lim.max_message_bytes = (size_t)64 << 20; /* a long non-streamed final; the router's call */
+    if ((rc = proto_encoder_new(&c->enc)) || (rc = proto_decoder_new(&lim, &c->dec)))
+        goto fail;
     if (getrandom(&c->id_prefix, sizeof c->id_prefix, GRND_NONBLOCK) != sizeof c->id_prefix)
         c->id_prefix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^
                        (uint64_t)(uintptr_t)c;
