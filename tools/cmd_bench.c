@@ -98,7 +98,7 @@ typedef struct req_state {
 
 typedef struct bench {
     const bench_args *a;
-    deras_client *cl;
+    deras_client_t *cl;
     req_state *r;
     int32_t *id_pool;
     char **lines;               /* --prompts */

@@ -243,7 +243,7 @@ int main(int argc, char **argv)
                     deras_status_name(rc));
         return rc ? 1 : 0;
     }
-    worker_server *s = NULL;
+    worker_server_t *s = NULL;
     if ((rc = make_stop_pipe()))
         goto done;
     o.stop_fd = stop_pipe[0];

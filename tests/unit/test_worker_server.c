@@ -32,7 +32,7 @@ static char *model_dir;
 
 typedef struct worker_thread {
     worker_opts o;
-    worker_server *s;
+    worker_server_t *s;
     pthread_t th;
     int stop[2];
     int rc;
