@@ -190,6 +190,9 @@ static int attach_regions(group_t *g)
 int group_lead(const group_opts *o, const model_config *cfg, const model_opts *mo,
                size_t max_plan, group_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "group_lead: NULL out");
+    *out = NULL;
     group_t *g = NULL;
     int rc = alloc_group(o, &g);
     if (rc)
@@ -342,6 +345,9 @@ int group_wait_ready(group_t *g)
 
 int group_join(const group_opts *o, group_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "group_join: NULL out");
+    *out = NULL;
     group_t *g = NULL;
     int rc = alloc_group(o, &g);
     if (rc)
