@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* block_pool.c - KV cache blocks: reference counts, the free queue, the prefix-cache map.
  *
  * Everything is an array indexed by block id, sized once in block_pool_new(). The free

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* block_pool.h - KV cache blocks: reference counts, the free queue and the prefix-cache map.
  *
  * The mechanism under kv_manager (which does the per-sequence accounting). Blocks are ids

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.c - requests, sequences and the step loop (see engine.h).
  *
  * Records. A request owns n sequences (samples). Sequences live in a pool of

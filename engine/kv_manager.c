@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_manager.c - KV cache accounting: block tables, token counts, prefix claim and commit,
  * fork, copy-on-write and truncation (see kv_manager.h for the contract).
  *

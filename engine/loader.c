@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* loader.c - from options to a running engine (see loader.h). */
 #include "loader.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampler.c - logits processors and sampling (see sampler.h for the pipeline and costs).
  *
  * Candidate sets are index arrays into a working copy of the logits. Selection of the k

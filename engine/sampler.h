@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampler.h - turning a row of logits into the next token, per request's sampling parameters.
  *
  * The pipeline, in this order (vLLM's): the logit bias (OpenAI's: added to the raw

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scheduler.c - continuous batching policy (see scheduler.h for the rules).
  *
  * Two intrusive lists (common/base/list.h): `running` in admission order (head oldest)

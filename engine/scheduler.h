@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scheduler.h - continuous batching: which sequences compute how many tokens each step.
  *
  * One rule instead of two phases: a sequence has n_computed tokens in the KV cache

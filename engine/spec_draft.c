@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_draft.c - a model proposer: catch up, then one pass per draft (see spec_draft.h).
  *
  * Each proposal is a loop of passes over the sequences still drafting. A sequence's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* step_plan.c - the flat step record (see step_plan.h).
  *
  * Layout: header, then tokens, q_start, ctx_len, block_tables, seq_ref, logits_rows,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* step_plan.h - one forward step, as a flat self-contained record.
  *
  * The scheduler writes a plan each step; the model runs it; tensor-parallel followers

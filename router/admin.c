@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin.c - the admin socket: what derasctl (or an operator's script) asks the router.
  *
  * A ZeroMQ ROUTER separate from the client socket, so operations never share a queue or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dispatch.c - admission queue and dispatch to workers (see dispatch.h).
  *
  * The queue is an intrusive list (common/base/list.h) through the request records'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dispatch.h - admission and dispatch: the bounded queue of requests no worker has yet,
  * and the loop that hands them to workers.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frontend.c - the client socket: frames in, validation, admission, replies out.
  *
  * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - deras-router: options, signals, start-up, the event loop, shutdown.
  *
  * One thread, one zmq_poll loop over the client socket, the worker socket, their

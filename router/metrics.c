@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.c - request counters, fixed-bucket histograms, Prometheus text (see metrics.h).
  *
  * A histogram keeps one count per bucket (not cumulative) plus the sum and the count;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h - the router's request counters and latency histograms, and their rendering
  * as Prometheus text (exposition format 0.0.4) for GET /metrics and `derasctl metrics`.
  *

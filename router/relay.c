@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* relay.c - what clients hear about their requests: chunks and finals built from the
  * workers' STEP frames, and every way a request can end.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* requests.c - the router's live requests (see requests.h).
  *
  * Storage: an array of slot pointers that doubles when full, and a free list of slot

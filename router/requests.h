@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* requests.h - the router's live requests: one record per client request, found by
  * (client identity, request id), by the router's own id (rid), and in deadline order.
  *

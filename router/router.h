@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* router.h - the state of one deras-router process, shared by its modules.
  *
  * The router is one thread running one event loop (main.c) over five kinds of events:

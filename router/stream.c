@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.c - one sample's text: generated token ids in, text deltas out (see stream.h).
  *
  * The path of a token: detok_push writes the bytes it completes into `dt_out`; those go

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.h - one sample's text: generated token ids in, text deltas out.
  *
  * Each sample of a request owns a stream: its ids go through the incremental

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wlink.c - the worker socket: HELLO/WELCOME, heartbeats, SUBMIT/ABORT, STEP, REJECT.
  *
  * A ZeroMQ ROUTER that workers connect DEALERs to, routing id = worker name. ZeroMQ lets

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* workers.c - the registry of worker groups, their health and load (see workers.h).
  *
  * A fixed array of WORKERS_MAX records, searched linearly: there are a handful of

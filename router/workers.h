@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* workers.h - the router's registry of worker groups: who is there, who is alive, how
  * loaded each one is, and which one gets the next request.
  *

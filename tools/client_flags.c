@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client_flags.c - flags shared by the router clients (see client_flags.h). The sampling
  * parameters' flags come from the table (tools/sampling_flags.h); the rest are here. */
 #include "tools/client_flags.h"

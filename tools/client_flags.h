@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client_flags.h - command-line flags shared by the router clients (`deras complete`,
  * `deras bench`): where the router is, how long to wait, and the request's sampling fields.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_bench.c - `deras bench`: a load generator for deras-router.
  *
  * One thread, one client socket, many streaming requests in flight. The workload is fixed

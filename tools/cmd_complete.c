@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_complete.c - `deras complete`: one completion from a running deras-router.
  *
  * Sends one request through the C client (tools/client/deras_client.h) and streams the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_generate.c - `deras generate`: one completion from a model on this machine.
  *
  * Loads a checkpoint (GGUF file or Hugging Face directory), tokenizes the prompt (wrapped

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* derasctl.c - the operator's command for a running deras-router, over its admin socket.
  *
  *   derasctl status [--json]                       a table per worker, or the reply as JSON

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* group.c - the tensor-parallel worker group's shared segment, start-up and liveness
  * (see group.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* group.h - a tensor-parallel worker group: N processes, one model, one shared segment.
  *
  * deras-worker --tp-size N --tp-rank R --name G runs rank R of group G. Rank 0, the

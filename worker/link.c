@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* link.c - the worker's side of the router link (common/wire/worker_proto.h): frames out
  * without blocking, frames in with a bounded batch per turn, the HELLO / WELCOME / REFUSE
  * handshake and its REJOIN state after a router restart, and the load every heartbeat and

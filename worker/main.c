@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - deras-worker: one process per device, serving one model to deras-router.
  *
  * Parses the options into worker_opts, loads the model (worker_server_new), installs the

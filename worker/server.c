@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.c - the worker's serving loop (see server.h); the router link is link.c.
  *
  * One thread, one DEALER socket, one engine (plus the pulse thread, worker/pulse.h, which

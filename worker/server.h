@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h - the worker process's event loop: the engine behind a ZeroMQ link to the router.
  *
  * worker_server_new() loads everything a worker needs - backend, checkpoint, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server_internal.h - the worker server's state, shared by server.c (the serving loop:
  * engine callbacks, requests, stops, warm-up, construction) and link.c (the router link:
  * sending and receiving frames, the handshake, load reports). Private to those two files;

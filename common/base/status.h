@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.h - the one status convention of deras, and the error message that goes with it.
  *
  * Every fallible function returns 0 (DERAS_OK) on success or a negative value from

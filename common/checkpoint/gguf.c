@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.c - read-only GGUF (v2, v3) files: metadata and tensor views over an mmap.
  *
  * Design: open does all the distrust. One forward pass over the header reads the

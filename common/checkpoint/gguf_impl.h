@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf_impl.h - the layout of an open GGUF file, shared by the reader (gguf.c, which
  * fills it) and the accessors (gguf_get.c, which read it), with the little-endian value
  * helpers both need. Internal to deras_checkpoint; nothing here allocates.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.c - read-only safetensors files: tensor views over an mmap.
  *
  * Design: the 8-byte header length is checked against a cap and the file size before a

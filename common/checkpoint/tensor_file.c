@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor_file.c - the shell the checkpoint readers share (see tensor_file.h). */
 #include "tensor_file.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor_file.h - what the two checkpoint readers (gguf.c, safetensors.c) share: the
  * file's bytes (mapped by the reader or the caller's memory) and name, the tensor views
  * with their by-name index, the open/destroy shell around a reader's parser, and names

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* version.c - the --version text of every program (see version.h). */
 #include "version.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bpe.c - vocabulary and merge hashing, and the BPE merge loop of both algorithms.
  *
  * A piece (one pre-tokenized word) starts as one symbol per UTF-8 character; symbols are

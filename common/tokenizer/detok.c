@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* detok.c - streaming detokenizer: token ids in, complete UTF-8 text out.
  *
  * A push joins the bytes held back from earlier tokens (at most 3: the start of one

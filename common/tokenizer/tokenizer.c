@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer.c - the tokenizer object: construction helpers shared by the two loaders,
  * added-token matching, encode, decode and the accessors.
  *

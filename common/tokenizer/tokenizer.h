@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer.h - text <-> token ids for Llama-family models, and streaming detokenization.
  *
  * Two algorithms, both BPE:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer_internal.h - the tokenizer's private structures, shared by its files only.
  *
  * The tokenizer is one concept split over several files (tokenizer.c: object, added

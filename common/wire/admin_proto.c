@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin_proto.c - decoding and encoding of admin requests (see admin_proto.h).
  *
  * The pipeline of protocol.c and worker_proto.c: ps_open (size cap, bounded scan, sized

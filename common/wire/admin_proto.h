@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin_proto.h - the router's admin protocol: requests of derasctl (or any operator's
  * script) on the admin socket, and how they are checked.
  *

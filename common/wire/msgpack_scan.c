@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* msgpack_scan.c - the structural pre-pass and the sized unpack (see msgpack_scan.h).
  *
  * The scan is iterative: a stack of "items still to read" per open container, at most

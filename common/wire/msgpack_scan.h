@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* msgpack_scan.h - a strict, bounded front end to msgpack-c's unpacker.
  *
  * msgpack-c's C unpacker allocates the storage of an array or map from its declared count

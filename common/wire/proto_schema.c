@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proto_schema.c - typed field checks over unpacked msgpack objects (see proto_schema.h).
  *
  * msgpack-c normalises integers: a non-negative value is always POSITIVE_INTEGER (via.u64)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proto_schema.h - matching unpacked msgpack objects against a message schema (internal to
  * protocol.c, worker_proto.c and admin_proto.c; not a public header).
  *

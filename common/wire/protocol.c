@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* protocol.c - the client protocol's decoders: client frames for the router, router
  * replies for the C client (see protocol.h; the encoders are in protocol_enc.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* protocol.h - the client protocol: messages between clients and deras-router.
  *
  * Transport: ZeroMQ. A client connects a DEALER socket to the router's ROUTER socket and

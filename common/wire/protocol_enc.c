@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* protocol_enc.c - the client protocol's encoders: replies for clients (chunk, final,
  * error, pong) and, for the C client, requests and cancels (see protocol.h).
  *

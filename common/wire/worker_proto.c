@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_proto.c - the router <-> worker protocol's decoder (see worker_proto.h; the
  * encoders and the STEP builder are in worker_proto_enc.c).
  *

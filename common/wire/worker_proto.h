@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_proto.h - the internal protocol between deras-router and deras-worker.
  *
  * Transport: ZeroMQ. The router binds a ROUTER socket for workers (ipc:// by default); a

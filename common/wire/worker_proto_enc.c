@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_proto_enc.c - the router <-> worker protocol's encoders and the STEP builder (see
  * worker_proto.h; the wire shapes are described in worker_proto.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_admin_proto.c - libFuzzer target for the admin protocol's requests.
  *
  * Arbitrary bytes go through admin_decode_request, as the router decodes what arrives on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_protocol.c - libFuzzer target for the client protocol.
  *
  * Arbitrary bytes go through proto_decode_client and proto_decode_server. Invariants

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_tokenizer.c - libFuzzer target for the tokenizer.
  *
  * The first input byte picks a tokenizer (two small fixtures of tests/data/tokenizer: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_worker_proto.c - libFuzzer target for the router <-> worker protocol.
  *
  * Arbitrary bytes go through wp_decode, as a router decodes what a broken or hostile

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* make_proto_corpus.c - writes the seed corpora of fuzz_protocol, fuzz_worker_proto and
  * fuzz_admin_proto:
  * one valid frame of every message type, made by the encoders themselves, so the corpus

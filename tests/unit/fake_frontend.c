@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_frontend.c - a stand-in for deras-router in a thread (see fake_frontend.h).
  *
  * One thread owns the ROUTER socket: it polls with a short timeout, answers what arrives,

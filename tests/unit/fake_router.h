@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_router.h - a router for worker tests: a ZeroMQ ROUTER bound on an ipc path in a
  * fresh temporary directory, speaking common/wire/worker_proto.h, and a record of what the
  * worker sent (every STEP's tokens and finishes by request, REJECTs, the last load).

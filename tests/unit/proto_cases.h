@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proto_cases.h - helpers the client protocol's tests share (test_protocol.c and
  * test_protocol_hostile.c): frames written as text (mp_text.h), a default decoder, and the
  * check that a frame fails with a given code and a message containing a given text. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_admin_proto.c - the admin protocol's requests (common/wire/admin_proto.h): what
  * derasctl encodes decodes to the same request, every hostile frame gets its stable code
  * and a message naming the problem, and the encoder refuses what the decoder would.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client.c - the C client library (tools/client) against a fake router thread.
  *
  * The fake router (fake_frontend.c) speaks the protocol through the real codec, so these

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_detok.c - decode and the streaming detokenizer at the edges: characters spread
  * over several byte tokens are held back until complete, invalid bytes become U+FFFD
  * (the "maximal subpart" rule), skip_special, the SentencePiece leading space removed only

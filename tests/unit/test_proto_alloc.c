@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_proto_alloc.c - what decoding costs in memory: warm codecs allocate nothing per
  * message, a frame that lies about its lengths allocates nothing at all, the memory any
  * hostile frame makes a decoder allocate is a bounded multiple of the frame's size, and

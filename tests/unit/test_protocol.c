@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_protocol.c - the client protocol: every message survives encode -> decode, every
  * validation rule answers with its stable code and a message naming the field and the
  * bound, replies are checked as strictly as requests. Hostile frames are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_protocol_hostile.c - the client protocol against hostile frames: truncated,
  * trailing bytes, lying about lengths, deep, huge, non-finite, randomly mutated; each
  * fails cleanly with its code (or decodes and re-encodes to the same message).

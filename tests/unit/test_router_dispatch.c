@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_dispatch.c - the router's dispatch policy with fake workers, the worker
  * registry's verdicts on HELLO and its states, and the live request table.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_metrics.c - the router's metrics (router/metrics.c) rendered as Prometheus
  * text, read back line by line.
  *

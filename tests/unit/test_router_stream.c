@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_stream.c - one sample's text as the router relays it: token ids in, text
  * deltas out. Whatever the batching of tokens into chunks, the chunks concatenate to the
  * decoded text; no chunk ends inside a UTF-8 character; no byte of a stop string is ever

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sampler.c - logits processors, sampling distributions, seeds and logprobs.
  *
  * Distribution checks draw many samples with a fixed seed and compare the counts with the

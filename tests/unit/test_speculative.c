@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_speculative.c - speculative decoding never changes the output.
  *
  * 1. The rejection rule on explicit distributions: drafts drawn from q and verified

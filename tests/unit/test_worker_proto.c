@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_proto.c - the router <-> worker protocol: every message round-trips, a STEP
  * built incrementally carries exactly what was added, and a broken or hostile worker's
  * frames are refused with the right code (a router must survive them). */

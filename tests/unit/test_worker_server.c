@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_server.c - the worker's event loop (worker/server.c) against a fake router.
  *
  * Each test runs worker_server_run() in a thread over tests/data/tiny-chat (random Llama

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tok_test_common.h - helpers shared by the tokenizer tests: building tokenizers from
  * GGUF files, comparing id lists with messages that show both sides, and the checks every
  * corpus string goes through (decode round trip, streaming detokenizer = decode). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deras_client.c - the C client of deras-router (see deras_client.h).
  *
  * One DEALER socket, one protocol encoder and decoder, and an open-addressing hash table

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deras_client.h - the C client of deras-router: requests out, events in, over one socket.
  *
  * A deras_client_t is one ZeroMQ DEALER socket connected to the router's client endpoint
