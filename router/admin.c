@@ -322,7 +322,7 @@ static void reply_drain(router_t *rt, const uint8_t *ident, int ident_len, bool 
 
 /* The live worker a drain or undrain names; NULL after an error reply. */
 static worker_t *target_worker(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
-                             const char *name)
+                               const char *name)
 {
     char msg[160];
     worker_t *k = workers_lookup(rt->workers, name, (int)strlen(name));

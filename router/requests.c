@@ -26,7 +26,7 @@ struct rq_table {
     int *free_list;
     int n_free;
 
-    rq_t **by_key, **by_rid;   /* n_buckets each, a power of two */
+    rq_t **by_key, **by_rid; /* n_buckets each, a power of two */
     size_t n_buckets;
 
     list_node live;          /* admission order */
@@ -184,8 +184,8 @@ int rq_start_samples(rq_table_t *t, rq_t *r)
         int rc;
         if (!s->st && (rc = stream_new(t->tok, &s->st)))
             return rc;
-        rc = stream_start(s->st, stops, r->stop_lens, r->n_stops,
-                              r->params.sp.n_logprobs > 0, r->params.sp.min_tokens);
+        rc = stream_start(s->st, stops, r->stop_lens, r->n_stops, r->params.sp.n_logprobs > 0,
+                          r->params.sp.min_tokens);
         if (rc)
             return rc;
         s->done = s->worker_done = s->touched = false;

@@ -34,7 +34,7 @@ struct gguf_kv {
 };
 
 struct gguf {
-    tensor_file_t tf;         /* first: name, bytes, mapping, tensor views (file order) */
+    tensor_file_t tf;       /* first: name, bytes, mapping, tensor views (file order) */
     uint32_t version;
     uint32_t alignment;
     size_t data_offset;

@@ -34,8 +34,8 @@ typedef struct tensor_file_reader {
     const char *what;     /* "a GGUF file": for a file too short */
     size_t min_size;      /* bytes below which the file is refused before mapping */
     size_t obj_size;      /* the reader's object, a tensor_file_t first */
-    int (*parse)(tensor_file_t *tf);      /* validate base/size, fill the views; a status */
-    void (*release)(tensor_file_t *tf);   /* free the reader's own contents; NULL-safe parts */
+    int (*parse)(tensor_file_t *tf);    /* validate base/size, fill the views; a status */
+    void (*release)(tensor_file_t *tf); /* free the reader's own contents; NULL-safe parts */
 } tensor_file_reader;
 
 /* Map `path` (DERAS_EIO if it cannot be opened or mapped) and parse it. On failure *out is
