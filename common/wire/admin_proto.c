@@ -40,8 +40,7 @@ static const unsigned allowed_keys[N_TYPES] = {
 
 struct admin_codec {
     mp_frame_t *frame;
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
+    ps_out out;
 };
 
 int admin_codec_new(admin_codec_t **out)
@@ -54,8 +53,7 @@ int admin_codec_new(admin_codec_t **out)
         free(c);
         return deras_fail(DERAS_ENOMEM, "admin_codec_new: out of memory");
     }
-    msgpack_sbuffer_init(&c->sb);
-    msgpack_packer_init(&c->pk, &c->sb, msgpack_sbuffer_write);
+    ps_out_init(&c->out);
     *out = c;
     return DERAS_OK;
 }
@@ -65,7 +63,7 @@ void admin_codec_destroy(admin_codec_t **cp)
     if (!cp || !*cp)
         return;
     mp_frame_destroy(&(*cp)->frame);
-    msgpack_sbuffer_destroy(&(*cp)->sb);
+    ps_out_free(&(*cp)->out);
     free(*cp);
     *cp = NULL;
 }
@@ -156,8 +154,8 @@ int admin_encode_request(admin_codec_t *c, const admin_request *r, const void **
         return deras_fail(DERAS_EINVAL, "drain: timeout above %d ms", ADMIN_MAX_TIMEOUT_MS);
     bool timeout = r->type == ADMIN_DRAIN && r->timeout_ms >= 0;
     bool nowait = r->type == ADMIN_DRAIN && !r->wait;
-    msgpack_sbuffer_clear(&c->sb);
-    msgpack_packer *pk = &c->pk;
+    msgpack_sbuffer_clear(&c->out.sb);
+    msgpack_packer *pk = &c->out.pk;
     const char *type = admin_type_name(r->type);
     int rc = msgpack_pack_map(pk, 2 + target + timeout + nowait);
     rc |= KEY(pk, "type") | msgpack_pack_str_with_body(pk, type, strlen(type));
@@ -172,7 +170,7 @@ int admin_encode_request(admin_codec_t *c, const admin_request *r, const void **
         rc |= KEY(pk, "wait") | msgpack_pack_false(pk);
     if (rc)
         return deras_fail(DERAS_ENOMEM, "admin_encode_request: out of memory");
-    *buf = c->sb.data;
-    *len = c->sb.size;
+    *buf = c->out.sb.data;
+    *len = c->out.sb.size;
     return DERAS_OK;
 }

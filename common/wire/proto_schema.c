@@ -477,3 +477,23 @@ int ps_header(const msgpack_object_kv *kv, uint32_t n, int version, const char *
     *type = i;
     return DERAS_OK;
 }
+
+void ps_out_init(ps_out *o)
+{
+    msgpack_sbuffer_init(&o->sb);
+    msgpack_packer_init(&o->pk, &o->sb, msgpack_sbuffer_write);
+}
+
+void ps_out_free(ps_out *o)
+{
+    msgpack_sbuffer_destroy(&o->sb);
+}
+
+int ps_out_done(ps_out *o, int rc, const char *what, const void **buf, size_t *len)
+{
+    if (rc != 0)
+        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
+    *buf = o->sb.data;
+    *len = o->sb.size;
+    return DERAS_OK;
+}

@@ -22,8 +22,7 @@
 
 
 struct wp_encoder {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
+    ps_out out;
     wp_token *tokens;          /* the STEP being built */
     size_t n_tokens, tokens_cap;
     wp_finish *finishes;
@@ -37,8 +36,7 @@ int wp_encoder_new(wp_encoder_t **out)
     wp_encoder_t *e = *out = calloc(1, sizeof *e);
     if (!e)
         return deras_fail(DERAS_ENOMEM, "wp_encoder_new: out of memory");
-    msgpack_sbuffer_init(&e->sb);
-    msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
+    ps_out_init(&e->out);
     return DERAS_OK;
 }
 
@@ -47,7 +45,7 @@ void wp_encoder_destroy(wp_encoder_t **ep)
     if (!ep || !*ep)
         return;
     wp_encoder_t *e = *ep;
-    msgpack_sbuffer_destroy(&e->sb);
+    ps_out_free(&e->out);
     free(e->tokens);
     free(e->finishes);
     free(e);
@@ -64,22 +62,6 @@ static int pack_text(msgpack_packer *pk, const char *s, size_t cap)
     return msgpack_pack_str_with_body(pk, n ? s : "", n);
 }
 
-static int done_enc(wp_encoder_t *e, int rc, const char *what, const void **buf, size_t *len)
-{
-    if (rc != 0)
-        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
-    *buf = e->sb.data;
-    *len = e->sb.size;
-    return DERAS_OK;
-}
-
-#define BEGIN(e, ok)                                                                         \
-    do {                                                                                     \
-        if (!(e) || !buf || !len || !(ok))                                                   \
-            return deras_fail(DERAS_EINVAL, "%s: bad arguments", __func__);                  \
-        msgpack_sbuffer_clear(&(e)->sb);                                                     \
-    } while (0)
-
 /* {"type": t} plus n more pairs to come. */
 static int pack_head(msgpack_packer *pk, const char *type, size_t n)
 {
@@ -88,8 +70,8 @@ static int pack_head(msgpack_packer *pk, const char *type, size_t n)
 
 int wp_encode_hello(wp_encoder_t *e, const wp_hello *h, const void **buf, size_t *len)
 {
-    BEGIN(e, h);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, h);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "hello", 11 + (h->spec[0] != 0));
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, WPROTO_VERSION);
     rc |= KEY(pk, "name") | pack_text(pk, h->name, WPROTO_MAX_NAME);
@@ -104,26 +86,26 @@ int wp_encode_hello(wp_encoder_t *e, const wp_hello *h, const void **buf, size_t
     rc |= KEY(pk, "pid") | msgpack_pack_int32(pk, h->pid);
     if (h->spec[0])
         rc |= KEY(pk, "spec") | pack_text(pk, h->spec, sizeof h->spec - 1);
-    return done_enc(e, rc, "hello", buf, len);
+    return ps_out_done(&e->out, rc, "hello", buf, len);
 }
 
 int wp_encode_welcome(wp_encoder_t *e, int heartbeat_ms, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, true);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "welcome", 2);
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, WPROTO_VERSION);
     rc |= KEY(pk, "heartbeat_ms") | msgpack_pack_int(pk, heartbeat_ms);
-    return done_enc(e, rc, "welcome", buf, len);
+    return ps_out_done(&e->out, rc, "welcome", buf, len);
 }
 
 int wp_encode_refuse(wp_encoder_t *e, const char *reason, const void **buf, size_t *len)
 {
-    BEGIN(e, reason);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, reason);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "refuse", 1);
     rc |= KEY(pk, "reason") | pack_text(pk, reason, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "refuse", buf, len);
+    return ps_out_done(&e->out, rc, "refuse", buf, len);
 }
 
 static int pack_load(msgpack_packer *pk, const wp_load *l)
@@ -154,11 +136,11 @@ static bool load_ok(const wp_load *l)
 
 int wp_encode_heartbeat(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len)
 {
-    BEGIN(e, load_ok(l));
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, load_ok(l));
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "heartbeat", 1);
     rc |= KEY(pk, "load") | pack_load(pk, l);
-    return done_enc(e, rc, "heartbeat", buf, len);
+    return ps_out_done(&e->out, rc, "heartbeat", buf, len);
 }
 
 /* prompt_ids as a bin of little-endian int32. */
@@ -189,9 +171,9 @@ static int pack_int_array(msgpack_packer *pk, const int32_t *v, int n)
 int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size_t *len)
 {
     const req_params *q = s ? &s->params : NULL;
-    BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) && q->n_stop_ids >= 0 &&
-                 q->n_stop_ids <= REQ_MAX_STOP_IDS);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) &&
+                           q->n_stop_ids >= 0 && q->n_stop_ids <= REQ_MAX_STOP_IDS);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "submit",
                        7u + (q->spec_tokens != 0) + wv_sampling_count(&q->sp, true));
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, s->rid);
@@ -204,49 +186,49 @@ int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size
     rc |= KEY(pk, "ignore_eos") | (q->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
     if (q->spec_tokens != 0)
         rc |= KEY(pk, "spec_tokens") | msgpack_pack_int(pk, q->spec_tokens);
-    return done_enc(e, rc, "submit", buf, len);
+    return ps_out_done(&e->out, rc, "submit", buf, len);
 }
 
 int wp_encode_abort(wp_encoder_t *e, uint64_t rid, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, true);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "abort", 1);
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, rid);
-    return done_enc(e, rc, "abort", buf, len);
+    return ps_out_done(&e->out, rc, "abort", buf, len);
 }
 
 int wp_encode_reject(wp_encoder_t *e, uint64_t rid, enum proto_error_code code, const char *message,
                      const void **buf, size_t *len)
 {
-    BEGIN(e, message);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, message);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "reject", 3);
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, rid);
     rc |= KEY(pk, "code") | pack_text(pk, proto_error_name(code), 64);
     rc |= KEY(pk, "message") | pack_text(pk, message, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "reject", buf, len);
+    return ps_out_done(&e->out, rc, "reject", buf, len);
 }
 
 int wp_encode_drain(wp_encoder_t *e, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    return done_enc(e, pack_head(&e->pk, "drain", 0), "drain", buf, len);
+    PS_ENCODE_BEGIN(e, true);
+    return ps_out_done(&e->out, pack_head(&e->out.pk, "drain", 0), "drain", buf, len);
 }
 
 int wp_encode_shutdown(wp_encoder_t *e, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    return done_enc(e, pack_head(&e->pk, "shutdown", 0), "shutdown", buf, len);
+    PS_ENCODE_BEGIN(e, true);
+    return ps_out_done(&e->out, pack_head(&e->out.pk, "shutdown", 0), "shutdown", buf, len);
 }
 
 int wp_encode_bye(wp_encoder_t *e, const char *reason, const void **buf, size_t *len)
 {
-    BEGIN(e, reason);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, reason);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "bye", 1);
     rc |= KEY(pk, "reason") | pack_text(pk, reason, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "bye", buf, len);
+    return ps_out_done(&e->out, rc, "bye", buf, len);
 }
 
 /* ---- STEP, built incrementally ---- */
@@ -320,8 +302,8 @@ bool wp_step_empty(const wp_encoder_t *e)
 
 int wp_step_end(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len)
 {
-    BEGIN(e, load_ok(l));
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, load_ok(l));
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "step", 3);
     rc |= KEY(pk, "tokens") | msgpack_pack_array(pk, e->n_tokens);
     for (size_t i = 0; i < e->n_tokens; i++) {
@@ -350,5 +332,5 @@ int wp_step_end(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len
     rc |= KEY(pk, "load") | pack_load(pk, l);
     e->n_tokens = 0;
     e->n_finishes = 0;
-    return done_enc(e, rc, "step", buf, len);
+    return ps_out_done(&e->out, rc, "step", buf, len);
 }
