@@ -75,10 +75,7 @@ int frontend_open(router_t *rt)
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if ((rc = router_monitor_open(rt, rt->clients, CLIENT_MON_ADDR, events, &rt->client_mon)))
         return rc;
-    if (zmq_bind(rt->clients, rt->o.listen) == -1)
-        return deras_fail(DERAS_EIO, "cannot listen on %s: %s", rt->o.listen,
-                          zmq_strerror(zmq_errno()));
-    return DERAS_OK;
+    return router_bind(rt->clients, rt->o.listen, "the client socket");
 }
 
 void frontend_close(router_t *rt)
@@ -183,9 +180,11 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
         *ids = q->prompt_ids;
         *n_ids = q->n_prompt_ids;
     } else {
+        /* bounded: a prompt longer than the context stops being tokenized there */
         size_t n = 0;
-        int rc = tokenizer_encode(rt->tok, q->prompt ? q->prompt : "", q->prompt_len,
-                                  q->add_special_tokens, true, rt->tok_buf, rt->tok_cap, &n);
+        int rc = tokenizer_encode_bounded(rt->tok, q->prompt ? q->prompt : "", q->prompt_len,
+                                          q->add_special_tokens, true, rt->tok_buf,
+                                          rt->tok_cap, &n);
         if (rc == DERAS_EFORMAT) {
             snprintf(msg, cap, "prompt: %s", deras_errmsg());
             return PE_INVALID_UTF8;
@@ -196,6 +195,11 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
         }
         *ids = rt->tok_buf;
         *n_ids = n > (size_t)INT32_MAX ? INT32_MAX : (int)n; /* ERANGE: too long, caught below */
+        if (rc == DERAS_ERANGE) {
+            snprintf(msg, cap, "prompt (more than %d tokens) exceeds the model's context of %d "
+                     "tokens", rt->ctx_len, rt->ctx_len);
+            return PE_CONTEXT_LENGTH_EXCEEDED;
+        }
     }
     if (*n_ids == 0) {
         snprintf(msg, cap, "the prompt is empty (0 tokens)");
@@ -232,8 +236,10 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         return;
     }
     if (rq_find_key(rt->rqs, ident, ident_len, q->id)) {
+        /* the error carries id "": an error with the live request's id would read as that
+         * request's end, and its stream goes on (its chunks and final still come) */
         snprintf(msg, sizeof msg, "request id '%s' is already live on this connection", q->id);
-        refuse(rt, ident, ident_len, delim, q->id, PE_DUPLICATE_ID, msg);
+        refuse(rt, ident, ident_len, delim, "", PE_DUPLICATE_ID, msg);
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */

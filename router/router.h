@@ -145,6 +145,11 @@ typedef struct router_sock_opts {
  * with ROUTER_MANDATORY, linger 0 and the options in o; not yet bound. DERAS_EIO or a
  * ZMQ_CHECK status. */
 int router_socket_open(router_t *rt, const router_sock_opts *o, void **out);
+/* Bind sock to `endpoint`; `what` names it in the error ("the worker socket"). An ipc://
+ * socket file is created 0600 (the umask is 0177 around the bind, which libzmq performs
+ * in this thread), so only this user can connect whatever the process's umask, and no
+ * chmod through a path that could be a link follows. DERAS_EIO naming the endpoint. */
+int router_bind(void *sock, const char *endpoint, const char *what);
 /* Monitor sock's `events` on the inproc address `addr`, read through a PAIR socket in
  * *mon. A ZMQ_CHECK status on failure. */
 int router_monitor_open(router_t *rt, void *sock, const char *addr, int events, void **mon);

@@ -53,10 +53,7 @@ int wlink_open(router_t *rt)
         (rc = router_monitor_open(rt, rt->workers_sock, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED,
                                   &rt->worker_mon)))
         return rc;
-    if (zmq_bind(rt->workers_sock, rt->o.workers) == -1)
-        return deras_fail(DERAS_EIO, "cannot bind the worker socket %s: %s", rt->o.workers,
-                          zmq_strerror(zmq_errno()));
-    return DERAS_OK;
+    return router_bind(rt->workers_sock, rt->o.workers, "the worker socket");
 }
 
 void wlink_close(router_t *rt)
