@@ -388,7 +388,7 @@ static int start(router_t *rt)
         (rc = prepare_ipc(rt->o.workers, ipc_files[1])) ||
         (rc = prepare_ipc(rt->o.admin, ipc_files[2])))
         return rc;
-    if ((rc = ZMQ_CHECK_PTR(rt->zctx, zmq_ctx_new())))
+    if ((rc = fd_budget_init(&rt->fds)) || (rc = ZMQ_CHECK_PTR(rt->zctx, zmq_ctx_new())))
         return rc;
     if ((rc = wlink_open(rt)) || (rc = frontend_open(rt)) || (rc = admin_open(rt)) ||
         (rc = http_open(rt)))
@@ -409,7 +409,8 @@ static void log_stats(const router_t *rt)
              "errors (%llu busy, %llu malformed), %llu bad envelopes, %llu stale frames, %llu send failures, %llu "
              "disconnects (frames over the cap among them), %llu protocol drops, CURVE %llu allowed / %llu denied; workers: "
              "%llu frames, %llu bad, %llu stray tokens, %llu re-dispatched, %llu deaths, %llu stuck; "
-             "%llu admin requests (%llu errors), %llu HTTP requests",
+             "%llu admin requests (%llu errors), %llu HTTP requests; %llu client connections "
+             "shut down at the cap",
              (unsigned long long)s->frames, (unsigned long long)s->requests,
              (unsigned long long)s->completed, (unsigned long long)s->cancels,
              (unsigned long long)s->pings, (unsigned long long)errors,
@@ -422,7 +423,7 @@ static void log_stats(const router_t *rt)
              (unsigned long long)s->stray_tokens, (unsigned long long)s->redispatched,
              (unsigned long long)s->worker_deaths, (unsigned long long)s->worker_stuck,
              (unsigned long long)s->admin_requests, (unsigned long long)s->admin_errors,
-             (unsigned long long)s->http_requests);
+             (unsigned long long)s->http_requests, (unsigned long long)s->conn_evicted);
 }
 
 static void stop(router_t *rt)
@@ -500,7 +501,7 @@ static void end_all(router_t *rt, const char *msg)
 static int run(router_t *rt)
 {
     enum { I_SIG, I_WMON, I_CMON, I_WORKERS, I_CLIENTS, I_ADMIN, N_FIXED };
-    zmq_pollitem_t items[N_FIXED + 2];
+    zmq_pollitem_t items[N_FIXED + 3];
     sdnotify_watchdog wd;
     sdnotify_watchdog_init(&wd, router_now_us());
     for (;;) {
@@ -515,8 +516,10 @@ static int run(router_t *rt)
             i_zap = n;
             items[n++] = (zmq_pollitem_t){.socket = rt->zap, .events = ZMQ_POLLIN};
         }
-        if (http_fd(rt) >= 0) /* it only wakes the poll: http_run runs every turn */
+        if (http_fd(rt) >= 0) /* these only wake the poll: http_run runs every turn */
             items[n++] = (zmq_pollitem_t){.fd = http_fd(rt), .events = ZMQ_POLLIN};
+        if (http_listen_fd(rt) >= 0)
+            items[n++] = (zmq_pollitem_t){.fd = http_listen_fd(rt), .events = ZMQ_POLLIN};
         int64_t now = router_now_us();
         int rc = zmq_poll(items, n, poll_timeout_ms(rt, now, sdnotify_watchdog_tick(&wd, now)));
         if (rc == -1 && zmq_errno() != EINTR) {

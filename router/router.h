@@ -69,11 +69,23 @@ typedef struct router_stats {
     uint64_t worker_frames, worker_bad_frames, stray_tokens, redispatched, worker_deaths;
     uint64_t worker_stuck;
     uint64_t admin_requests, admin_errors, http_requests;
+    uint64_t conn_evicted;                /* client connections shut down at the cap */
 } router_stats;
+
+/* ---- fd_budget.c: the descriptor limit and the connection caps ---- */
+typedef struct fd_budget {
+    int limit;         /* RLIMIT_NOFILE's soft limit after raising (at most 65536 counted) */
+    int reserve;       /* kept for workers, admin, ZeroMQ's internals and files */
+    int clients_max;   /* client connections (the client socket's conn_guard) */
+    int http_max;      /* HTTP connections */
+} fd_budget;
+/* Raise the soft limit toward the hard one and split it; logs the result. DERAS_EIO. */
+int fd_budget_init(fd_budget *b);
 
 typedef struct curve curve_t;
 typedef struct admin admin_t;
 typedef struct http http_t;
+typedef struct conn_guard conn_guard_t;
 
 typedef struct router {
     router_opts o;
@@ -86,7 +98,11 @@ typedef struct router {
 
     /* sockets */
     void *zctx;
+    fd_budget fds;
     void *clients, *client_mon;
+    conn_guard_t *client_guard;/* the cap on client connections (conn_guard.h) */
+    int client_port;           /* the client socket's bound tcp port, or 0 (ipc) */
+    double next_cap_log;       /* monotonic seconds: "at the cap" is logged once per 10 s */
     void *workers_sock, *worker_mon;
     void *admin_sock;
     void *zap;
@@ -235,6 +251,8 @@ int http_open(router_t *rt);
 void http_close(router_t *rt);
 /* The fd to poll for input (-1 when HTTP is off). */
 int http_fd(const router_t *rt);
+/* The listening socket to poll, or -1 (no HTTP, or accepting paused after EMFILE). */
+int http_listen_fd(const router_t *rt);
 /* Serve what is ready on the HTTP sockets; never blocks. */
 void http_run(router_t *rt);
 /* When http_run must run even without input (connection timeouts; INT64_MAX if never). */
