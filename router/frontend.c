@@ -81,10 +81,8 @@ int frontend_open(router_t *rt)
     int rc = router_socket_open(rt, &o, &rt->clients);
     if (rc)
         return rc;
-    if (rt->curve) {
-        if ((rc = curve_zap_open(rt->zctx, &rt->zap)) || (rc = curve_apply(rt->curve, rt->clients)))
-            return rc;
-    }
+    if (rt->curve && (rc = curve_apply(rt->curve, rt->clients)))
+        return rc;
     int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if ((rc = ZMQ_SET_INT(rt->clients, ZMQ_HANDSHAKE_IVL, CLIENT_HANDSHAKE_MS)) ||

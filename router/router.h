@@ -44,6 +44,7 @@ typedef struct router_opts {
     char metrics_listen[ROUTER_ADDR_MAX]; /* host:port of GET /metrics and /health, or "none" */
     bool metrics_listen_given;            /* explicit: failing to bind it stops the router */
     const char *curve_secret_file, *curve_allow_file, *admin_curve_allow_file;
+    const char *worker_curve_allow_file;  /* workers' public keys: the worker socket is CURVE */
     int max_queued_requests;
     int64_t max_queued_tokens;
     int max_tokens_cap;
@@ -106,7 +107,7 @@ typedef struct router {
     void *workers_sock, *worker_mon;
     void *admin_sock;
     void *zap;
-    curve_t *curve, *admin_curve;
+    curve_t *curve, *admin_curve, *worker_curve;
 
     /* codecs, reused for every message */
     proto_decoder_t *pdec;
@@ -270,6 +271,6 @@ int curve_apply(const curve_t *c, void *sock);
 int curve_zap_open(void *zctx, void **zap);
 /* Answer pending ZAP requests: admit keys listed for the request's domain (client or
  * admin; either may be NULL). */
-void curve_zap_handle(const curve_t *client, const curve_t *admin, void *zap, router_stats *st);
+void curve_zap_handle(const curve_t *const *cs, int n, void *zap, router_stats *st);
 
 #endif

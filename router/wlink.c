@@ -53,6 +53,8 @@ int wlink_open(router_t *rt)
         (rc = router_monitor_open(rt, rt->workers_sock, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED,
                                   &rt->worker_mon)))
         return rc;
+    if (rt->worker_curve && (rc = curve_apply(rt->worker_curve, rt->workers_sock)))
+        return rc;
     return router_bind(rt->workers_sock, rt->o.workers, "the worker socket");
 }
 
