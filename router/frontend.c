@@ -245,6 +245,7 @@ static void refuse(router_t *rt, const uint8_t *ident, int ident_len, bool delim
                    enum proto_error_code code, const char *msg)
 {
     metrics_request_error(rt->metrics);
+    stats_line_request_refused(id, code);
     frontend_error(rt, ident, ident_len, delim, id, code, msg);
 }
 
@@ -262,7 +263,9 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         /* the error carries id "": an error with the live request's id would read as that
          * request's end, and its stream goes on (its chunks and final still come) */
         snprintf(msg, sizeof msg, "request id '%s' is already live on this connection", q->id);
-        refuse(rt, ident, ident_len, delim, "", PE_DUPLICATE_ID, msg);
+        metrics_request_error(rt->metrics);
+        stats_line_request_refused(q->id, PE_DUPLICATE_ID);
+        frontend_error(rt, ident, ident_len, delim, "", PE_DUPLICATE_ID, msg);
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */

@@ -106,6 +106,8 @@ static void usage(FILE *f)
         "                             which is then a CURVE server (with --curve-secret-key)\n"
         "  --allow-insecure-bind      allow tcp (and HTTP) on a non-loopback address without CURVE\n"
         "  --log-prompts              log prompt text (never logged otherwise)\n"
+        "  --stats-interval S         a stats line (running, waiting, KV use, tokens/s) every S\n"
+        "                             seconds while there is work, 0 = never (default 10)\n"
         "  --heartbeat-ms N           worker heartbeat interval asked in WELCOME, default 500\n"
         "  --worker-timeout-ms N      a worker silent this long is dead, default 3000\n"
         "  --stuck-timeout-ms N       a worker holding requests that completes no step this\n"
@@ -180,7 +182,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
            O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_STUCK, O_LOGFMT,
-           O_WCA, O_VERSION, O_HELP };
+           O_WCA, O_STATS, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"listen", required_argument, 0, O_LISTEN},
@@ -199,6 +201,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
         {"admin", required_argument, 0, O_ADMIN},
         {"admin-curve-allow", required_argument, 0, O_ACA},
         {"worker-curve-allow", required_argument, 0, O_WCA},
+        {"stats-interval", required_argument, 0, O_STATS},
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"stuck-timeout-ms", required_argument, 0, O_STUCK},
         {"log-format", required_argument, 0, O_LOGFMT},
@@ -220,6 +223,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
     o->no_workers_wait_ms = 1000;
     o->drain_timeout_ms = 30000;
     o->stuck_timeout_ms = 60000;
+    o->stats_interval_ms = 10000;
     int c;
     int64_t v;
     opterr = 0;
@@ -283,6 +287,11 @@ static int parse_options(int argc, char **argv, router_opts *o)
             if ((rc = parse_int("--no-workers-wait-ms", optarg, 0, 3600000, &v)))
                 return rc;
             o->no_workers_wait_ms = (int)v;
+            break;
+        case O_STATS:
+            if ((rc = parse_int("--stats-interval", optarg, 0, 86400, &v)))
+                return rc;
+            o->stats_interval_ms = (int)v * 1000;
             break;
         case O_DRAIN:
             if ((rc = parse_int("--drain-timeout", optarg, 0, 86400, &v)))
@@ -495,8 +504,8 @@ static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
 {
     int64_t t = workers_next_expiry(rt->workers);
     int64_t timers[] = {watchdog_us, dispatch_next_timer(rt->disp), admin_next_timer(rt),
-                        http_next_timer(rt, now)};
-    for (int i = 0; i < 4; i++)
+                        http_next_timer(rt, now), stats_line_next(rt)};
+    for (int i = 0; i < 5; i++)
         if (timers[i] < t)
             t = timers[i];
     rq_t *r = rq_next_deadline(rt->rqs);
@@ -585,6 +594,7 @@ static int run(router_t *rt)
         relay_deadlines(rt, now);
         wlink_check_timeouts(rt, now);
         admin_tick(rt, now);
+        stats_line_tick(rt, now);
         dispatch_run(rt->disp, now);
         relay_reap(rt);
         if (rt->draining) {

@@ -51,6 +51,7 @@ typedef struct router_opts {
     bool allow_insecure_bind, log_prompts;
     int heartbeat_ms, worker_timeout_ms, no_workers_wait_ms, stuck_timeout_ms;
     int drain_timeout_ms;
+    int stats_interval_ms;                /* the periodic stats line; 0: never */
 } router_opts;
 
 /* Counters, logged at exit (and at debug level as they change). */
@@ -71,6 +72,8 @@ typedef struct router_stats {
     uint64_t worker_stuck;
     uint64_t admin_requests, admin_errors, http_requests;
     uint64_t conn_evicted;                /* client connections shut down at the cap */
+    uint64_t prompt_tokens;               /* dispatched to workers (re-dispatches too) */
+    uint64_t generated_tokens;            /* received from workers */
 } router_stats;
 
 /* ---- fd_budget.c: the descriptor limit and the connection caps ---- */
@@ -135,6 +138,8 @@ typedef struct router {
     proto_worker_status pong[WORKERS_MAX];
 
     router_stats st;
+    router_stats stats_last;   /* at the last stats line */
+    int64_t stats_last_us, stats_next_us;
     bool draining;
     int64_t drain_deadline_us;
     int64_t start_us;          /* monotonic */
@@ -258,6 +263,18 @@ int http_listen_fd(const router_t *rt);
 void http_run(router_t *rt);
 /* When http_run must run even without input (connection timeouts; INT64_MAX if never). */
 int64_t http_next_timer(const router_t *rt, int64_t now_us);
+
+/* ---- stats_line.c: the periodic stats line and the per-request end line ---- */
+/* Log the stats line when its interval is over (the first call starts the interval). */
+void stats_line_tick(router_t *rt, int64_t now_us);
+/* When stats_line_tick must run next (INT64_MAX: never). */
+int64_t stats_line_next(const router_t *rt);
+/* One info line for r's end: its outcome (code PE_NONE: the samples' finish reasons, else
+ * the error), tokens and times; never its text. */
+void stats_line_request_end(const router_t *rt, const rq_t *r, enum proto_error_code code,
+                            int64_t now_us);
+/* The line of a request refused before admission (decoded, so it has an id). */
+void stats_line_request_refused(const char *id, enum proto_error_code code);
 
 /* ---- curve.c: CURVE keys and the ZAP handler ---- */
 /* Keys for the sockets of ZAP domain `domain` (a static string: "deras" for clients,

@@ -103,7 +103,10 @@ int wlink_submit(void *ctx, worker_t *k, rq_t *r)
         return rc;
     log_debug("request '%s' -> worker %s as rid %llu (attempt %d)", r->id, k->name,
               (unsigned long long)r->rid, r->attempts);
-    return send_to(rt, k->name, k->name_len, buf, len);
+    if ((rc = send_to(rt, k->name, k->name_len, buf, len)))
+        return rc;
+    rt->st.prompt_tokens += (uint64_t)r->n_prompt;
+    return DERAS_OK;
 }
 
 void wlink_abort(router_t *rt, worker_t *k, uint64_t rid)
