@@ -105,6 +105,19 @@ int endpoints_default_admin(char *buf, size_t cap)
     return default_socket("admin.sock", buf, cap);
 }
 
+int endpoints_default_admin_for_client(char *buf, size_t cap)
+{
+    const char *env = getenv("DERAS_RUNTIME_DIR");
+    struct stat st;
+    if ((!env || !*env) && stat(ENDPOINTS_UNITS_RUNTIME_DIR "/admin.sock", &st) == 0 &&
+        S_ISSOCK(st.st_mode)) {
+        int n = snprintf(buf, cap, "ipc://" ENDPOINTS_UNITS_RUNTIME_DIR "/admin.sock");
+        return n < 0 || (size_t)n >= cap ? deras_fail(DERAS_ERANGE, "endpoint buffer too small")
+                                         : DERAS_OK;
+    }
+    return endpoints_default_admin(buf, cap);
+}
+
 int endpoints_prepare_bind(const char *endpoint)
 {
     if (!endpoint)
