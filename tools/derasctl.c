@@ -69,7 +69,7 @@ static void usage(FILE *f)
           "options:\n"
           "  --admin ADDR               the router's admin socket (default $DERAS_ADMIN, else\n"
           "                             ipc://$DERAS_RUNTIME_DIR/admin.sock, else the units'\n"
-          "                             /run/deras/admin.sock if it exists, else\n"
+          "                             /run/deras/admin.sock if a router answers there, else\n"
           "                             ipc:///tmp/deras-$UID/admin.sock)\n"
           "  --reply-timeout S          longest wait for a reply (a drain: its own timeout +\n"
           "                             this), default 10\n"

@@ -48,8 +48,9 @@ int endpoints_default_admin(char *buf, size_t cap);
 #define ENDPOINTS_UNITS_RUNTIME_DIR "/run/deras"
 
 /* The admin socket derasctl tries: the runtime directory's when $DERAS_RUNTIME_DIR is set;
- * without it, the units' (/run/deras/admin.sock) when that socket exists, so an operator's
- * shell finds the service's router; else /tmp/deras-<uid>/admin.sock. DERAS_ERANGE. */
+ * without it, the units' (/run/deras/admin.sock) when a router accepts connections there,
+ * so an operator's shell finds the service's router (a connect(2), the only cost); else
+ * /tmp/deras-<uid>/admin.sock. DERAS_ERANGE. */
 int endpoints_default_admin_for_client(char *buf, size_t cap);
 
 /* For a process about to bind an ipc:// endpoint: create its directory (mode 0700, one
