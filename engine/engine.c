@@ -455,7 +455,7 @@ static int propose(engine_t *e, int *n_cand)
             s->n_generated == 0 || s->sq.n_tokens - s->sq.n_computed != 1)
             continue;
         ereq *q = s->req;
-        if (q->params.spec_tokens < 0 || (q->params.sp.temperature == 0.0f && !greedy_ok))
+        if (q->params.spec_tokens < 0 || (sampling_is_greedy(&q->params.sp) && !greedy_ok))
             continue;
         int k_max = q->params.spec_tokens > 0 && q->params.spec_tokens < e->o.spec.k
                         ? q->params.spec_tokens
@@ -498,7 +498,7 @@ static int verify(engine_t *e, eseq *s, const float *lg, sample_result *res, int
         const float *row = lg + (size_t)j * V;
         sample_history h = history(s, j);
         sample_result *r = &res[j];
-        if (j == k || q->params.sp.temperature == 0.0f) {
+        if (j == k || sampling_is_greedy(&q->params.sp)) {
             /* the target's own choice: greedy, or the position after the last draft */
             if ((rc = sampler_sample(e->sampler, row, &q->params.sp, &s->rng, &h, r)))
                 return rc;

@@ -243,35 +243,64 @@ static void apply_bias_and_min_tokens(sampler_t *s, const sampling_params *p,
                 w[h->stops[i]] = -INFINITY;
 }
 
+/* Logits are finite or -inf (a masked token); NaN or +inf is a numeric fault of the model
+ * or its backend, an error instead of a token drawn from garbage. O(vocab). */
+static int check_logits(const float *logits, int V)
+{
+    for (int i = 0; i < V; i++)
+        if (!(logits[i] < INFINITY)) /* NaN compares false */
+            return deras_fail(DERAS_EBACKEND, "sampler: logit %d is %s: the model's output is "
+                              "not finite", i, isnan(logits[i]) ? "NaN" : "+inf");
+    return DERAS_OK;
+}
+
+/* DERAS_ERANGE when every processed logit is -inf: no token can be chosen. */
+static int has_candidate(const float *w, int V)
+{
+    for (int i = 0; i < V; i++)
+        if (w[i] > -INFINITY)
+            return DERAS_OK;
+    return deras_fail(DERAS_ERANGE, "sampler: every token is excluded (at -inf)");
+}
+
 /* Bias and penalties into the working copy, then (unless greedy) the candidate set:
  * temperature, min-p, top-k, top-p. Leaves s->idx[0..*n) holding the candidates, *mx the
- * largest scaled logit and *z the candidates' mass sum(exp(w - mx)). */
-static void process(sampler_t *s, const float *logits, const sampling_params *p,
-                    const sample_history *hist, bool greedy, int *n_out, float *mx_out,
-                    double *z_out)
+ * largest scaled logit and *z the candidates' mass sum(exp(w - mx)). DERAS_EBACKEND for
+ * logits that are NaN or +inf, DERAS_ERANGE when no token is left to choose. */
+static int process(sampler_t *s, const float *logits, const sampling_params *p,
+                   const sample_history *hist, bool greedy, int *n_out, float *mx_out,
+                   double *z_out)
 {
     const int V = s->vocab;
     float *w = s->work;
+    int rc = check_logits(logits, V);
+    if (rc)
+        return rc;
     memcpy(w, logits, (size_t)V * sizeof(float));
     apply_bias_and_min_tokens(s, p, hist);
     bool penalties = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
                      p->frequency_penalty != 0.0f;
     if (penalties && hist)
         apply_penalties(s, p, hist);
-    if (greedy || p->temperature == 0.0f)
-        return;
+    if (greedy || sampling_is_greedy(p))
+        return has_candidate(w, V);
     const float inv_t = 1.0f / p->temperature;
     float mx = -INFINITY;
     for (int i = 0; i < V; i++) {
         w[i] *= inv_t;
         mx = w[i] > mx ? w[i] : mx;
     }
+    if (!(mx < INFINITY)) /* finite logits so large that logit / temperature overflows */
+        return deras_fail(DERAS_ERANGE, "sampler: logits / temperature %g overflow a float",
+                          (double)p->temperature);
     /* min-p: keep p_i >= min_p * p_max, i.e. w_i >= mx + log(min_p) */
     const float floor_w = p->min_p > 0.0f ? mx + logf(p->min_p) : -INFINITY;
     int n = 0;
     for (int i = 0; i < V; i++) /* a token at -inf (min_tokens, a bias) is never a candidate */
         if (w[i] >= floor_w && w[i] > -INFINITY)
             s->idx[n++] = i;
+    if (n == 0)
+        return deras_fail(DERAS_ERANGE, "sampler: every token is excluded (at -inf)");
     if (p->top_k > 0 && p->top_k < n) {
         select_top(w, s->idx, n, p->top_k);
         n = p->top_k;
@@ -309,6 +338,7 @@ static void process(sampler_t *s, const float *logits, const sampling_params *p,
     *n_out = n;
     *mx_out = mx;
     *z_out = z;
+    return DERAS_OK;
 }
 
 static int32_t argmax(const float *w, int V)
@@ -323,13 +353,15 @@ static int32_t argmax(const float *w, int V)
 int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, sampler_rng *rng,
                    const sample_history *hist, sample_result *out)
 {
-    if (!s || !logits || !p || !out || (p->temperature > 0 && !rng))
+    if (!s || !logits || !p || !out || (!sampling_is_greedy(p) && !rng))
         return deras_fail(DERAS_EINVAL, "sampler_sample: NULL argument");
     int n = 0;
     float mx = 0.0f;
     double z = 0.0;
-    process(s, logits, p, hist, false, &n, &mx, &z);
-    if (p->temperature == 0.0f)
+    int rc = process(s, logits, p, hist, false, &n, &mx, &z);
+    if (rc)
+        return rc;
+    if (sampling_is_greedy(p))
         out->token = argmax(s->work, s->vocab);
     else
         out->token = draw(s->work, s->idx, n, mx, z, rng);
@@ -340,12 +372,14 @@ int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, 
 int sampler_probs(sampler_t *s, const float *logits, const sampling_params *p,
                   const sample_history *hist, float *probs)
 {
-    if (!s || !logits || !p || !probs || !(p->temperature > 0.0f))
-        return deras_fail(DERAS_EINVAL, "sampler_probs: NULL argument or temperature 0");
+    if (!s || !logits || !p || !probs || sampling_is_greedy(p))
+        return deras_fail(DERAS_EINVAL, "sampler_probs: NULL argument or a greedy temperature");
     int n = 0;
     float mx = 0.0f;
     double z = 0.0;
-    process(s, logits, p, hist, false, &n, &mx, &z);
+    int rc = process(s, logits, p, hist, false, &n, &mx, &z);
+    if (rc)
+        return rc;
     memset(probs, 0, (size_t)s->vocab * sizeof(float));
     for (int i = 0; i < n; i++)
         probs[s->idx[i]] = (float)(exp((double)(s->work[s->idx[i]] - mx)) / z);
@@ -358,7 +392,8 @@ int32_t sampler_greedy(sampler_t *s, const float *logits, const sampling_params 
     int n = 0;
     float mx = 0.0f;
     double z = 0.0;
-    process(s, logits, p, hist, true, &n, &mx, &z);
+    (void)process(s, logits, p, hist, true, &n, &mx, &z); /* a bad row still gives some token:
+                                                             the target's check refuses it */
     return argmax(s->work, s->vocab);
 }
 

@@ -5,9 +5,10 @@
  * logits), min_tokens (the tokens that would end the sample cannot be drawn before
  * min_tokens outputs), repetition penalty (prompt and output tokens;
  * positive logits divided, negative multiplied), presence and frequency penalties (output
- * tokens only, OpenAI semantics), then either greedy argmax (temperature 0; ties go to the
- * lowest id), or temperature scaling, top-k, top-p (nucleus), min-p, and a draw from the
- * renormalised distribution with the request's own random generator. Logprobs are those of
+ * tokens only, OpenAI semantics), then either greedy argmax (temperature 0, or below
+ * SAMPLING_GREEDY_BELOW; ties go to the lowest id), or temperature scaling, top-k, top-p
+ * (nucleus), min-p, and a draw from the renormalised distribution with the request's own
+ * random generator. Logprobs are those of
  * the model's raw distribution (log-softmax of the unprocessed logits), so they do not
  * depend on sampling settings; the chosen token's logprob and the top-N are reported.
  *
@@ -66,19 +67,23 @@ int sampler_new(int vocab, sampler_t **out);
 void sampler_destroy(sampler_t **s);
 
 /* Sample one token from `logits` (vocab entries, left unchanged: processing happens in the
- * sampler's scratch). `hist` may be NULL when no penalty and no min_tokens is set. */
+ * sampler's scratch). `hist` may be NULL when no penalty and no min_tokens is set.
+ * Never a silent token from bad numbers: DERAS_EBACKEND when a logit is NaN or +inf (-inf
+ * is a masked token), DERAS_ERANGE when every token is masked or logit / temperature
+ * overflows. */
 int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, sampler_rng *rng,
                    const sample_history *hist, sample_result *out);
 
-/* The distribution sampler_sample draws from at temperature > 0 (penalties, temperature,
+/* The distribution sampler_sample draws from when not greedy (penalties, temperature,
  * min-p, top-k, top-p applied), as vocab dense probabilities, zero outside the kept
- * candidates. Speculative sampling compares it with a draft's. DERAS_EINVAL at
- * temperature 0. Cost as one sampler_sample row. */
+ * candidates. Speculative sampling compares it with a draft's. DERAS_EINVAL at a greedy
+ * temperature; the errors of sampler_sample. Cost as one sampler_sample row. */
 int sampler_probs(sampler_t *s, const float *logits, const sampling_params *p,
                   const sample_history *hist, float *probs);
 
-/* The token sampler_sample picks at temperature 0 (penalties applied; ties to the lowest
- * id), whatever p->temperature says: a greedy draft. O(vocab + history). */
+/* The token sampler_sample picks greedily (penalties applied; ties to the lowest id),
+ * whatever p->temperature says: a greedy draft. Bad logits still give a token in range
+ * (the target's sampler refuses them). O(vocab + history). */
 int32_t sampler_greedy(sampler_t *s, const float *logits, const sampling_params *p,
                        const sample_history *hist);
 

@@ -98,7 +98,7 @@ static int next_draft(spec_draft_t *d, spec_seq *q, int len, const float *lg)
     sample_history h = {q->tokens, q->n_prompt, q->tokens + q->n_prompt, len - q->n_prompt,
                         NULL, 0};
     int32_t t;
-    if (q->sp->temperature == 0.0f) {
+    if (sampling_is_greedy(q->sp)) {
         t = sampler_greedy(d->sampler, lg, q->sp, &h);
     } else {
         float *qr = q->q + (size_t)q->n_drafts * d->vocab;
@@ -122,7 +122,7 @@ int spec_draft_propose(spec_draft_t *d, spec_seq *seqs, int n)
         seqs[i].q_valid = false;
         d->len[i] = seqs[i].n_tokens;
         d->active[i] = seqs[i].k > 0 && seqs[i].slot >= 0 && seqs[i].slot < d->max_live_seqs &&
-                       (seqs[i].sp->temperature == 0.0f || seqs[i].q);
+                       (sampling_is_greedy(seqs[i].sp) || seqs[i].q);
     }
     const int max_blocks = d->plan->max_blocks;
     for (;;) {

@@ -2,7 +2,7 @@
 /* admin.c - the admin socket: what derasctl (or an operator's script) asks the router.
  *
  * A ZeroMQ ROUTER separate from the client socket, so operations never share a queue or
- * a permission with clients: ipc:// by default (the socket file is chmod 0600 after bind:
+ * a permission with clients: ipc:// by default (the socket file is made 0600 at bind:
  * only the router's user may connect), tcp only as a CURVE server whose allowed keys are
  * --admin-curve-allow (curve.c). Requests are decoded strictly (common/wire/admin_proto.h);
  * each gets one reply map, built here with msgpack in a buffer the module keeps.
@@ -81,14 +81,7 @@ int admin_open(router_t *rt)
         return rc;
     if (rt->admin_curve && (rc = curve_apply(rt->admin_curve, rt->admin_sock)))
         return rc;
-    if (zmq_bind(rt->admin_sock, rt->o.admin) == -1)
-        return deras_fail(DERAS_EIO, "cannot bind the admin socket %s: %s", rt->o.admin,
-                          zmq_strerror(zmq_errno()));
-    /* ZeroMQ creates the socket file with the umask's mode: only our user may connect */
-    if (!strncmp(rt->o.admin, "ipc://", 6) && chmod(rt->o.admin + 6, 0600) != 0)
-        return deras_fail(DERAS_EIO, "admin socket %s: chmod 0600: %s", rt->o.admin,
-                          strerror(errno));
-    return DERAS_OK;
+    return router_bind(rt->admin_sock, rt->o.admin, "the admin socket");
 }
 
 void admin_close(router_t *rt)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* curve.c - CURVE encryption and client authentication for the client and admin sockets.
+/* curve.c - CURVE encryption and authentication for the client, admin and worker sockets.
  *
  * With --curve-secret-key the client socket is a CURVE server: traffic is encrypted and
  * every client proves it holds the secret key of a public key. Which public keys may
@@ -8,7 +8,10 @@
  * in --curve-allow and 400 otherwise. It runs in the router's event loop; a handshake
  * waits for the loop, never the other way round. A tcp admin socket is a CURVE server
  * with the same secret key and its own allow list (--admin-curve-allow); each socket
- * names its ZAP domain, so a client key never opens the admin socket.
+ * names its ZAP domain, so a client key never opens the admin socket. Likewise the worker
+ * socket, with --worker-curve-allow listing the workers' public keys (domain
+ * "deras-worker"): workers on other hosts then need no --allow-insecure-bind, and a worker
+ * without an allowed key is refused at its handshake.
  *
  * Key files are text. The secret key file holds the 40-character Z85 secret key, alone
  * on a line or as `secret-key = "..."` (the zcert format); the allow file holds one Z85
@@ -207,9 +210,8 @@ static const curve_t *for_domain(const curve_t *const *cs, int n, zmq_msg_t *dom
     return NULL;
 }
 
-void curve_zap_handle(const curve_t *client, const curve_t *admin, void *zap, router_stats *st)
+void curve_zap_handle(const curve_t *const *cs, int n_cs, void *zap, router_stats *st)
 {
-    const curve_t *cs[2] = {client, admin};
     for (;;) {
         /* version, request id, domain, address, identity, mechanism, credentials... */
         zmq_msg_t f[7];
@@ -230,7 +232,7 @@ void curve_zap_handle(const curve_t *client, const curve_t *admin, void *zap, ro
             else
                 zmq_msg_close(m);
         }
-        const curve_t *c = n >= 7 ? for_domain(cs, 2, &f[2]) : NULL;
+        const curve_t *c = n >= 7 ? for_domain(cs, n_cs, &f[2]) : NULL;
         bool ok = c && zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) &&
                   allowed(c, zmq_msg_data(&f[6]), zmq_msg_size(&f[6]));
         if (ok)

@@ -30,17 +30,30 @@
  * handshaken and heard from within one loop turn could be mistaken for the one it
  * replaced; its request would still get finals (abort_reason "disconnected"), never
  * silence.
+ *
+ * Connection cap: the monitor's ACCEPTED and DISCONNECTED events feed a conn_guard
+ * (conn_guard.h) sized from the descriptor budget (fd_budget.c); a connection that sends a
+ * frame is proven. Beyond the cap the oldest connection that has sent nothing is shut
+ * down (shutdown(2) on its fd, after checking the fd is still a connection of this socket;
+ * libzmq then closes it), so a flood of silent connections cannot take the process to its
+ * descriptor limit, where libzmq aborts. ZMTP must be done within CLIENT_HANDSHAKE_MS.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <zmq.h>
 
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "common/wire/zmq_check.h"
+#include "router/conn_guard.h"
 #include "router/router.h"
 
 #define CLIENT_MON_ADDR "inproc://deras-client-monitor"
@@ -48,6 +61,7 @@
 #define CLIENT_RCVHWM 1000
 #define CLIENT_FRAME_HARD_CAP ((int64_t)128 << 20) /* answered above the protocol cap, up to this */
 #define CLIENT_ZMTP_IVL_MS 5000
+#define CLIENT_HANDSHAKE_MS 10000 /* a connection that has not done ZMTP by then is closed */
 #define CLIENT_ZMTP_TIMEOUT_MS 30000
 
 int frontend_open(router_t *rt)
@@ -67,17 +81,22 @@ int frontend_open(router_t *rt)
     int rc = router_socket_open(rt, &o, &rt->clients);
     if (rc)
         return rc;
-    if (rt->curve) {
-        if ((rc = curve_zap_open(rt->zctx, &rt->zap)) || (rc = curve_apply(rt->curve, rt->clients)))
-            return rc;
-    }
+    if (rt->curve && (rc = curve_apply(rt->curve, rt->clients)))
+        return rc;
     int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if ((rc = router_monitor_open(rt, rt->clients, CLIENT_MON_ADDR, events, &rt->client_mon)))
+    if ((rc = ZMQ_SET_INT(rt->clients, ZMQ_HANDSHAKE_IVL, CLIENT_HANDSHAKE_MS)) ||
+        (rc = router_monitor_open(rt, rt->clients, CLIENT_MON_ADDR, events, &rt->client_mon)) ||
+        (rc = conn_guard_new(rt->fds.clients_max, rt->fds.limit, &rt->client_guard)) ||
+        (rc = router_bind(rt->clients, rt->o.listen, "the client socket")))
         return rc;
-    if (zmq_bind(rt->clients, rt->o.listen) == -1)
-        return deras_fail(DERAS_EIO, "cannot listen on %s: %s", rt->o.listen,
-                          zmq_strerror(zmq_errno()));
+    char ep[ROUTER_ADDR_MAX];
+    size_t ep_len = sizeof ep;
+    if (!strncmp(rt->o.listen, "tcp://", 6) &&
+        zmq_getsockopt(rt->clients, ZMQ_LAST_ENDPOINT, ep, &ep_len) == 0) {
+        const char *colon = strrchr(ep, ':');
+        rt->client_port = colon ? atoi(colon + 1) : 0;
+    }
     return DERAS_OK;
 }
 
@@ -101,6 +120,7 @@ void frontend_close(router_t *rt)
     }
     free(rt->fd_closed);
     rt->fd_closed = NULL;
+    conn_guard_destroy(&rt->client_guard);
     rt->fd_closed_cap = 0;
 }
 
@@ -183,9 +203,11 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
         *ids = q->prompt_ids;
         *n_ids = q->n_prompt_ids;
     } else {
+        /* bounded: a prompt longer than the context stops being tokenized there */
         size_t n = 0;
-        int rc = tokenizer_encode(rt->tok, q->prompt ? q->prompt : "", q->prompt_len,
-                                  q->add_special_tokens, true, rt->tok_buf, rt->tok_cap, &n);
+        int rc = tokenizer_encode_bounded(rt->tok, q->prompt ? q->prompt : "", q->prompt_len,
+                                          q->add_special_tokens, true, rt->tok_buf,
+                                          rt->tok_cap, &n);
         if (rc == DERAS_EFORMAT) {
             snprintf(msg, cap, "prompt: %s", deras_errmsg());
             return PE_INVALID_UTF8;
@@ -196,6 +218,11 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
         }
         *ids = rt->tok_buf;
         *n_ids = n > (size_t)INT32_MAX ? INT32_MAX : (int)n; /* ERANGE: too long, caught below */
+        if (rc == DERAS_ERANGE) {
+            snprintf(msg, cap, "prompt (more than %d tokens) exceeds the model's context of %d "
+                     "tokens", rt->ctx_len, rt->ctx_len);
+            return PE_CONTEXT_LENGTH_EXCEEDED;
+        }
     }
     if (*n_ids == 0) {
         snprintf(msg, cap, "the prompt is empty (0 tokens)");
@@ -218,6 +245,7 @@ static void refuse(router_t *rt, const uint8_t *ident, int ident_len, bool delim
                    enum proto_error_code code, const char *msg)
 {
     metrics_request_error(rt->metrics);
+    stats_line_request_refused(id, code);
     frontend_error(rt, ident, ident_len, delim, id, code, msg);
 }
 
@@ -232,8 +260,12 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         return;
     }
     if (rq_find_key(rt->rqs, ident, ident_len, q->id)) {
+        /* the error carries id "": an error with the live request's id would read as that
+         * request's end, and its stream goes on (its chunks and final still come) */
         snprintf(msg, sizeof msg, "request id '%s' is already live on this connection", q->id);
-        refuse(rt, ident, ident_len, delim, q->id, PE_DUPLICATE_ID, msg);
+        metrics_request_error(rt->metrics);
+        stats_line_request_refused(q->id, PE_DUPLICATE_ID);
+        frontend_error(rt, ident, ident_len, delim, "", PE_DUPLICATE_ID, msg);
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */
@@ -379,6 +411,7 @@ static void handle_frames(router_t *rt, zmq_msg_t *f, int n, int extra)
         rt->st.stale_frames++; /* its connection closed: nobody would hear the answer */
         return;
     }
+    conn_guard_proven(rt->client_guard, fd); /* a peer that speaks is kept over a flood */
     bool delim = n >= 3 && zmq_msg_size(&f[1]) == 0;
     zmq_msg_t *payload = NULL;
     if (n == 2)
@@ -428,6 +461,46 @@ void frontend_recv(router_t *rt, int budget)
     }
 }
 
+/* Whether fd is a connection of the client socket: a tcp socket on its port, or a unix
+ * socket on its path. The fd came from an ACCEPTED event that may be stale (closed since,
+ * the number reused by a worker's or an HTTP connection); this keeps a shutdown to client
+ * connections. */
+static bool is_client_conn(const router_t *rt, int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len))
+        return false;
+    if (sa.ss_family == AF_INET)
+        return rt->client_port && ntohs(((struct sockaddr_in *)&sa)->sin_port) == rt->client_port;
+    if (sa.ss_family == AF_INET6)
+        return rt->client_port &&
+               ntohs(((struct sockaddr_in6 *)&sa)->sin6_port) == rt->client_port;
+    if (sa.ss_family == AF_UNIX && !strncmp(rt->o.listen, "ipc://", 6))
+        return !strncmp(((struct sockaddr_un *)&sa)->sun_path, rt->o.listen + 6,
+                        sizeof ((struct sockaddr_un *)&sa)->sun_path);
+    return false;
+}
+
+/* A new connection beyond the cap (rt->fds.clients_max): the guard's victim is shut down,
+ * libzmq then closes it and reports the disconnect. No descriptor runs out, so no
+ * listener fails to accept (libzmq aborts on EMFILE at an ipc listener). */
+static void accepted(router_t *rt, int fd)
+{
+    int victim = conn_guard_open(rt->client_guard, fd, router_now_us() / 1e6);
+    if (victim < 0 || !is_client_conn(rt, victim))
+        return;
+    shutdown(victim, SHUT_RDWR);
+    rt->st.conn_evicted++;
+    double now = router_now_us() / 1e6;
+    if (now >= rt->next_cap_log) {
+        rt->next_cap_log = now + 10.0;
+        log_warn("client connections at the cap (%d, from the descriptor limit %d): shutting "
+                 "down the oldest that has sent nothing (%llu so far)", rt->fds.clients_max,
+                 rt->fds.limit, (unsigned long long)rt->st.conn_evicted);
+    }
+}
+
 void frontend_monitor(router_t *rt)
 {
     uint16_t event;
@@ -436,10 +509,12 @@ void frontend_monitor(router_t *rt)
         switch (event) {
         case ZMQ_EVENT_ACCEPTED:
             mark_fd(rt, (int)value, false);
+            accepted(rt, (int)value);
             break;
         case ZMQ_EVENT_DISCONNECTED:
             rt->st.disconnects++;
             mark_fd(rt, (int)value, true);
+            conn_guard_closed(rt->client_guard, (int)value);
             relay_fd_closed(rt, (int)value);
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:

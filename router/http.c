@@ -17,29 +17,64 @@
  * --metrics-listen HOST:PORT (default 127.0.0.1:9400; "none" turns HTTP off) takes a
  * numeric IPv4 or [IPv6] address or localhost; beyond loopback only with
  * --allow-insecure-bind (metrics carry no secrets, but they say a lot about the
- * service). Plain HTTP, bounded: at most HTTP_MAX_CONNECTIONS connections, each closed
- * after HTTP_CONN_TIMEOUT_S idle seconds.
+ * service).
+ *
+ * Slow and idle clients cannot starve the probes (an orchestrator restarts a router whose
+ * /live does not answer). The router accepts connections itself (the listening socket is
+ * ours; libmicrohttpd gets each with MHD_add_connection) under a conn_guard: at most
+ * fds.http_max connections (from the descriptor budget, fd_budget.c); beyond, the oldest
+ * connection that has not yet sent a whole request head is shut down, so a new one always
+ * gets in and a probe, which asks at once, is answered in the loop turn that accepts it.
+ * A request head must arrive within HTTP_HEAD_TIMEOUT_S of the connection; an idle
+ * connection is closed after HTTP_IDLE_TIMEOUT_S; libmicrohttpd bounds a connection's
+ * memory (32 KiB: longer heads are answered 431) and never reads a body here. Accepting
+ * is paused for a moment when the process is out of descriptors, instead of spinning.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "router/conn_guard.h"
 #include "router/router.h"
 
-#define HTTP_MAX_CONNECTIONS 32
-#define HTTP_CONN_TIMEOUT_S 10
+#define HTTP_HEAD_TIMEOUT_S 5.0   /* from accept to a whole request head */
+#define HTTP_IDLE_TIMEOUT_S 10    /* a kept-alive connection with nothing to do */
+#define HTTP_NAMED_SLACK 256      /* shut-down connections libmicrohttpd has not closed yet */
+#define HTTP_ACCEPT_PAUSE_S 0.1   /* after EMFILE/ENFILE */
 
 struct http {
     struct MHD_Daemon *d;
-    int fd;
+    int fd;                /* libmicrohttpd's epoll fd */
+    int listen_fd;
+    conn_guard_t *guard;
+    double accept_paused_until, next_log;
+    uint64_t evicted_logged;
 };
+
+static double now_s(void)
+{
+    return router_now_us() / 1e6;
+}
+
+/* Shut fd down (libmicrohttpd sees the end and closes it); said once per 10 s. */
+static void shut(http_t *h, int fd, const char *why)
+{
+    shutdown(fd, SHUT_RDWR);
+    double t = now_s();
+    if (t >= h->next_log) {
+        h->next_log = t + 10.0;
+        log_warn("HTTP: shutting down connections that sent no request (%s)", why);
+    }
+}
 
 static int parse_listen(const char *addr, bool allow_insecure, struct sockaddr_storage *sa,
                         bool *ipv6)
@@ -119,6 +154,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)con_cls;
     router_t *rt = cls;
     rt->st.http_requests++;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        conn_guard_proven(rt->http->guard, ci->connect_fd); /* a whole head arrived */
     *upload_size = 0; /* a body is never read */
     if (strcmp(method, "GET") && strcmp(method, "HEAD"))
         return respond(c, MHD_HTTP_METHOD_NOT_ALLOWED, TEXT, "GET or HEAD\n", 12);
@@ -143,6 +182,44 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return respond(c, MHD_HTTP_NOT_FOUND, TEXT, "not found: /metrics, /health, /live\n", 36);
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)socket_context;
+    http_t *h = cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED && ci)
+        conn_guard_closed(h->guard, ci->connect_fd);
+}
+
+static int listen_on(const struct sockaddr_storage *sa, bool ipv6)
+{
+    int fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ipv6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    socklen_t len = ipv6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (bind(fd, (const struct sockaddr *)sa, len) || listen(fd, 1024)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void http_free(http_t *h)
+{
+    if (h->d)
+        MHD_stop_daemon(h->d);
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
+    conn_guard_destroy(&h->guard);
+    free(h);
+}
+
 int http_open(router_t *rt)
 {
     if (!strcmp(rt->o.metrics_listen, "none"))
@@ -155,17 +232,23 @@ int http_open(router_t *rt)
     http_t *h = calloc(1, sizeof *h);
     if (!h)
         return deras_fail(DERAS_ENOMEM, "http: out of memory");
-    h->d = MHD_start_daemon(MHD_USE_EPOLL | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL, on_request,
-                            rt, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_CONN_TIMEOUT_S,
-                            MHD_OPTION_END);
+    h->listen_fd = -1;
+    if ((rc = conn_guard_new(rt->fds.http_max, rt->fds.limit, &h->guard))) {
+        http_free(h);
+        return rc;
+    }
+    h->listen_fd = listen_on(&sa, ipv6);
+    if (h->listen_fd >= 0)
+        h->d = MHD_start_daemon(
+            MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
+            on_request, rt, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(rt->fds.http_max + HTTP_NAMED_SLACK), MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+            MHD_OPTION_END);
     const union MHD_DaemonInfo *info = h->d ? MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD)
                                             : NULL;
     if (!info) {
-        if (h->d)
-            MHD_stop_daemon(h->d);
-        free(h);
+        http_free(h);
         if (rt->o.metrics_listen_given)
             return deras_fail(DERAS_EIO, "cannot serve HTTP on %s (address in use?)",
                               rt->o.metrics_listen);
@@ -176,7 +259,8 @@ int http_open(router_t *rt)
     }
     h->fd = info->epoll_fd;
     rt->http = h;
-    log_info("HTTP on %s: GET /metrics, /health, /live", rt->o.metrics_listen);
+    log_info("HTTP on %s: GET /metrics, /health, /live (up to %d connections)",
+             rt->o.metrics_listen, rt->fds.http_max);
     return DERAS_OK;
 }
 
@@ -184,8 +268,7 @@ void http_close(router_t *rt)
 {
     if (!rt->http)
         return;
-    MHD_stop_daemon(rt->http->d);
-    free(rt->http);
+    http_free(rt->http);
     rt->http = NULL;
 }
 
@@ -194,16 +277,75 @@ int http_fd(const router_t *rt)
     return rt->http ? rt->http->fd : -1;
 }
 
+int http_listen_fd(const router_t *rt)
+{
+    return rt->http && now_s() >= rt->http->accept_paused_until ? rt->http->listen_fd : -1;
+}
+
+/* Accept what is pending, each under the guard's cap. */
+static void accept_all(http_t *h)
+{
+    double t = now_s();
+    if (t < h->accept_paused_until)
+        return;
+    for (;;) {
+        struct sockaddr_storage peer;
+        socklen_t len = sizeof peer;
+        int fd = accept4(h->listen_fd, (struct sockaddr *)&peer, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                h->accept_paused_until = t + HTTP_ACCEPT_PAUSE_S;
+                if (t >= h->next_log) {
+                    h->next_log = t + 10.0;
+                    log_warn("HTTP: accept: %s; pausing new connections", strerror(errno));
+                }
+            }
+            return; /* EAGAIN: nothing more; others (ECONNABORTED...): the next turn */
+        }
+        int victim = conn_guard_open(h->guard, fd, t);
+        if (victim == fd) { /* untrackable fd, or every other connection proven */
+            conn_guard_closed(h->guard, fd);
+            close(fd);
+            continue;
+        }
+        if (MHD_add_connection(h->d, fd, (struct sockaddr *)&peer, len) != MHD_YES) {
+            conn_guard_closed(h->guard, fd); /* libmicrohttpd closed it */
+            continue;
+        }
+        if (victim >= 0)
+            shut(h, victim, "at the connection cap");
+    }
+}
+
 void http_run(router_t *rt)
 {
-    if (rt->http)
-        MHD_run(rt->http->d);
+    http_t *h = rt->http;
+    if (!h)
+        return;
+    accept_all(h);
+    int fd;
+    while ((fd = conn_guard_expired(h->guard, now_s(), HTTP_HEAD_TIMEOUT_S)) >= 0)
+        shut(h, fd, "no request head within 5 s");
+    MHD_run(h->d);
 }
 
 int64_t http_next_timer(const router_t *rt, int64_t now_us)
 {
     MHD_UNSIGNED_LONG_LONG ms;
-    if (!rt->http || MHD_get_timeout(rt->http->d, &ms) != MHD_YES)
+    if (!rt->http)
         return INT64_MAX;
-    return ms > 86400000ull ? INT64_MAX : now_us + (int64_t)ms * 1000;
+    int64_t t = INT64_MAX;
+    if (MHD_get_timeout(rt->http->d, &ms) == MHD_YES && ms <= 86400000ull)
+        t = now_us + (int64_t)ms * 1000;
+    if (rt->http->accept_paused_until > now_s()) {
+        int64_t resume = (int64_t)(rt->http->accept_paused_until * 1e6);
+        t = resume < t ? resume : t;
+    }
+    /* the head timeout: checked at least twice a second while connections are open */
+    conn_guard_stats gs;
+    conn_guard_get_stats(rt->http->guard, &gs);
+    if (gs.unproven > 0 && now_us + 500000 < t)
+        t = now_us + 500000;
+    return t;
 }

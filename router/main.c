@@ -100,10 +100,14 @@ static void usage(FILE *f)
         "  --max-queued-requests N    samples waiting for a worker (n counts as n), default 256\n"
         "  --max-queued-tokens N      prompt tokens waiting for a worker, default 262144\n"
         "  --max-tokens-cap N         largest max_tokens a request may ask, default 32768\n"
-        "  --curve-secret-key FILE    CURVE server secret key (Z85) for the client socket\n"
+        "  --curve-secret-key FILE    CURVE server secret key (Z85) of the CURVE sockets\n"
         "  --curve-allow FILE         client public keys (Z85, one per line) allowed to connect\n"
+        "  --worker-curve-allow FILE  worker public keys (Z85) allowed on a tcp worker socket,\n"
+        "                             which is then a CURVE server (with --curve-secret-key)\n"
         "  --allow-insecure-bind      allow tcp (and HTTP) on a non-loopback address without CURVE\n"
         "  --log-prompts              log prompt text (never logged otherwise)\n"
+        "  --stats-interval S         a stats line (running, waiting, KV use, tokens/s) every S\n"
+        "                             seconds while there is work, 0 = never (default 10)\n"
         "  --heartbeat-ms N           worker heartbeat interval asked in WELCOME, default 500\n"
         "  --worker-timeout-ms N      a worker silent this long is dead, default 3000\n"
         "  --stuck-timeout-ms N       a worker holding requests that completes no step this\n"
@@ -178,7 +182,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
            O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_STUCK, O_LOGFMT,
-           O_VERSION, O_HELP };
+           O_WCA, O_STATS, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"listen", required_argument, 0, O_LISTEN},
@@ -196,6 +200,8 @@ static int parse_options(int argc, char **argv, router_opts *o)
         {"drain-timeout", required_argument, 0, O_DRAIN},
         {"admin", required_argument, 0, O_ADMIN},
         {"admin-curve-allow", required_argument, 0, O_ACA},
+        {"worker-curve-allow", required_argument, 0, O_WCA},
+        {"stats-interval", required_argument, 0, O_STATS},
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"stuck-timeout-ms", required_argument, 0, O_STUCK},
         {"log-format", required_argument, 0, O_LOGFMT},
@@ -217,6 +223,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
     o->no_workers_wait_ms = 1000;
     o->drain_timeout_ms = 30000;
     o->stuck_timeout_ms = 60000;
+    o->stats_interval_ms = 10000;
     int c;
     int64_t v;
     opterr = 0;
@@ -232,6 +239,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
         case O_LOGP: o->log_prompts = true; break;
         case O_ADMIN: snprintf(o->admin, sizeof o->admin, "%s", optarg); break;
         case O_ACA: o->admin_curve_allow_file = optarg; break;
+        case O_WCA: o->worker_curve_allow_file = optarg; break;
         case O_METRICS:
             snprintf(o->metrics_listen, sizeof o->metrics_listen, "%s", optarg);
             o->metrics_listen_given = true;
@@ -280,6 +288,11 @@ static int parse_options(int argc, char **argv, router_opts *o)
                 return rc;
             o->no_workers_wait_ms = (int)v;
             break;
+        case O_STATS:
+            if ((rc = parse_int("--stats-interval", optarg, 0, 86400, &v)))
+                return rc;
+            o->stats_interval_ms = (int)v * 1000;
+            break;
         case O_DRAIN:
             if ((rc = parse_int("--drain-timeout", optarg, 0, 86400, &v)))
                 return rc;
@@ -292,16 +305,25 @@ static int parse_options(int argc, char **argv, router_opts *o)
         return deras_fail(DERAS_EINVAL, "unexpected argument '%s' (see --help)", argv[optind]);
     if (!o->model)
         return deras_fail(DERAS_EINVAL, "--model is required (see --help)");
-    if (!o->curve_secret_file != !o->curve_allow_file)
-        return deras_fail(DERAS_EINVAL, "--curve-secret-key and --curve-allow go together");
+    bool any_allow = o->curve_allow_file || o->admin_curve_allow_file ||
+                     o->worker_curve_allow_file;
+    if (o->curve_secret_file && !any_allow)
+        return deras_fail(DERAS_EINVAL, "--curve-secret-key needs an allow list: --curve-allow "
+                          "(clients), --worker-curve-allow (workers) or --admin-curve-allow");
+    if (!o->curve_secret_file && any_allow)
+        return deras_fail(DERAS_EINVAL, "--curve-allow, --worker-curve-allow and "
+                          "--admin-curve-allow need --curve-secret-key (the router's key)");
+    if (o->worker_curve_allow_file && strncmp(o->workers, "tcp://", 6))
+        return deras_fail(DERAS_EINVAL, "--worker-curve-allow is for a tcp:// worker socket (an "
+                          "ipc one is guarded by its file mode, 0600)");
     if (o->heartbeat_ms >= o->worker_timeout_ms)
         return deras_fail(DERAS_EINVAL, "--heartbeat-ms (%d) must be below --worker-timeout-ms (%d)",
                           o->heartbeat_ms, o->worker_timeout_ms);
     if (!strcmp(o->listen, o->workers) || !strcmp(o->listen, o->admin) ||
         !strcmp(o->workers, o->admin))
         return deras_fail(DERAS_EINVAL, "--listen, --workers and --admin must differ");
-    if ((rc = check_addr(o, "--listen", o->listen, o->curve_secret_file != NULL)) ||
-        (rc = check_addr(o, "--workers", o->workers, false)) ||
+    if ((rc = check_addr(o, "--listen", o->listen, o->curve_allow_file != NULL)) ||
+        (rc = check_addr(o, "--workers", o->workers, o->worker_curve_allow_file != NULL)) ||
         (rc = check_admin(o)) ||
         (rc = http_check_listen(o->metrics_listen, o->allow_insecure_bind)))
         return rc;
@@ -366,8 +388,12 @@ static int start(router_t *rt)
         return rc;
     proto_limits_default(&rt->lim);
     rt->lim.max_tokens = rt->o.max_tokens_cap;
-    if (rt->o.curve_secret_file &&
+    if (rt->o.curve_allow_file &&
         (rc = curve_load(rt->o.curve_secret_file, rt->o.curve_allow_file, "deras", &rt->curve)))
+        return rc;
+    if (rt->o.worker_curve_allow_file &&
+        (rc = curve_load(rt->o.curve_secret_file, rt->o.worker_curve_allow_file, "deras-worker",
+                         &rt->worker_curve)))
         return rc;
     if (rt->o.admin_curve_allow_file &&
         (rc = curve_load(rt->o.curve_secret_file, rt->o.admin_curve_allow_file, "deras-admin",
@@ -388,13 +414,18 @@ static int start(router_t *rt)
         (rc = prepare_ipc(rt->o.workers, ipc_files[1])) ||
         (rc = prepare_ipc(rt->o.admin, ipc_files[2])))
         return rc;
-    if ((rc = ZMQ_CHECK_PTR(rt->zctx, zmq_ctx_new())))
+    if ((rc = fd_budget_init(&rt->fds)) || (rc = ZMQ_CHECK_PTR(rt->zctx, zmq_ctx_new())))
+        return rc;
+    /* one ZAP handler judges the handshakes of every CURVE socket; bound before them */
+    if ((rt->curve || rt->admin_curve || rt->worker_curve) &&
+        (rc = curve_zap_open(rt->zctx, &rt->zap)))
         return rc;
     if ((rc = wlink_open(rt)) || (rc = frontend_open(rt)) || (rc = admin_open(rt)) ||
         (rc = http_open(rt)))
         return rc;
-    log_info("listening for clients on %s%s, for workers on %s, for derasctl on %s%s",
-             rt->o.listen, rt->curve ? " (CURVE)" : "", rt->o.workers, rt->o.admin,
+    log_info("listening for clients on %s%s, for workers on %s%s, for derasctl on %s%s",
+             rt->o.listen, rt->curve ? " (CURVE)" : "", rt->o.workers,
+             rt->worker_curve ? " (CURVE)" : "", rt->o.admin,
              rt->admin_curve ? " (CURVE)" : "");
     return DERAS_OK;
 }
@@ -409,7 +440,8 @@ static void log_stats(const router_t *rt)
              "errors (%llu busy, %llu malformed), %llu bad envelopes, %llu stale frames, %llu send failures, %llu "
              "disconnects (frames over the cap among them), %llu protocol drops, CURVE %llu allowed / %llu denied; workers: "
              "%llu frames, %llu bad, %llu stray tokens, %llu re-dispatched, %llu deaths, %llu stuck; "
-             "%llu admin requests (%llu errors), %llu HTTP requests",
+             "%llu admin requests (%llu errors), %llu HTTP requests; %llu client connections "
+             "shut down at the cap",
              (unsigned long long)s->frames, (unsigned long long)s->requests,
              (unsigned long long)s->completed, (unsigned long long)s->cancels,
              (unsigned long long)s->pings, (unsigned long long)errors,
@@ -422,7 +454,7 @@ static void log_stats(const router_t *rt)
              (unsigned long long)s->stray_tokens, (unsigned long long)s->redispatched,
              (unsigned long long)s->worker_deaths, (unsigned long long)s->worker_stuck,
              (unsigned long long)s->admin_requests, (unsigned long long)s->admin_errors,
-             (unsigned long long)s->http_requests);
+             (unsigned long long)s->http_requests, (unsigned long long)s->conn_evicted);
 }
 
 static void stop(router_t *rt)
@@ -444,6 +476,7 @@ static void stop(router_t *rt)
     wp_decoder_destroy(&rt->wdec);
     wp_encoder_destroy(&rt->wenc);
     curve_destroy(&rt->curve);
+    curve_destroy(&rt->worker_curve);
     curve_destroy(&rt->admin_curve);
     metrics_destroy(&rt->metrics);
     free(rt->tok_buf);
@@ -471,8 +504,8 @@ static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
 {
     int64_t t = workers_next_expiry(rt->workers);
     int64_t timers[] = {watchdog_us, dispatch_next_timer(rt->disp), admin_next_timer(rt),
-                        http_next_timer(rt, now)};
-    for (int i = 0; i < 4; i++)
+                        http_next_timer(rt, now), stats_line_next(rt)};
+    for (int i = 0; i < 5; i++)
         if (timers[i] < t)
             t = timers[i];
     rq_t *r = rq_next_deadline(rt->rqs);
@@ -500,7 +533,7 @@ static void end_all(router_t *rt, const char *msg)
 static int run(router_t *rt)
 {
     enum { I_SIG, I_WMON, I_CMON, I_WORKERS, I_CLIENTS, I_ADMIN, N_FIXED };
-    zmq_pollitem_t items[N_FIXED + 2];
+    zmq_pollitem_t items[N_FIXED + 3];
     sdnotify_watchdog wd;
     sdnotify_watchdog_init(&wd, router_now_us());
     for (;;) {
@@ -515,8 +548,10 @@ static int run(router_t *rt)
             i_zap = n;
             items[n++] = (zmq_pollitem_t){.socket = rt->zap, .events = ZMQ_POLLIN};
         }
-        if (http_fd(rt) >= 0) /* it only wakes the poll: http_run runs every turn */
+        if (http_fd(rt) >= 0) /* these only wake the poll: http_run runs every turn */
             items[n++] = (zmq_pollitem_t){.fd = http_fd(rt), .events = ZMQ_POLLIN};
+        if (http_listen_fd(rt) >= 0)
+            items[n++] = (zmq_pollitem_t){.fd = http_listen_fd(rt), .events = ZMQ_POLLIN};
         int64_t now = router_now_us();
         int rc = zmq_poll(items, n, poll_timeout_ms(rt, now, sdnotify_watchdog_tick(&wd, now)));
         if (rc == -1 && zmq_errno() != EINTR) {
@@ -544,7 +579,9 @@ static int run(router_t *rt)
             if (items[I_CMON].revents & ZMQ_POLLIN)
                 frontend_monitor(rt);
             if (i_zap >= 0 && (items[i_zap].revents & ZMQ_POLLIN))
-                curve_zap_handle(rt->curve, rt->admin_curve, rt->zap, &rt->st);
+                curve_zap_handle((const curve_t *const[]){rt->curve, rt->admin_curve,
+                                                          rt->worker_curve},
+                                 3, rt->zap, &rt->st);
             if (items[I_WORKERS].revents & ZMQ_POLLIN)
                 wlink_recv(rt, WORKER_BUDGET);
             if (items[I_CLIENTS].revents & ZMQ_POLLIN)
@@ -557,6 +594,7 @@ static int run(router_t *rt)
         relay_deadlines(rt, now);
         wlink_check_timeouts(rt, now);
         admin_tick(rt, now);
+        stats_line_tick(rt, now);
         dispatch_run(rt->disp, now);
         relay_reap(rt);
         if (rt->draining) {

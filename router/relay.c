@@ -118,8 +118,10 @@ static void leave_worker(router_t *rt, rq_t *r)
     r->worker = -1;
 }
 
-static void release(router_t *rt, rq_t *r)
+/* r ended (code PE_NONE: with its finals; else with that error): log it, free it. */
+static void release(router_t *rt, rq_t *r, enum proto_error_code code)
 {
+    stats_line_request_end(rt, r, code, router_now_us());
     leave_worker(rt, r);
     dispatch_remove(rt->disp, r);
     rq_release(rt->rqs, r);
@@ -156,7 +158,7 @@ void relay_abort(router_t *rt, rq_t *r, const char *abort_reason)
             send_chunk(rt, r, k);
         send_final(rt, r, k, now);
     }
-    release(rt, r);
+    release(rt, r, PE_NONE);
 }
 
 void relay_fail(router_t *rt, rq_t *r, enum proto_error_code code, const char *msg)
@@ -164,7 +166,7 @@ void relay_fail(router_t *rt, rq_t *r, enum proto_error_code code, const char *m
     metrics_request_error(rt->metrics);
     if (!r->gone)
         frontend_error(rt, r->ident, r->ident_len, r->delim, r->id, code, msg);
-    release(rt, r);
+    release(rt, r, code);
 }
 
 void relay_fail_cb(void *ctx, rq_t *r, enum proto_error_code code, const char *msg)
@@ -244,6 +246,7 @@ void relay_step(router_t *rt, worker_t *k, const wp_msg *m)
             rt->st.stray_tokens++;
             continue;
         }
+        rt->st.generated_tokens++;
         if (!s->t_first_us)
             s->t_first_us = now;
         s->t_last_us = now;
@@ -288,7 +291,7 @@ void relay_step(router_t *rt, worker_t *k, const wp_msg *m)
     for (int i = 0; i < rt->n_touched; i++) {
         rq_t *r = rt->touched[i].r;
         if (r->state != RQ_FREE && r->n_done == r->params.n)
-            release(rt, r);
+            release(rt, r, PE_NONE);
     }
     rt->n_touched = 0;
 

@@ -44,12 +44,14 @@ typedef struct router_opts {
     char metrics_listen[ROUTER_ADDR_MAX]; /* host:port of GET /metrics and /health, or "none" */
     bool metrics_listen_given;            /* explicit: failing to bind it stops the router */
     const char *curve_secret_file, *curve_allow_file, *admin_curve_allow_file;
+    const char *worker_curve_allow_file;  /* workers' public keys: the worker socket is CURVE */
     int max_queued_requests;
     int64_t max_queued_tokens;
     int max_tokens_cap;
     bool allow_insecure_bind, log_prompts;
     int heartbeat_ms, worker_timeout_ms, no_workers_wait_ms, stuck_timeout_ms;
     int drain_timeout_ms;
+    int stats_interval_ms;                /* the periodic stats line; 0: never */
 } router_opts;
 
 /* Counters, logged at exit (and at debug level as they change). */
@@ -69,11 +71,25 @@ typedef struct router_stats {
     uint64_t worker_frames, worker_bad_frames, stray_tokens, redispatched, worker_deaths;
     uint64_t worker_stuck;
     uint64_t admin_requests, admin_errors, http_requests;
+    uint64_t conn_evicted;                /* client connections shut down at the cap */
+    uint64_t prompt_tokens;               /* dispatched to workers (re-dispatches too) */
+    uint64_t generated_tokens;            /* received from workers */
 } router_stats;
+
+/* ---- fd_budget.c: the descriptor limit and the connection caps ---- */
+typedef struct fd_budget {
+    int limit;         /* RLIMIT_NOFILE's soft limit after raising (at most 65536 counted) */
+    int reserve;       /* kept for workers, admin, ZeroMQ's internals and files */
+    int clients_max;   /* client connections (the client socket's conn_guard) */
+    int http_max;      /* HTTP connections */
+} fd_budget;
+/* Raise the soft limit toward the hard one and split it; logs the result. DERAS_EIO. */
+int fd_budget_init(fd_budget *b);
 
 typedef struct curve curve_t;
 typedef struct admin admin_t;
 typedef struct http http_t;
+typedef struct conn_guard conn_guard_t;
 
 typedef struct router {
     router_opts o;
@@ -86,11 +102,15 @@ typedef struct router {
 
     /* sockets */
     void *zctx;
+    fd_budget fds;
     void *clients, *client_mon;
+    conn_guard_t *client_guard;/* the cap on client connections (conn_guard.h) */
+    int client_port;           /* the client socket's bound tcp port, or 0 (ipc) */
+    double next_cap_log;       /* monotonic seconds: "at the cap" is logged once per 10 s */
     void *workers_sock, *worker_mon;
     void *admin_sock;
     void *zap;
-    curve_t *curve, *admin_curve;
+    curve_t *curve, *admin_curve, *worker_curve;
 
     /* codecs, reused for every message */
     proto_decoder_t *pdec;
@@ -118,6 +138,8 @@ typedef struct router {
     proto_worker_status pong[WORKERS_MAX];
 
     router_stats st;
+    router_stats stats_last;   /* at the last stats line */
+    int64_t stats_last_us, stats_next_us;
     bool draining;
     int64_t drain_deadline_us;
     int64_t start_us;          /* monotonic */
@@ -145,6 +167,11 @@ typedef struct router_sock_opts {
  * with ROUTER_MANDATORY, linger 0 and the options in o; not yet bound. DERAS_EIO or a
  * ZMQ_CHECK status. */
 int router_socket_open(router_t *rt, const router_sock_opts *o, void **out);
+/* Bind sock to `endpoint`; `what` names it in the error ("the worker socket"). An ipc://
+ * socket file is created 0600 (the umask is 0177 around the bind, which libzmq performs
+ * in this thread), so only this user can connect whatever the process's umask, and no
+ * chmod through a path that could be a link follows. DERAS_EIO naming the endpoint. */
+int router_bind(void *sock, const char *endpoint, const char *what);
 /* Monitor sock's `events` on the inproc address `addr`, read through a PAIR socket in
  * *mon. A ZMQ_CHECK status on failure. */
 int router_monitor_open(router_t *rt, void *sock, const char *addr, int events, void **mon);
@@ -230,10 +257,24 @@ int http_open(router_t *rt);
 void http_close(router_t *rt);
 /* The fd to poll for input (-1 when HTTP is off). */
 int http_fd(const router_t *rt);
+/* The listening socket to poll, or -1 (no HTTP, or accepting paused after EMFILE). */
+int http_listen_fd(const router_t *rt);
 /* Serve what is ready on the HTTP sockets; never blocks. */
 void http_run(router_t *rt);
 /* When http_run must run even without input (connection timeouts; INT64_MAX if never). */
 int64_t http_next_timer(const router_t *rt, int64_t now_us);
+
+/* ---- stats_line.c: the periodic stats line and the per-request end line ---- */
+/* Log the stats line when its interval is over (the first call starts the interval). */
+void stats_line_tick(router_t *rt, int64_t now_us);
+/* When stats_line_tick must run next (INT64_MAX: never). */
+int64_t stats_line_next(const router_t *rt);
+/* One info line for r's end: its outcome (code PE_NONE: the samples' finish reasons, else
+ * the error), tokens and times; never its text. */
+void stats_line_request_end(const router_t *rt, const rq_t *r, enum proto_error_code code,
+                            int64_t now_us);
+/* The line of a request refused before admission (decoded, so it has an id). */
+void stats_line_request_refused(const char *id, enum proto_error_code code);
 
 /* ---- curve.c: CURVE keys and the ZAP handler ---- */
 /* Keys for the sockets of ZAP domain `domain` (a static string: "deras" for clients,
@@ -247,6 +288,6 @@ int curve_apply(const curve_t *c, void *sock);
 int curve_zap_open(void *zctx, void **zap);
 /* Answer pending ZAP requests: admit keys listed for the request's domain (client or
  * admin; either may be NULL). */
-void curve_zap_handle(const curve_t *client, const curve_t *admin, void *zap, router_stats *st);
+void curve_zap_handle(const curve_t *const *cs, int n, void *zap, router_stats *st);
 
 #endif

@@ -6,12 +6,13 @@
  * Every socket is ZMQ_ROUTER_MANDATORY (a send to a peer that is gone fails instead of
  * vanishing) and lingers 0 while open (each *_close sets its own linger for the last
  * frames); the rest (frame cap, queue depths, ZMTP heartbeats, TCP keepalive) is the
- * caller's. Setup is a handful of system calls per socket; reading costs one
+ * caller's. ipc:// socket files are made 0600 at bind (router_bind). Setup is a handful of system calls per socket; reading costs one
  * zmq_msg_recv per frame (router_recv_frames) or per event part (router_monitor_next)
  * and allocates nothing beyond what libzmq does for the frames.
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/base/status.h"
 #include "common/wire/zmq_check.h"
@@ -40,6 +41,19 @@ int router_socket_open(router_t *rt, const router_sock_opts *o, void **out)
          (rc = ZMQ_SET_INT(s, ZMQ_TCP_KEEPALIVE_INTVL, o->keepalive_intvl_s)) ||
          (o->keepalive_cnt && (rc = ZMQ_SET_INT(s, ZMQ_TCP_KEEPALIVE_CNT, o->keepalive_cnt)))))
         return rc;
+    return DERAS_OK;
+}
+
+int router_bind(void *sock, const char *endpoint, const char *what)
+{
+    bool ipc = !strncmp(endpoint, "ipc://", 6);
+    mode_t old = ipc ? umask(0177) : 0;
+    int rc = zmq_bind(sock, endpoint), err = zmq_errno();
+    if (ipc)
+        umask(old);
+    if (rc == -1)
+        return deras_fail(DERAS_EIO, "cannot bind %s to %s: %s", what, endpoint,
+                          zmq_strerror(err));
     return DERAS_OK;
 }
 

@@ -53,10 +53,9 @@ int wlink_open(router_t *rt)
         (rc = router_monitor_open(rt, rt->workers_sock, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED,
                                   &rt->worker_mon)))
         return rc;
-    if (zmq_bind(rt->workers_sock, rt->o.workers) == -1)
-        return deras_fail(DERAS_EIO, "cannot bind the worker socket %s: %s", rt->o.workers,
-                          zmq_strerror(zmq_errno()));
-    return DERAS_OK;
+    if (rt->worker_curve && (rc = curve_apply(rt->worker_curve, rt->workers_sock)))
+        return rc;
+    return router_bind(rt->workers_sock, rt->o.workers, "the worker socket");
 }
 
 void wlink_close(router_t *rt)
@@ -104,7 +103,10 @@ int wlink_submit(void *ctx, worker_t *k, rq_t *r)
         return rc;
     log_debug("request '%s' -> worker %s as rid %llu (attempt %d)", r->id, k->name,
               (unsigned long long)r->rid, r->attempts);
-    return send_to(rt, k->name, k->name_len, buf, len);
+    if ((rc = send_to(rt, k->name, k->name_len, buf, len)))
+        return rc;
+    rt->st.prompt_tokens += (uint64_t)r->n_prompt;
+    return DERAS_OK;
 }
 
 void wlink_abort(router_t *rt, worker_t *k, uint64_t rid)

@@ -40,6 +40,7 @@
 
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "tools/bench_samples.h"
 #include "tools/client/deras_client.h"
 #include "tools/client_flags.h"
 #include "tools/commands.h"
@@ -85,6 +86,7 @@ typedef struct bench_args {
     uint64_t seed;
     bool has_seed, json, quiet;
     const char *prompts_file;
+    const char *samples_file;   /* --samples: per-request JSON lines (bench_samples.h) */
 } bench_args;
 
 typedef struct req_state {
@@ -149,7 +151,7 @@ static int rng_range(uint64_t *s, int lo, int hi)
 }
 
 enum { O_REQ = 256, O_RATE, O_CONC, O_PROMPTS, O_RANDOM, O_VOCAB, O_MAXTOK, O_SEED, O_JSON,
-       O_QUIET, O_HELP };
+       O_QUIET, O_SAMPLES, O_HELP };
 static const struct option own_opts[] = {
     {"requests", required_argument, 0, O_REQ},
     {"rate", required_argument, 0, O_RATE},
@@ -161,6 +163,7 @@ static const struct option own_opts[] = {
     {"seed", required_argument, 0, O_SEED},
     {"json", no_argument, 0, O_JSON},
     {"quiet", no_argument, 0, O_QUIET},
+    {"samples", required_argument, 0, O_SAMPLES},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -186,7 +189,9 @@ static void usage(FILE *f)
           "  --max-tokens MIN:MAX    output tokens per request, uniform (or N; default 128)\n"
           "  --seed N                workload seed; request i also samples with seed N+i\n"
           "  --json                  print the report as one JSON object on stdout\n"
-          "  --quiet                 no progress lines\n",
+          "  --quiet                 no progress lines\n"
+          "  --samples FILE          every request's timings as JSON lines (for\n"
+          "                          bench/plot_bench.py)\n",
           f);
     client_flags_usage(f, own_opts, excluded);
 }
@@ -251,6 +256,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
             break;
         case O_JSON: a->json = true; break;
         case O_QUIET: a->quiet = true; break;
+        case O_SAMPLES: a->samples_file = optarg; break;
         case 'h':
         case O_HELP: usage(stdout); return -1;
         default: usage(stderr); return 2;
@@ -576,6 +582,26 @@ static const char *err_name(int e)
                               : proto_error_name(e);
 }
 
+static int write_samples(const bench *b, json_t *run)
+{
+    int n = b->a->n_requests;
+    bench_sample *s = calloc((size_t)n, sizeof *s);
+    if (!s)
+        return deras_fail(DERAS_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const req_state *r = &b->r[i];
+        s[i] = (bench_sample){.arrival = r->arrival, .send = r->t_send, .first = r->t_first,
+                              .last = r->t_last, .end = r->t_end, .output_tokens = r->n_tokens,
+                              .prompt_tokens = r->prompt_tokens, .ok = r->state == RS_OK,
+                              .error = r->state == RS_FAILED ? err_name(r->err)
+                                       : r->state == RS_OK   ? NULL
+                                                             : "not_sent"};
+    }
+    int rc = bench_samples_write(b->a->samples_file, run, s, n);
+    free(s);
+    return rc;
+}
+
 static int report(bench *b, double duration)
 {
     const bench_args *a = b->a;
@@ -608,12 +634,13 @@ static int report(bench *b, double duration)
     const spec_counters *sp = &b->spec;
     double acc_rate = sp->proposed ? (double)sp->accepted / (double)sp->proposed : 0;
     double acc_len = sp->verifications ? (double)sp->accepted / (double)sp->verifications : 0;
-    if (a->json) {
+    json_t *o = NULL;
+    if (a->json || a->samples_file) {
         json_t *by = json_object();
         for (int e = 0; e < N_ERR; e++)
             if (b->n_err[e])
                 json_object_set_new(by, err_name(e), json_integer(b->n_err[e]));
-        json_t *o = json_pack(
+        o = json_pack(
             "{s:s, s:i, s:i, s:i, s:o, s:f, s:f, s:I, s:f, s:I, s:f, s:o, s:o, s:o, s:o,"
             " s:{s:f, s:i, s:[i,i], s:s, s:b}, s:{s:I, s:I, s:I, s:I, s:f, s:f}}",
             "address", a->f.address, "requests", n, "ok", b->n_ok, "failed", b->n_failed,
@@ -631,12 +658,22 @@ static int report(bench *b, double duration)
             "mean_accepted_length", acc_len);
         if (!o)
             return deras_fail(DERAS_ENOMEM, "building the JSON report failed");
+    }
+    if (a->samples_file) {
+        int rc = write_samples(b, o);
+        if (rc) {
+            json_decref(o);
+            return rc;
+        }
+    }
+    if (a->json) {
         json_dumpf(o, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
         fputc('\n', stdout);
         fflush(stdout);
         json_decref(o);
         return DERAS_OK;
     }
+    json_decref(o);
     fprintf(stderr, "\n");
     fprintf(stderr, "requests        %d ok, %d failed (of %d)\n", b->n_ok, b->n_failed, n);
     if (b->n_failed) {

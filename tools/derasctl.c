@@ -68,7 +68,9 @@ static void usage(FILE *f)
           "\n"
           "options:\n"
           "  --admin ADDR               the router's admin socket (default $DERAS_ADMIN, else\n"
-          "                             ipc://$DERAS_RUNTIME_DIR-or-/tmp/deras-$UID/admin.sock)\n"
+          "                             ipc://$DERAS_RUNTIME_DIR/admin.sock, else the units'\n"
+          "                             /run/deras/admin.sock if a router answers there, else\n"
+          "                             ipc:///tmp/deras-$UID/admin.sock)\n"
           "  --reply-timeout S          longest wait for a reply (a drain: its own timeout +\n"
           "                             this), default 10\n"
           "  --curve-server-key KEY     the router's CURVE public key (a tcp admin socket)\n"
@@ -454,7 +456,7 @@ static int parse_global(ctl *c, int argc, char **argv, char *admin, size_t cap)
     const char *env = getenv("DERAS_ADMIN");
     if (env && *env)
         snprintf(admin, cap, "%s", env);
-    else if (endpoints_default_admin(admin, cap))
+    else if (endpoints_default_admin_for_client(admin, cap))
         return -1;
     c->address = admin;
     c->reply_timeout_s = 10;

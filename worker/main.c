@@ -94,6 +94,12 @@ static void usage(FILE *f)
             "  --tp-timeout S           group start-up, and the longest a rank waits for another\n"
             "                           in a step before giving up on the group (default 60)\n"
             "  --handshake-timeout S    wait this long for the router's WELCOME (default 10)\n"
+            "  --curve-server-key KEY   the router's CURVE public key (40 Z85 characters): the\n"
+            "                           link is encrypted (default\n"
+            "                           $DERAS_WORKER_CURVE_SERVER_KEY)\n"
+            "  --curve-client-key FILE  this worker's CURVE secret key (mode 600), one the\n"
+            "                           router's --worker-curve-allow lists (default\n"
+            "                           $DERAS_WORKER_CURVE_CLIENT_KEY)\n"
             "  --heartbeat-ms MS        heartbeat period until the router sets it (default 1000)\n"
             "  --spec-proposer P        speculative decoding: none, ngram, self:L (the model's\n"
             "                           first L layers) or draft:PATH (default none)\n"
@@ -117,7 +123,8 @@ static int parse_args(int argc, char **argv, worker_opts *o)
 {
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
-           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_VERSION, O_HELP };
+           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_CURVE, O_CURVE_KEY,
+           O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
@@ -140,6 +147,8 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"spec-k", required_argument, 0, O_SPECK},
         {"spec-max-batch", required_argument, 0, O_SPECBATCH},
         {"log-format", required_argument, 0, O_LOGFMT},
+        {"curve-server-key", required_argument, 0, O_CURVE},
+        {"curve-client-key", required_argument, 0, O_CURVE_KEY},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
@@ -148,6 +157,11 @@ static int parse_args(int argc, char **argv, worker_opts *o)
     long l;
     double d;
     int c;
+    static char secret[41];
+    const char *env_server = getenv("DERAS_WORKER_CURVE_SERVER_KEY"),
+               *key_file = getenv("DERAS_WORKER_CURVE_CLIENT_KEY");
+    o->curve_server_key = env_server && *env_server ? env_server : NULL;
+    key_file = key_file && *key_file ? key_file : NULL;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case O_MODEL: o->model = optarg; break;
@@ -157,6 +171,8 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         case O_KV: o->kv_cache_memory = optarg; break;
         case O_NOPREFIX: o->prefix_caching = false; break;
         case O_SPEC: o->spec_proposer = optarg; break;
+        case O_CURVE: o->curve_server_key = optarg; break;
+        case O_CURVE_KEY: key_file = optarg; break;
 #define INT_OPT(code, name, lo, hi, field)           \
         case code:                                   \
             if (cli_int(name, optarg, lo, hi, &l))   \
@@ -216,6 +232,13 @@ static int parse_args(int argc, char **argv, worker_opts *o)
     if (!o->model) {
         fprintf(stderr, "deras-worker: --model is required (see --help)\n");
         return 2;
+    }
+    if (key_file) {
+        if (cli_read_secret_key(key_file, secret)) {
+            fprintf(stderr, "deras-worker: --curve-client-key: %s\n", deras_errmsg());
+            return 2;
+        }
+        o->curve_secret_key = secret;
     }
     if (worker_opts_check(o)) {
         fprintf(stderr, "deras-worker: %s\n", deras_errmsg());

@@ -15,6 +15,7 @@
 #include "common/base/status.h"
 #include "common/wire/worker_proto.h"
 #include "common/wire/zmq_check.h"
+#include "common/wire/zmq_curve.h"
 
 struct pulse {
     pthread_t th;
@@ -69,7 +70,8 @@ static void *pulse_main(void *arg)
     return NULL;
 }
 
-int pulse_start(void *zctx, const char *endpoint, const char *name, pulse_t **out)
+int pulse_start(void *zctx, const char *endpoint, const char *name, const char *curve_server,
+                const char *curve_secret, pulse_t **out)
 {
     if (!zctx || !endpoint || !name || !out)
         return deras_fail(DERAS_EINVAL, "pulse_start: NULL argument");
@@ -92,6 +94,7 @@ int pulse_start(void *zctx, const char *endpoint, const char *name, pulse_t **ou
         (rc = ZMQ_CHECK(zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, id, strlen(id)))) ||
         (rc = ZMQ_CHECK(zmq_setsockopt(p->sock, ZMQ_LINGER, &linger, sizeof linger))) ||
         (rc = ZMQ_CHECK(zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm))) ||
+        (curve_server && (rc = zmq_curve_client(p->sock, curve_server, curve_secret))) ||
         (rc = ZMQ_CHECK(zmq_connect(p->sock, endpoint))))
         goto fail;
     if (pthread_create(&p->th, NULL, pulse_main, p)) {

@@ -23,8 +23,10 @@ typedef struct pulse pulse_t;
 #define PULSE_MAX_FRAME 1024 /* a heartbeat frame is a few hundred bytes */
 
 /* Start the thread: it connects its own socket from `zctx` (a ZeroMQ context is
- * thread-safe, a socket is not) to `endpoint` as "<name>/hb". */
-int pulse_start(void *zctx, const char *endpoint, const char *name, pulse_t **out);
+ * thread-safe, a socket is not) to `endpoint` as "<name>/hb", a CURVE client of the router's
+ * key curve_server proving curve_secret when curve_server is not NULL (zmq_curve.h). */
+int pulse_start(void *zctx, const char *endpoint, const char *name, const char *curve_server,
+                const char *curve_secret, pulse_t **out);
 
 /* Stop the thread and close its socket; NULL-safe; *p becomes NULL. */
 void pulse_stop(pulse_t **p);

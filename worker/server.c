@@ -48,6 +48,7 @@
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/wire/zmq_check.h"
+#include "common/wire/zmq_curve.h"
 #include "engine/step_plan.h"
 #include "worker/server_internal.h"
 
@@ -403,12 +404,15 @@ int worker_server_run(worker_server_t *s)
         (rc = ZMQ_CHECK_PTR(s->sock, zmq_socket(s->zctx, ZMQ_DEALER))) ||
         (rc = ZMQ_CHECK(zmq_setsockopt(s->sock, ZMQ_ROUTING_ID, s->name, strlen(s->name)))) ||
         (rc = ZMQ_CHECK(zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger))) ||
+        (s->o.curve_server_key &&
+         (rc = zmq_curve_client(s->sock, s->o.curve_server_key, s->o.curve_secret_key))) ||
         (rc = ZMQ_CHECK(zmq_connect(s->sock, s->router))))
         return deras_fail_ctx(rc, "router endpoint %s: ", s->router);
     if ((rc = ZMQ_CHECK(zmq_msg_init(&s->rx))))
         return rc;
     s->rx_open = true;
-    if ((rc = pulse_start(s->zctx, s->router, s->name, &s->pulse)))
+    if ((rc = pulse_start(s->zctx, s->router, s->name, s->o.curve_server_key,
+                          s->o.curve_secret_key, &s->pulse)))
         return rc;
     log_info("worker %s: saying HELLO to the router at %s", s->name, s->router);
     s->link = LINK_HELLO_FIRST;

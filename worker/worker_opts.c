@@ -138,6 +138,12 @@ int worker_opts_check(const worker_opts *o)
     spec_opts so;
     if ((rc = worker_opts_spec(o, &so)))
         return rc;
+    if (o->curve_secret_key && !o->curve_server_key)
+        return deras_fail(DERAS_EINVAL, "--curve-client-key needs --curve-server-key (the "
+                          "router's public key)");
+    if (o->curve_server_key && strlen(o->curve_server_key) != 40)
+        return deras_fail(DERAS_EINVAL, "--curve-server-key: expected 40 Z85 characters, got %zu",
+                          strlen(o->curve_server_key));
     if (o->stop_fd < -1)
         return deras_fail(DERAS_EINVAL, "stop_fd %d: expected -1 or a file descriptor", o->stop_fd);
     return DERAS_OK;

@@ -32,6 +32,10 @@ typedef struct worker_opts {
                                     (engine/speculative.h); NULL: none */
     int spec_k;                  /* most drafts per sequence per step */
     int spec_max_batch;          /* greedy speculation only while running <= this; 0: always */
+    const char *curve_server_key;/* the router's CURVE public key (40 Z85 characters): the link
+                                    and heartbeat sockets are CURVE clients; NULL: plain */
+    const char *curve_secret_key;/* this worker's CURVE secret key (Z85), the one the router
+                                    allows; NULL with a server key: a fresh key pair */
 } worker_opts;
 
 /* The defaults deras-worker documents: device cpu, budget "0.4", 64 sequences, 512 batch

@@ -7,6 +7,7 @@
  */
 #include "sampling.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -109,8 +110,16 @@ static int validate_bias(const sampling_param_info *pi, const logit_bias *b, int
 
 bool sampling_param_in_range(const sampling_param_info *pi, double v)
 {
-    return isfinite(v) && (pi->lo_open ? v > pi->lo : v >= pi->lo) &&
-           (pi->hi_open ? v < pi->hi : v <= pi->hi);
+    double lo = pi->lo, hi = pi->hi;
+    if (!isfinite(v) || fabs(v) > FLT_MAX)
+        return false;
+    if (pi->kind != SAMPLING_INT) { /* stored as float: compare what is stored, so that 0.01
+                                       (0.00999999977 as a float) meets a bound of 0.01 */
+        v = (float)v;
+        lo = (float)lo;
+        hi = (float)hi;
+    }
+    return (pi->lo_open ? v > lo : v >= lo) && (pi->hi_open ? v < hi : v <= hi);
 }
 
 const char *sampling_param_range(const sampling_param_info *pi, char *buf, size_t cap)

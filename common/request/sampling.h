@@ -30,6 +30,11 @@
 #include <stdint.h>
 
 #define SAMPLING_MAX_LOGPROBS 20
+
+/* Temperatures below this are greedy (vLLM's threshold too). Dividing logits by a smaller
+ * one overflows floats (1/1e-38 is inf, and the mass becomes NaN); at 1e-5 a logit gap of
+ * 0.01 is already a factor of e^1000, so greedy is what such a temperature means. */
+#define SAMPLING_GREEDY_BELOW 1e-5f
 #define SAMPLING_MAX_LOGIT_BIAS 300
 
 typedef struct logit_bias {
@@ -42,14 +47,14 @@ typedef struct logit_bias {
  *   doc) */
 #define SAMPLING_PARAMS(X)                                                                       \
     X(temperature, FLOAT, "temperature", "temperature", "T", 1, 0, 0, 100, 0, 0, 0,              \
-      "softmax temperature; 0 is greedy")                                                        \
+      "softmax temperature; below 1e-5 (0 too) is greedy")                                                        \
     X(top_p, FLOAT, "top_p", "top-p", "P", 1, 0, 1, 1, 0, 0, 0,                                  \
       "nucleus: the likeliest tokens holding this mass; 1 is off")                               \
     X(top_k, INT, "top_k", "top-k", "K", 0, 0, 0, INT32_MAX, 0, 0, 0,                            \
       "only the K likeliest tokens; 0 is off")                                                   \
     X(min_p, FLOAT, "min_p", "min-p", "P", 0, 0, 0, 1, 0, 0, 0,                                  \
       "only tokens >= this x the likeliest's probability; 0: off")                               \
-    X(repetition_penalty, FLOAT, "repetition_penalty", "repetition-penalty", "R", 1, 0, 1,       \
+    X(repetition_penalty, FLOAT, "repetition_penalty", "repetition-penalty", "R", 1, 0.01, 0,    \
       10, 0, 0, 0, "penalize prompt and output tokens; 1 is off")                                \
     X(presence_penalty, FLOAT, "presence_penalty", "presence-penalty", "P", 0, -2, 0, 2, 0,      \
       0, 0, "subtract from logits of generated tokens; 0 is off")                                \
@@ -98,6 +103,13 @@ typedef struct sampling_param_info {
 /* One row per parameter, in SAMPLING_PARAMS order. */
 extern const sampling_param_info sampling_param_table[SAMPLING_N_PARAMS];
 
+/* Whether p samples greedily: temperature below SAMPLING_GREEDY_BELOW. The one test for
+ * it: sampler, speculative decoding and engine all ask here. */
+static inline bool sampling_is_greedy(const sampling_params *p)
+{
+    return p->temperature < SAMPLING_GREEDY_BELOW;
+}
+
 /* Every parameter at its default (temperature 1, every processor off, no bias). */
 void sampling_params_init(sampling_params *p);
 
@@ -109,7 +121,8 @@ void sampling_param_set(sampling_params *p, int i, double v);
 /* Whether parameter i of p is its default (BIAS: no entries). */
 bool sampling_param_is_default(const sampling_params *p, int i);
 
-/* Whether v is finite and within row pi's bounds. */
+/* Whether v is finite and within row pi's bounds; FLOAT and BIAS rows compare v and the
+ * bounds as floats, the type the value is stored in. */
 bool sampling_param_in_range(const sampling_param_info *pi, double v);
 
 /* The row's bounds as the messages and docs write them: "[0, 100]", "(0, 1]". Returns

@@ -294,6 +294,8 @@ void tokenizer_destroy(tokenizer_t **tp)
 struct enc {
     const struct tokenizer *t;
     bool parse_special;
+    size_t limit;     /* stop (DERAS_ERANGE) once more ids than this are certain */
+    bool stopped;     /* it did: ids.n is not the full count */
     struct idvec ids;
     struct pieces p, tmp;
     struct bpe_work *w;
@@ -358,9 +360,17 @@ static int encode_plain(struct enc *e, const char *s, size_t n, bool origin)
         return rc;
     if (e->t->n_pre > 0 && (rc = pretok_apply(e->t, &e->p, &e->tmp)) < 0)
         return rc;
-    for (size_t i = 0; i < e->p.n; i++)
-        if ((rc = bpe_encode_piece(e->t, e->p.buf + e->p.v[i].off, e->p.v[i].len, e->w, &e->ids)) < 0)
+    for (size_t i = 0; i < e->p.n; i++) {
+        /* a token covers at most max_token_bytes, so a piece yields at least
+         * len / max_token_bytes ids: stop before the BPE work that cannot fit */
+        size_t len = e->p.v[i].len, room = e->ids.n < e->limit ? e->limit - e->ids.n : 0;
+        if (e->t->max_token_bytes && len / e->t->max_token_bytes > room)
+            return e->stopped = true, DERAS_ERANGE;
+        if ((rc = bpe_encode_piece(e->t, e->p.buf + e->p.v[i].off, len, e->w, &e->ids)) < 0)
             return rc;
+        if (e->ids.n > e->limit)
+            return e->stopped = true, DERAS_ERANGE;
+    }
     return 0;
 }
 
@@ -391,6 +401,8 @@ static int split_added(struct enc *e, const struct trie *tr, const char *s, size
             return rc;
         if ((rc = idvec_push(&e->ids, id)) < 0)
             return rc;
+        if (e->ids.n > e->limit)
+            return e->stopped = true, DERAS_ERANGE;
         seg = i = stop;
     }
     if (seg < n)
@@ -413,15 +425,16 @@ static int encode_normalized(struct enc *e, const char *s, size_t n, bool origin
     return rc;
 }
 
-int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool add_special,
-                     bool parse_special, int32_t *ids, size_t cap, size_t *n_out)
+/* tokenizer_encode and tokenizer_encode_bounded: `limit` ids at most before stopping. */
+static int encode(const tokenizer_t *t, const char *text, size_t len, bool add_special,
+                  bool parse_special, int32_t *ids, size_t cap, size_t limit, size_t *n_out)
 {
     if (!t || (!text && len > 0) || (!ids && cap > 0) || !n_out)
         return deras_fail(DERAS_EINVAL, "tokenizer_encode: NULL argument");
     size_t bad = utf8_valid_prefix(text, len);
     if (bad < len)
         return deras_fail(DERAS_EFORMAT, "tokenizer_encode: invalid UTF-8 at byte %zu of %zu", bad, len);
-    struct enc e = {.t = t, .parse_special = parse_special};
+    struct enc e = {.t = t, .parse_special = parse_special, .limit = limit};
     int rc = 0;
     if ((rc = bpe_work_new(&e.w))) {
         rc = deras_fail_ctx(rc, "tokenizer_encode: ");
@@ -435,19 +448,36 @@ int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool ad
     if (add_special)
         for (int i = 0; i < t->n_suffix && rc == 0; i++)
             rc = idvec_push(&e.ids, t->suffix_ids[i]);
-    if (rc < 0)
+    if (rc < 0 && !e.stopped)
         goto done;
-    *n_out = e.ids.n;
+    /* stopped early: more than limit ids for certain, their count unknown */
+    size_t total = e.stopped ? (e.ids.n > limit ? e.ids.n : limit + 1) : e.ids.n;
+    *n_out = total;
     if (e.ids.n)
         memcpy(ids, e.ids.v, (e.ids.n < cap ? e.ids.n : cap) * sizeof *ids);
-    if (e.ids.n > cap)
-        rc = deras_fail(DERAS_ERANGE, "tokenizer_encode: %zu ids do not fit in %zu", e.ids.n, cap);
+    rc = 0;
+    if (total > cap)
+        rc = deras_fail(DERAS_ERANGE, "tokenizer_encode: %s%zu ids do not fit in %zu",
+                        e.stopped ? "more than " : "", e.stopped ? limit : total, cap);
 done:
     free(e.ids.v);
     pieces_free(&e.p);
     pieces_free(&e.tmp);
     bpe_work_destroy(&e.w);
     return rc;
+}
+
+int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool add_special,
+                     bool parse_special, int32_t *ids, size_t cap, size_t *n_out)
+{
+    return encode(t, text, len, add_special, parse_special, ids, cap, SIZE_MAX, n_out);
+}
+
+int tokenizer_encode_bounded(const tokenizer_t *t, const char *text, size_t len,
+                             bool add_special, bool parse_special, int32_t *ids, size_t cap,
+                             size_t *n_out)
+{
+    return encode(t, text, len, add_special, parse_special, ids, cap, cap, n_out);
 }
 
 /* --- decode --- */

@@ -44,6 +44,16 @@ int tokenizer_vocab_size(const tokenizer_t *t);
 int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out);
 
+/* tokenizer_encode that stops as soon as more than cap ids are certain: DERAS_ERANGE with
+ * *n_out > cap (a lower bound of the full count, not the count). The router's bound on a
+ * prompt's work: a piece of text is skipped unencoded once its bytes alone need more ids
+ * than are left (a token covers at most the vocabulary's longest token), so a 1 MiB prompt
+ * against a 4k context costs about as much as its first 4k tokens, plus the O(len) UTF-8,
+ * added-token and pre-tokenizer passes. Within cap, the ids equal tokenizer_encode's. */
+int tokenizer_encode_bounded(const tokenizer_t *t, const char *text, size_t len,
+                             bool add_special, bool parse_special, int32_t *ids, size_t cap,
+                             size_t *n_out);
+
 /* Decode ids to text into out (NUL-terminated when cap > 0). Same cap/ERANGE rule as
  * encode, *n_out excluding the NUL. skip_special drops control tokens (BOS, EOS, ...).
  * Byte sequences that are not valid UTF-8 decode to U+FFFD. Ids outside the vocabulary

@@ -11,10 +11,13 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/base/status.h"
@@ -103,6 +106,33 @@ int endpoints_default_clients(char *buf, size_t cap)
 int endpoints_default_admin(char *buf, size_t cap)
 {
     return default_socket("admin.sock", buf, cap);
+}
+
+/* Whether a process accepts connections on the unix socket at path (a stale file left by
+ * a killed router does not). */
+static bool socket_live(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return false;
+    memcpy(sa.sun_path, path, strlen(path));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool live = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return live;
+}
+
+int endpoints_default_admin_for_client(char *buf, size_t cap)
+{
+    const char *env = getenv("DERAS_RUNTIME_DIR");
+    if ((!env || !*env) && socket_live(ENDPOINTS_UNITS_RUNTIME_DIR "/admin.sock")) {
+        int n = snprintf(buf, cap, "ipc://" ENDPOINTS_UNITS_RUNTIME_DIR "/admin.sock");
+        return n < 0 || (size_t)n >= cap ? deras_fail(DERAS_ERANGE, "endpoint buffer too small")
+                                         : DERAS_OK;
+    }
+    return endpoints_default_admin(buf, cap);
 }
 
 int endpoints_prepare_bind(const char *endpoint)

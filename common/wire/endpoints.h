@@ -44,6 +44,15 @@ int endpoints_default_clients(char *buf, size_t cap);
 /* "ipc://<runtime dir>/admin.sock": the router's admin socket (derasctl). */
 int endpoints_default_admin(char *buf, size_t cap);
 
+/* The runtime directory of the systemd units (RuntimeDirectory=deras). */
+#define ENDPOINTS_UNITS_RUNTIME_DIR "/run/deras"
+
+/* The admin socket derasctl tries: the runtime directory's when $DERAS_RUNTIME_DIR is set;
+ * without it, the units' (/run/deras/admin.sock) when a router accepts connections there,
+ * so an operator's shell finds the service's router (a connect(2), the only cost); else
+ * /tmp/deras-<uid>/admin.sock. DERAS_ERANGE. */
+int endpoints_default_admin_for_client(char *buf, size_t cap);
+
 /* For a process about to bind an ipc:// endpoint: create its directory (mode 0700, one
  * level) if missing. Other transports: nothing to do. DERAS_EIO naming the directory when
  * it cannot be created. */

@@ -143,7 +143,7 @@ class FakeRouter(threading.Thread):
         if bad:
             return self._error(ident, rid, *bad)
         if (ident, rid) in self._live:
-            return self._error(ident, rid, "duplicate_id", "id '%s' is already live" % rid)
+            return self._error(ident, "", "duplicate_id", "id '%s' is already live" % rid)
         prompt = msg.get("prompt")
         if prompt and prompt.startswith("error:"):
             return self._error(ident, rid, prompt[6:], "fake failure requested by the prompt")

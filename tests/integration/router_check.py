@@ -300,7 +300,11 @@ def s_stop_strings(e):
     c = e.start_router()
     e.start_worker("w0")
     c.request("ref", PROMPT, max_tokens=40, temperature=0, ignore_eos=True)
-    text = c.collect({"ref": 1})["ref"]["finals"][0]["text"]
+    # temperatures too small to divide by are greedy (issue 14): the same text, any seed
+    c.request("tiny", PROMPT, max_tokens=40, temperature=1e-30, ignore_eos=True, seed=7)
+    r0 = c.collect({"ref": 1, "tiny": 1})
+    text = r0["ref"]["finals"][0]["text"]
+    check(r0["tiny"]["finals"][0]["text"] == text, f"temperature 1e-30: {r0['tiny']}")
     cut = None
     for i in range(4, len(text) - 4):
         s = text[i:i + 3]
@@ -482,9 +486,19 @@ def s_protocol_errors(e):
         check(m is not None, "no reply")
         if m["type"] == "error":
             break
-    check(m["code"] == "duplicate_id", f"{m}")
+    # the refusal names no request (id ""), so it cannot end the live one, whose stream
+    # goes on: chunks after the refusal, then its own final (the cancel's abort)
+    check(m["code"] == "duplicate_id" and m["id"] == "" and "'dup'" in m["message"], f"{m}")
+    n_after = 0
+    while n_after < 2:
+        m = c.recv(30000)
+        check(m is not None and m.get("id") == "dup" and m["type"] == "chunk",
+              f"the live request's stream stopped after the duplicate: {m}")
+        n_after += 1
     c.send({"type": "cancel", "id": "dup"})
-    c.collect({"dup": 1})
+    r = c.collect({"dup": 1})
+    check(r["dup"]["error"] is None and r["dup"]["finals"][0]["finish_reason"] == "abort",
+          f"the live request did not end with its own final: {r['dup']}")
     c.request("tok", [1, 2, 5000], max_tokens=2)
     c.request("stop", PROMPT, max_tokens=2, stop_token_ids=[99999])
     c.request("ctx", PROMPT, max_tokens=32000)

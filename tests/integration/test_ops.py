@@ -543,11 +543,18 @@ class Speculation(unittest.TestCase):
 
 
 class AdminSocket(unittest.TestCase):
-    def test_the_admin_socket_is_private_strict_and_tcp_only_with_curve(self):
-        c = Cluster(n_workers=1)
+    def test_ipc_sockets_are_private_the_admin_socket_strict_and_tcp_only_with_curve(self):
+        # under umask 000 (every file 0666 unless the router sees to it): every ipc socket
+        # the router binds - admin, workers, clients - is still 0600, only this user's
+        old_umask = os.umask(0)
         try:
-            path = c.admin[len("ipc://"):]
-            self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+            c = Cluster(n_workers=1)
+        finally:
+            os.umask(old_umask)
+        try:
+            for addr in (c.admin, c.wep, c.address):
+                path = addr[len("ipc://"):]
+                self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600, path)
             s = zmq.Context.instance().socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.connect(c.admin)

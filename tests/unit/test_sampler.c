@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/base/status.h"
 #include "test_util.h"
@@ -294,6 +295,94 @@ static void validate_rejects_out_of_range_and_non_finite(void **state)
     assert_int_equal(sampling_params_validate(&p, 100), DERAS_ERANGE);
 }
 
+/* Degenerate but valid numbers never make a silent token (issue 14): a temperature too
+ * small to divide by is greedy, on fresh random logits (with and without repetition
+ * penalty, through sampler_sample and sampler_probs' refusal); the smallest allowed
+ * repetition penalty keeps every logit finite; NaN or +inf logits and a row where every
+ * token is masked are errors, -inf alone is a masked token. */
+static void degenerate_values_are_greedy_or_errors(void **state)
+{
+    (void)state;
+    enum { V = 257 };
+    float l[V], big[V];
+    uint64_t seed = 0x5eedf00dull ^ (uint64_t)time(NULL);
+    print_message("degenerate values: seed %llu\n", (unsigned long long)seed);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(V, &s), DERAS_OK);
+    sampling_params p, g;
+    sample_result r, rg;
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 7);
+    int32_t prompt[5] = {3, 9, 27, 81, 243};
+    sample_history h = {.prompt = prompt, .n_prompt = 5};
+    float probs[V];
+    const float tiny[] = {1e-38f, 1e-30f, 1e-6f, 9.99e-6f};
+    for (int round = 0; round < 40; round++) {
+        test_fill_random(l, V, &seed, 8.0f);
+        for (int t = 0; t < 4; t++) {
+            sampling_params_default(&p);
+            p.temperature = tiny[t];
+            p.repetition_penalty = round % 2 ? 0.01f : 1.0f;
+            p.n_logprobs = 3;
+            assert_int_equal(sampling_params_validate(&p, V), DERAS_OK);
+            assert_true(sampling_is_greedy(&p));
+            g = p;
+            g.temperature = 0.0f;
+            assert_int_equal(sampler_sample(s, l, &p, &rng, &h, &r), DERAS_OK);
+            assert_int_equal(sampler_sample(s, l, &g, NULL, &h, &rg), DERAS_OK);
+            assert_int_equal(r.token, rg.token);
+            assert_true(isfinite(r.logprob));
+            assert_int_equal(sampler_probs(s, l, &p, &h, probs), DERAS_EINVAL);
+        }
+    }
+    sampling_params_default(&p);
+    p.temperature = SAMPLING_GREEDY_BELOW; /* the threshold itself samples */
+    assert_false(sampling_is_greedy(&p));
+    assert_int_equal(sampler_probs(s, l, &p, NULL, probs), DERAS_OK);
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        assert_true(isfinite(probs[i]));
+        sum += probs[i];
+    }
+    assert_true(fabs(sum - 1.0) < 1e-5);
+
+    sampling_params_default(&p);
+    p.repetition_penalty = 1e-45f;
+    assert_int_equal(sampling_params_validate(&p, V), DERAS_ERANGE);
+    assert_non_null(strstr(deras_errmsg(), "repetition_penalty"));
+    p.repetition_penalty = 0.01f;
+    assert_int_equal(sampling_params_validate(&p, V), DERAS_OK);
+
+    /* logits so large that logit / temperature overflows: an error, not a token */
+    for (int i = 0; i < V; i++)
+        big[i] = 1e35f * (float)(i % 7);
+    sampling_params_default(&p);
+    p.temperature = 1e-4f;
+    assert_int_equal(sampler_sample(s, big, &p, &rng, NULL, &r), DERAS_ERANGE);
+    p.temperature = 0.0f; /* greedy needs no division */
+    assert_int_equal(sampler_sample(s, big, &p, NULL, NULL, &r), DERAS_OK);
+    assert_int_equal(r.token, 6);
+
+    for (int t = 0; t < 2; t++) {
+        sampling_params_default(&p);
+        p.temperature = t ? 0.8f : 0.0f;
+        test_fill_random(l, V, &seed, 4.0f);
+        l[100] = -INFINITY; /* masked: fine */
+        assert_int_equal(sampler_sample(s, l, &p, &rng, NULL, &r), DERAS_OK);
+        assert_int_not_equal(r.token, 100);
+        l[200] = NAN;
+        assert_int_equal(sampler_sample(s, l, &p, &rng, NULL, &r), DERAS_EBACKEND);
+        assert_non_null(strstr(deras_errmsg(), "NaN"));
+        l[200] = INFINITY;
+        assert_int_equal(sampler_sample(s, l, &p, &rng, NULL, &r), DERAS_EBACKEND);
+        for (int i = 0; i < V; i++)
+            l[i] = -INFINITY;
+        assert_int_equal(sampler_sample(s, l, &p, &rng, NULL, &r), DERAS_ERANGE);
+        assert_non_null(strstr(deras_errmsg(), "excluded"));
+    }
+    sampler_destroy(&s);
+}
+
 /* The logit bias is added to the raw logits before every other processor: it moves greedy
  * and sampled choices exactly as the shifted logits say, -100 in effect bans a token, and
  * the reported logprobs stay the model's. */
@@ -427,6 +516,7 @@ int main(void)
         cmocka_unit_test(logit_bias_shifts_logits_before_the_processors),
         cmocka_unit_test(min_tokens_holds_stop_tokens_back),
         cmocka_unit_test(logit_bias_is_validated),
+        cmocka_unit_test(degenerate_values_are_greedy_or_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -121,6 +121,71 @@ static void test_gguf_and_json_agree(void **s)
     tokenizer_destroy(&jt);
 }
 
+/* tokenizer_encode_bounded (the router's prompt bound): within its cap it gives exactly
+ * tokenizer_encode's ids; beyond, DERAS_ERANGE with a count above the cap and only a
+ * prefix of the full ids written; a 1 MiB single-piece text is refused without its BPE
+ * (the count reported is cap + 1: the piece's bytes alone need more ids than are left). */
+static void test_encode_bounded(void **s)
+{
+    (void)s;
+    char *cp = test_data_path("tokenizer/corpus.json");
+    json_error_t err;
+    json_t *root = json_load_file(cp, 0, &err);
+    assert_non_null(root);
+    json_t *corpus = json_object_get(root, "corpus");
+    size_t cap = 1 << 16, len = 0;
+    char *text = malloc(cap);
+    for (size_t i = 0; i < json_array_size(corpus); i++) {
+        const char *c = json_string_value(json_array_get(corpus, i));
+        size_t cl = strlen(c);
+        while (len + cl + 2 > cap)
+            text = realloc(text, cap *= 2);
+        memcpy(text + len, c, cl);
+        text[len + cl] = '\n';
+        len += cl + 1;
+    }
+    size_t nf;
+    int32_t *full = tt_encode(gguf_tok, text, len, true, true, &nf, NULL);
+    assert_non_null(full);
+    int32_t *ids = malloc((nf + 2) * sizeof *ids);
+    size_t caps[] = {0, 1, 2, 17, nf / 3, nf / 2, nf - 1, nf, nf + 1};
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+        size_t k = caps[c], n = 0;
+        for (size_t i = 0; i < nf + 2; i++)
+            ids[i] = -7;
+        int rc = tokenizer_encode_bounded(gguf_tok, text, len, true, true, ids, k, &n);
+        if (k >= nf) {
+            assert_int_equal(rc, DERAS_OK);
+            assert_int_equal(n, nf);
+            assert_memory_equal(ids, full, nf * sizeof *ids);
+        } else {
+            assert_int_equal(rc, DERAS_ERANGE);
+            assert_true(n > k && n <= nf);
+            size_t w = 0;
+            while (w < k && ids[w] != -7) {
+                assert_int_equal(ids[w], full[w]);
+                w++;
+            }
+            for (size_t i = w; i < nf + 2; i++)
+                assert_int_equal(ids[i], -7); /* nothing past the prefix, nothing past k */
+        }
+    }
+    size_t big = 1 << 20, n = 0;
+    char *a = malloc(big);
+    memset(a, 'a', big);
+    assert_int_equal(tokenizer_encode_bounded(gguf_tok, a, big, false, true, ids, 17, &n),
+                     DERAS_ERANGE);
+    assert_int_equal(n, 18);
+    printf("smollm2: bounded encoding agrees with the full one (%zu ids) within each cap; "
+           "a 1 MiB word is refused before its BPE\n", nf);
+    free(a);
+    free(ids);
+    free(full);
+    free(text);
+    json_decref(root);
+    free(cp);
+}
+
 static void test_metadata_and_chat_template(void **s)
 {
     (void)s;
@@ -155,6 +220,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_gguf_and_json_agree),
         cmocka_unit_test(test_metadata_and_chat_template),
+        cmocka_unit_test(test_encode_bounded),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -26,6 +26,7 @@
 
 #include "common/base/status.h"
 #include "common/wire/zmq_check.h"
+#include "common/wire/zmq_curve.h"
 
 typedef struct live_req {
     char id[PROTO_MAX_ID + 1]; /* "" = empty slot */
@@ -159,23 +160,9 @@ int deras_client_new(const deras_client_opts *opts, deras_client_t **out)
         (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_RCVHWM, &zero, sizeof zero))) ||
         (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &o.send_timeout_ms, sizeof(int)))))
         goto fail;
-    if (o.curve_server_key) {
-        char pub[41], sec[41];
-        if (o.curve_secret_key) {
-            memcpy(sec, o.curve_secret_key, 41);
-            if (zmq_curve_public(pub, sec) == -1) {
-                rc = deras_fail(DERAS_EINVAL, "CURVE secret key: not a valid Z85 key");
-                goto fail;
-            }
-        } else if ((rc = ZMQ_CHECK(zmq_curve_keypair(pub, sec)))) {
-            goto fail;
-        }
-        const char *srv = o.curve_server_key;
-        if ((rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, srv, 40))) ||
-            (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40))) ||
-            (rc = ZMQ_CHECK(zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 40))))
-            goto fail;
-    }
+    if (o.curve_server_key && (rc = zmq_curve_client(c->sock, o.curve_server_key,
+                                                     o.curve_secret_key)))
+        goto fail;
     if ((rc = ZMQ_CHECK(zmq_connect(c->sock, c->address))))
         goto fail;
     *out = c;
