@@ -1,0 +1,793 @@
+/* parse_expr.c - expressions to syntax tree nodes (ast.h), by recursive descent following
+ * jinja2/parser.py: the same precedence ladder (conditional expression, or, and, not,
+ * comparisons, + -, ~, * / // %, **, unary, then primary with postfix, filters and tests)
+ * and the same compile-time refusals. On top of Jinja2's own checks it refuses, with the
+ * line, what this interpreter does not implement: a filter, method or global it lacks,
+ * *args / **kwargs in calls (statements: parse_stmt.c). A filter or test Jinja2 itself
+ * does not know is an error here as there, except inside an `if` or a conditional
+ * expression, where Jinja2 defers it to the render (its "soft frame"), and so does this.
+ *
+ * Nesting (brackets, unary and `not` chains) is bounded by max_depth, so a hostile
+ * template cannot exhaust the stack. Cost: O(tokens) time and arena memory. */
+#include "parse_internal.h"
+
+#include "builtins.h"
+#include "common/base/status.h"
+#include "lexer.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- helpers */
+int ps_fail(const ps_t *p, int code, int line, const char *fmt, ...)
+{
+    (void)p;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return deras_fail(code, "template line %d: %s", line, msg);
+}
+
+static const char *ps_describe(const token_t *t, char *buf, size_t cap)
+{
+    switch (t->type) {
+    case T_EOF: return "end of template";
+    case T_DATA: return "template data";
+    case T_VAR_BEGIN: return "'{{'";
+    case T_VAR_END: return "'}}'";
+    case T_BLOCK_BEGIN: return "'{%'";
+    case T_BLOCK_END: return "'%}'";
+    case T_NAME: snprintf(buf, cap, "'%s'", t->s); return buf;
+    case T_STRING: return "a string";
+    case T_INT:
+    case T_FLOAT: return "a number";
+    default: snprintf(buf, cap, "'%s'", lex_op_text(t->op)); return buf;
+    }
+}
+
+int ps_unexpected(const ps_t *p, const char *expected)
+{
+    char buf[300];
+    return ps_fail(p, DERAS_EFORMAT, cur(p)->line, "unexpected %s, expected %s",
+                 ps_describe(cur(p), buf, sizeof buf), expected);
+}
+
+
+int ps_expect_op(ps_t *p, int op)
+{
+    if (!is_op(p, op)) {
+        char want[16];
+        snprintf(want, sizeof want, "'%s'", lex_op_text(op));
+        return ps_unexpected(p, want);
+    }
+    next(p);
+    return 0;
+}
+
+int ps_expect_type(ps_t *p, int type, const char *what)
+{
+    if (cur(p)->type != type)
+        return ps_unexpected(p, what);
+    next(p);
+    return 0;
+}
+
+node_t *ps_mk(ps_t *p, int kind, int line)
+{
+    node_t *n = arena_alloc(p->arena, sizeof *n);
+    if (n) {
+        n->kind = (uint8_t)kind;
+        n->line = line;
+        n->sym = -1;
+    }
+    return n;
+}
+
+
+int ps_vec_push(vec_t *v, node_t *n)
+{
+    if (v->n == v->cap) {
+        int cap = v->cap ? v->cap * 2 : 8;
+        node_t **a = realloc(v->v, (size_t)cap * sizeof *a);
+        if (!a)
+            return deras_fail(DERAS_ENOMEM, "template: out of memory");
+        v->v = a;
+        v->cap = cap;
+    }
+    v->v[v->n++] = n;
+    return 0;
+}
+
+/* Move the vector's nodes into the arena as n's kids. */
+int ps_vec_finish(ps_t *p, vec_t *v, node_t *n)
+{
+    if (v->n) {
+        n->kids = arena_alloc(p->arena, (size_t)v->n * sizeof *n->kids);
+        if (!n->kids) {
+            free(v->v);
+            return deras_fail(DERAS_ENOMEM, "template: out of memory");
+        }
+        memcpy(n->kids, v->v, (size_t)v->n * sizeof *n->kids);
+    }
+    n->n_kids = v->n;
+    free(v->v);
+    *v = (vec_t){0};
+    return 0;
+}
+
+int ps_enter(ps_t *p)
+{
+    if (++p->depth > p->max_depth)
+        return ps_fail(p, DERAS_EUNSUPPORTED, cur(p)->line,
+                     "nesting deeper than max_depth (%d) is not supported", p->max_depth);
+    return 0;
+}
+
+int ps_const_str(ps_t *p, const char *s, size_t n, tv_t *out)
+{
+    struct tstr *t = arena_alloc(p->arena, sizeof *t + n + 1);
+    if (!t)
+        return deras_fail(DERAS_ENOMEM, "template: out of memory");
+    t->refs = TV_IMMORTAL;
+    t->len = n;
+    t->ascii = true;
+    for (size_t i = 0; i < n; i++)
+        t->ascii &= (unsigned char)s[i] < 0x80;
+    memcpy(t->p, s, n);
+    t->p[n] = 0;
+    *out = (tv_t){.type = TV_STR, .u.s = t};
+    return 0;
+}
+
+int ps_intern(ps_t *p, node_t *n, const char *name)
+{
+    n->name = name;
+    n->sym = sym_intern(p->arena, p->syms, name, strlen(name));
+    return n->sym < 0 ? deras_fail(DERAS_ENOMEM, "template: out of memory") : 0;
+}
+
+/* ---------------------------------------------------------------- expressions */
+
+static int parse_unary(ps_t *p, bool with_filter, node_t **out);
+static int parse_postfix(ps_t *p, node_t **node);
+
+/* Tuple end: '}}', '%}', ')' or one of the extra names. */
+static bool tuple_end(const ps_t *p, const char *extra)
+{
+    const token_t *t = cur(p);
+    if (t->type == T_VAR_END || t->type == T_BLOCK_END || (t->type == T_OP && t->op == OP_RPAREN))
+        return true;
+    return extra && is_name(t, extra);
+}
+
+int parse_tuple(ps_t *p, bool simplified, bool with_condexpr, const char *extra,
+                       bool explicit_parens, node_t **out)
+{
+    int line = cur(p)->line;
+    vec_t items = {0};
+    bool is_tuple = false;
+    int st = 0;
+    for (;;) {
+        if (items.n && (st = ps_expect_op(p, OP_COMMA)))
+            break;
+        if (tuple_end(p, extra))
+            break;
+        node_t *e;
+        if ((st = simplified ? parse_primary(p, &e) : parse_expression(p, with_condexpr, &e)))
+            break;
+        if ((st = ps_vec_push(&items, e)))
+            break;
+        if (is_op(p, OP_COMMA))
+            is_tuple = true;
+        else
+            break;
+    }
+    if (st) {
+        free(items.v);
+        return st;
+    }
+    if (!is_tuple && items.n) {
+        *out = items.v[0];
+        free(items.v);
+        return 0;
+    }
+    if (!is_tuple && !explicit_parens) {
+        free(items.v);
+        return ps_unexpected(p, "an expression");
+    }
+    node_t *t;
+    if (!(t = ps_mk(p, N_TUPLE, line))) {
+        free(items.v);
+        return deras_fail(DERAS_ENOMEM, "template: out of memory");
+    }
+    *out = t;
+    return ps_vec_finish(p, &items, t);
+}
+
+/* (args, name=value, ...) after '(' is current. */
+static int parse_call_args(ps_t *p, node_t *n)
+{
+    vec_t args = {0};
+    bool kw_seen = false, comma = false;
+    int st = ps_expect_op(p, OP_LPAREN);
+    while (!st && !is_op(p, OP_RPAREN)) {
+        if (comma) {
+            if ((st = ps_expect_op(p, OP_COMMA)) || is_op(p, OP_RPAREN))
+                break;
+        }
+        if (is_op(p, OP_MUL) || is_op(p, OP_POW)) {
+            st = ps_fail(p, DERAS_EUNSUPPORTED, cur(p)->line,
+                       "*args and **kwargs in calls are not supported");
+            break;
+        }
+        node_t *e;
+        if (cur(p)->type == T_NAME && peek(p, 1)->type == T_OP && peek(p, 1)->op == OP_ASSIGN) {
+            node_t *kw = ps_mk(p, N_KEYWORD, cur(p)->line);
+            if (!kw) {
+                st = deras_fail(DERAS_ENOMEM, "template: out of memory");
+                break;
+            }
+            kw->name = cur(p)->s;
+            next(p);
+            next(p);
+            if ((st = parse_expression(p, true, &kw->a)))
+                break;
+            kw_seen = true;
+            e = kw;
+        } else {
+            if (kw_seen) {
+                st = ps_fail(p, DERAS_EFORMAT, cur(p)->line, "positional argument after keyword argument");
+                break;
+            }
+            if ((st = parse_expression(p, true, &e)))
+                break;
+        }
+        st = ps_vec_push(&args, e);
+        comma = true;
+    }
+    if (!st)
+        st = ps_expect_op(p, OP_RPAREN);
+    if (st) {
+        free(args.v);
+        return st;
+    }
+    return ps_vec_finish(p, &args, n);
+}
+
+/* A constant string argument at `idx` of a call-like node, or NULL. */
+static const char *const_arg(const node_t *n, int idx)
+{
+    if (idx < n->n_kids && n->kids[idx]->kind == N_CONST && n->kids[idx]->val.type == TV_STR)
+        return n->kids[idx]->val.u.s->p;
+    return NULL;
+}
+
+/* A filter named by a constant argument of map() must be one this interpreter has. */
+static int check_named_arg(ps_t *p, const node_t *f)
+{
+    if (f->op != F_MAP || !f->n_kids || f->kids[0]->kind == N_KEYWORD)
+        return 0;
+    const char *name = const_arg(f, 0);
+    int id = name ? filter_find(name) : -1;
+    if (id >= 0 && !filter_supported(id))
+        return ps_fail(p, DERAS_EUNSUPPORTED, f->line, "filter '%s' is not supported", name);
+    return 0;
+}
+
+int parse_filter(ps_t *p, node_t **node, bool start_inline)
+{
+    while (is_op(p, OP_PIPE) || start_inline) {
+        if (!start_inline)
+            next(p);
+        start_inline = false;
+        int line = cur(p)->line;
+        if (cur(p)->type != T_NAME)
+            return ps_unexpected(p, "a filter name");
+        char name[256];
+        snprintf(name, sizeof name, "%s", cur(p)->s);
+        next(p);
+        while (is_op(p, OP_DOT)) {
+            next(p);
+            if (cur(p)->type != T_NAME)
+                return ps_unexpected(p, "a name");
+            size_t k = strlen(name);
+            snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
+            next(p);
+        }
+        node_t *f;
+        NEW(f, N_FILTER, line);
+        f->a = *node;
+        f->name = arena_strdup(p->arena, name, strlen(name));
+        if (!f->name)
+            return deras_fail(DERAS_ENOMEM, "template: out of memory");
+        int id = filter_find(name);
+        if (id < 0 && !p->soft)
+            return ps_fail(p, DERAS_EFORMAT, line, "no filter named '%s'", name);
+        if (id >= 0 && !filter_supported(id))
+            return ps_fail(p, DERAS_EUNSUPPORTED, line, "filter '%s' is not supported", name);
+        f->op = (int16_t)id;
+        if (is_op(p, OP_LPAREN))
+            TRY(parse_call_args(p, f));
+        TRY(check_named_arg(p, f));
+        *node = f;
+    }
+    return 0;
+}
+
+static int parse_test(ps_t *p, node_t **node)
+{
+    int line = cur(p)->line;
+    next(p); /* is */
+    bool negated = false;
+    if (is_name(cur(p), "not")) {
+        next(p);
+        negated = true;
+    }
+    if (cur(p)->type != T_NAME)
+        return ps_unexpected(p, "a test name");
+    char name[256];
+    snprintf(name, sizeof name, "%s", cur(p)->s);
+    next(p);
+    while (is_op(p, OP_DOT)) {
+        next(p);
+        if (cur(p)->type != T_NAME)
+            return ps_unexpected(p, "a name");
+        size_t k = strlen(name);
+        snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
+        next(p);
+    }
+    node_t *t;
+    NEW(t, N_TEST, line);
+    t->a = *node;
+    if (!(t->name = arena_strdup(p->arena, name, strlen(name))))
+        return deras_fail(DERAS_ENOMEM, "template: out of memory");
+    int id = test_find(name);
+    if (id < 0 && !p->soft)
+        return ps_fail(p, DERAS_EFORMAT, line, "no test named '%s'", name);
+    t->op = (int16_t)id;
+    const token_t *c = cur(p);
+    if (is_op(p, OP_LPAREN)) {
+        TRY(parse_call_args(p, t));
+    } else if ((c->type == T_NAME || c->type == T_STRING || c->type == T_INT ||
+                c->type == T_FLOAT || (c->type == T_OP && (c->op == OP_LPAREN ||
+                c->op == OP_LBRACKET || c->op == OP_LBRACE))) &&
+               !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
+        if (is_name(c, "is"))
+            return ps_fail(p, DERAS_EFORMAT, c->line, "You cannot chain multiple tests with is");
+        node_t *arg;
+        TRY(parse_primary(p, &arg));
+        TRY(parse_postfix(p, &arg));
+        t->kids = arena_alloc(p->arena, sizeof *t->kids);
+        if (!t->kids)
+            return deras_fail(DERAS_ENOMEM, "template: out of memory");
+        t->kids[0] = arg;
+        t->n_kids = 1;
+    }
+    if (negated) {
+        node_t *n;
+        NEW(n, N_NOT, line);
+        n->a = t;
+        t = n;
+    }
+    *node = t;
+    return 0;
+}
+
+static int parse_subscript_arg(ps_t *p, node_t **out)
+{ /* one subscript: an expression or a slice a:b:c */
+    int line = cur(p)->line;
+    node_t *parts[3] = {0};
+    if (!is_op(p, OP_COLON)) {
+        TRY(parse_expression(p, true, &parts[0]));
+        if (!is_op(p, OP_COLON)) {
+            *out = parts[0];
+            return 0;
+        }
+    }
+    next(p); /* first ':' */
+    if (!is_op(p, OP_COLON) && !is_op(p, OP_RBRACKET) && !is_op(p, OP_COMMA))
+        TRY(parse_expression(p, true, &parts[1]));
+    if (is_op(p, OP_COLON)) {
+        next(p);
+        if (!is_op(p, OP_RBRACKET) && !is_op(p, OP_COMMA))
+            TRY(parse_expression(p, true, &parts[2]));
+    }
+    node_t *s;
+    NEW(s, N_SLICE, line);
+    s->a = parts[0];
+    s->b = parts[1];
+    s->c = parts[2];
+    *out = s;
+    return 0;
+}
+
+static int parse_postfix(ps_t *p, node_t **node)
+{
+    for (;;) {
+        int line = cur(p)->line;
+        if (is_op(p, OP_DOT)) {
+            next(p);
+            node_t *n;
+            if (cur(p)->type == T_NAME) {
+                NEW(n, N_GETATTR, line);
+                n->name = cur(p)->s;
+            } else if (cur(p)->type == T_INT) {
+                NEW(n, N_GETITEM, line);
+                NEW(n->b, N_CONST, line);
+                n->b->val = tv_int(cur(p)->i);
+            } else {
+                return ps_unexpected(p, "an attribute name");
+            }
+            next(p);
+            n->a = *node;
+            *node = n;
+        } else if (is_op(p, OP_LBRACKET)) {
+            next(p);
+            vec_t args = {0};
+            int st = 0;
+            while (!st && !is_op(p, OP_RBRACKET)) {
+                if (args.n && (st = ps_expect_op(p, OP_COMMA)))
+                    break;
+                node_t *a = NULL;
+                if (!(st = parse_subscript_arg(p, &a)))
+                    st = ps_vec_push(&args, a);
+            }
+            if (!st)
+                st = ps_expect_op(p, OP_RBRACKET);
+            node_t *n = st ? NULL : ps_mk(p, N_GETITEM, line);
+            if (!st && !n)
+                st = deras_fail(DERAS_ENOMEM, "template: out of memory");
+            if (!st && args.n == 0)
+                st = ps_fail(p, DERAS_EFORMAT, line, "expected a subscript");
+            if (st) {
+                free(args.v);
+                return st;
+            }
+            n->a = *node;
+            if (args.n == 1) {
+                n->b = args.v[0];
+                free(args.v);
+            } else {
+                NEW(n->b, N_TUPLE, line);
+                TRY(ps_vec_finish(p, &args, n->b));
+            }
+            *node = n;
+        } else if (is_op(p, OP_LPAREN)) {
+            node_t *c;
+            NEW(c, N_CALL, line);
+            c->a = *node;
+            TRY(parse_call_args(p, c));
+            if (c->a->kind == N_GETATTR && method_find(c->a->name) < 0)
+                return ps_fail(p, DERAS_EUNSUPPORTED, line, "method '%s' is not supported",
+                             c->a->name);
+            *node = c;
+        } else {
+            return 0;
+        }
+    }
+}
+
+int parse_primary(ps_t *p, node_t **out)
+{
+    const token_t *t = cur(p);
+    int line = t->line;
+    node_t *n;
+    TRY(ps_enter(p));
+    switch (t->type) {
+    case T_NAME:
+        if (!strcmp(t->s, "true") || !strcmp(t->s, "True") || !strcmp(t->s, "false") ||
+            !strcmp(t->s, "False")) {
+            NEW(n, N_CONST, line);
+            n->val = tv_bool(t->s[0] == 't' || t->s[0] == 'T');
+        } else if (!strcmp(t->s, "none") || !strcmp(t->s, "None")) {
+            NEW(n, N_CONST, line);
+            n->val = tv_none();
+        } else {
+            NEW(n, N_NAME, line);
+            TRY(ps_intern(p, n, t->s));
+            bool ok;
+            int g = global_find(t->s, &ok);
+            if (g >= 0 && !ok)
+                return ps_fail(p, DERAS_EUNSUPPORTED, line, "global '%s' is not supported", t->s);
+            for (int i = 0; i < p->n_macros; i++)
+                p->macros[i]->op |= !strcmp(t->s, "varargs") ? MACRO_VARARGS
+                                    : !strcmp(t->s, "kwargs") ? MACRO_KWARGS : 0;
+        }
+        next(p);
+        break;
+    case T_STRING: {
+        size_t len = 0;
+        size_t j = p->i;
+        while (p->tk[j].type == T_STRING)
+            len += p->tk[j++].len;
+        char *buf = arena_alloc(p->arena, len + 1);
+        if (!buf)
+            return deras_fail(DERAS_ENOMEM, "template: out of memory");
+        size_t k = 0;
+        for (; p->i < j; p->i++) {
+            memcpy(buf + k, p->tk[p->i].s, p->tk[p->i].len);
+            k += p->tk[p->i].len;
+        }
+        NEW(n, N_CONST, line);
+        TRY(ps_const_str(p, buf, len, &n->val));
+        break;
+    }
+    case T_INT:
+    case T_FLOAT:
+        NEW(n, N_CONST, line);
+        n->val = t->type == T_INT ? tv_int(t->i) : tv_float(t->f);
+        next(p);
+        break;
+    case T_OP:
+        if (t->op == OP_LPAREN) {
+            next(p);
+            TRY(parse_tuple(p, false, true, NULL, true, &n));
+            TRY(ps_expect_op(p, OP_RPAREN));
+            break;
+        }
+        if (t->op == OP_LBRACKET || t->op == OP_LBRACE) {
+            bool dict = t->op == OP_LBRACE;
+            int close = dict ? OP_RBRACE : OP_RBRACKET;
+            NEW(n, dict ? N_DICT : N_LIST, line);
+            next(p);
+            vec_t items = {0};
+            int st = 0;
+            while (!st && !is_op(p, close)) {
+                if (items.n && ((st = ps_expect_op(p, OP_COMMA)) || is_op(p, close)))
+                    break;
+                node_t *e;
+                if ((st = parse_expression(p, true, &e)))
+                    break;
+                if (dict) {
+                    node_t *pair = ps_mk(p, N_PAIR, e->line);
+                    if (!pair) {
+                        st = deras_fail(DERAS_ENOMEM, "template: out of memory");
+                        break;
+                    }
+                    pair->a = e;
+                    if ((st = ps_expect_op(p, OP_COLON)) || (st = parse_expression(p, true, &pair->b)))
+                        break;
+                    e = pair;
+                }
+                st = ps_vec_push(&items, e);
+            }
+            if (!st)
+                st = ps_expect_op(p, close);
+            if (st) {
+                free(items.v);
+                return st;
+            }
+            TRY(ps_vec_finish(p, &items, n));
+            break;
+        }
+        /* fall through */
+    default:
+        return ps_unexpected(p, "an expression");
+    }
+    p->depth--;
+    *out = n;
+    return 0;
+}
+
+static int parse_unary(ps_t *p, bool with_filter, node_t **out)
+{
+    int line = cur(p)->line;
+    node_t *n;
+    TRY(ps_enter(p));
+    if (is_op(p, OP_SUB) || is_op(p, OP_ADD)) {
+        NEW(n, is_op(p, OP_SUB) ? N_NEG : N_POS, line);
+        next(p);
+        TRY(parse_unary(p, false, &n->a));
+    } else {
+        TRY(parse_primary(p, &n));
+    }
+    TRY(parse_postfix(p, &n));
+    while (with_filter) {
+        if (is_op(p, OP_PIPE))
+            TRY(parse_filter(p, &n, false));
+        else if (is_name(cur(p), "is"))
+            TRY(parse_test(p, &n));
+        else if (is_op(p, OP_LPAREN))
+            TRY(parse_postfix(p, &n));
+        else
+            break;
+    }
+    p->depth--;
+    *out = n;
+    return 0;
+}
+
+static int binary(ps_t *p, int kind, int op, int line, node_t *left, node_t *right, node_t **out)
+{
+    node_t *n;
+    NEW(n, kind, line);
+    n->op = (int16_t)op;
+    n->a = left;
+    n->b = right;
+    *out = n;
+    return 0;
+}
+
+static int parse_pow(ps_t *p, node_t **out)
+{
+    TRY(parse_unary(p, true, out));
+    while (is_op(p, OP_POW)) {
+        int line = cur(p)->line;
+        next(p);
+        node_t *r;
+        TRY(parse_unary(p, true, &r));
+        TRY(binary(p, N_BINOP, BIN_POW, line, *out, r, out));
+    }
+    return 0;
+}
+
+static int parse_math2(ps_t *p, node_t **out)
+{
+    TRY(parse_pow(p, out));
+    for (;;) {
+        int op = is_op(p, OP_MUL) ? BIN_MUL : is_op(p, OP_DIV) ? BIN_DIV
+               : is_op(p, OP_FLOORDIV) ? BIN_FLOORDIV : is_op(p, OP_MOD) ? BIN_MOD : -1;
+        if (op < 0)
+            return 0;
+        int line = cur(p)->line;
+        next(p);
+        node_t *r;
+        TRY(parse_pow(p, &r));
+        TRY(binary(p, N_BINOP, op, line, *out, r, out));
+    }
+}
+
+static int parse_concat(ps_t *p, node_t **out)
+{
+    int line = cur(p)->line;
+    TRY(parse_math2(p, out));
+    if (!is_op(p, OP_TILDE))
+        return 0;
+    vec_t args = {0};
+    int st = ps_vec_push(&args, *out);
+    while (!st && is_op(p, OP_TILDE)) {
+        next(p);
+        node_t *r;
+        if (!(st = parse_math2(p, &r)))
+            st = ps_vec_push(&args, r);
+    }
+    node_t *n = st ? NULL : ps_mk(p, N_CONCAT, line);
+    if (!st && !n)
+        st = deras_fail(DERAS_ENOMEM, "template: out of memory");
+    if (st) {
+        free(args.v);
+        return st;
+    }
+    *out = n;
+    return ps_vec_finish(p, &args, n);
+}
+
+static int parse_math1(ps_t *p, node_t **out)
+{
+    TRY(parse_concat(p, out));
+    while (is_op(p, OP_ADD) || is_op(p, OP_SUB)) {
+        int op = is_op(p, OP_ADD) ? BIN_ADD : BIN_SUB, line = cur(p)->line;
+        next(p);
+        node_t *r;
+        TRY(parse_concat(p, &r));
+        TRY(binary(p, N_BINOP, op, line, *out, r, out));
+    }
+    return 0;
+}
+
+static int parse_compare(ps_t *p, node_t **out)
+{
+    int line = cur(p)->line;
+    node_t *first;
+    TRY(parse_math1(p, &first));
+    vec_t ops = {0};
+    int st = 0;
+    for (;;) {
+        const token_t *t = cur(p);
+        int op = -1;
+        if (t->type == T_OP) {
+            op = t->op == OP_EQ ? CMP_EQ : t->op == OP_NE ? CMP_NE : t->op == OP_LT ? CMP_LT
+               : t->op == OP_LTEQ ? CMP_LE : t->op == OP_GT ? CMP_GT : t->op == OP_GTEQ ? CMP_GE : -1;
+            if (op >= 0)
+                next(p);
+        } else if (is_name(t, "in")) {
+            op = CMP_IN;
+            next(p);
+        } else if (is_name(t, "not") && is_name(peek(p, 1), "in")) {
+            op = CMP_NOTIN;
+            next(p);
+            next(p);
+        }
+        if (op < 0)
+            break;
+        node_t *o = ps_mk(p, N_OPERAND, t->line);
+        if (!o) {
+            st = deras_fail(DERAS_ENOMEM, "template: out of memory");
+            break;
+        }
+        o->op = (int16_t)op;
+        if ((st = parse_math1(p, &o->a)) || (st = ps_vec_push(&ops, o)))
+            break;
+    }
+    if (st) {
+        free(ops.v);
+        return st;
+    }
+    if (!ops.n) {
+        *out = first;
+        return 0;
+    }
+    node_t *n;
+    NEW(n, N_COMPARE, line);
+    n->a = first;
+    *out = n;
+    return ps_vec_finish(p, &ops, n);
+}
+
+static int parse_not(ps_t *p, node_t **out)
+{
+    if (is_name(cur(p), "not")) {
+        node_t *n;
+        NEW(n, N_NOT, cur(p)->line);
+        next(p);
+        TRY(ps_enter(p));
+        TRY(parse_not(p, &n->a));
+        p->depth--;
+        *out = n;
+        return 0;
+    }
+    return parse_compare(p, out);
+}
+
+static int parse_and(ps_t *p, node_t **out)
+{
+    TRY(parse_not(p, out));
+    while (is_name(cur(p), "and")) {
+        int line = cur(p)->line;
+        next(p);
+        node_t *r;
+        TRY(parse_not(p, &r));
+        TRY(binary(p, N_AND, 0, line, *out, r, out));
+    }
+    return 0;
+}
+
+static int parse_or(ps_t *p, node_t **out)
+{
+    TRY(parse_and(p, out));
+    while (is_name(cur(p), "or")) {
+        int line = cur(p)->line;
+        next(p);
+        node_t *r;
+        TRY(parse_and(p, &r));
+        TRY(binary(p, N_OR, 0, line, *out, r, out));
+    }
+    return 0;
+}
+
+int parse_expression(ps_t *p, bool with_condexpr, node_t **out)
+{
+    TRY(ps_enter(p));
+    TRY(parse_or(p, out));
+    while (with_condexpr && is_name(cur(p), "if")) {
+        bool soft = p->soft;
+        p->soft = true;
+        node_t *n;
+        NEW(n, N_CONDEXPR, cur(p)->line);
+        next(p);
+        n->b = *out;
+        TRY(parse_or(p, &n->a));
+        if (is_name(cur(p), "else")) {
+            next(p);
+            TRY(parse_expression(p, true, &n->c));
+        }
+        p->soft = soft;
+        *out = n;
+    }
+    p->depth--;
+    return 0;
+}
+

@@ -1,0 +1,159 @@
+/* render.h - a render in progress, shared by the evaluator (eval.c), the statements
+ * (exec.c), the builtins (filters.c, tests.c, methods.c) and the printers (pyfmt.c).
+ *
+ * A render owns everything it allocates: the values (charged against max_memory), the
+ * frames, the output. Variables live in frames: the top frame has one slot per symbol (the
+ * context, the globals, top-level {% set %}); a for-loop iteration, a macro call and the
+ * body of a block {% set %}, {% filter %} or {% generation %} each get a frame of their own
+ * whose parent is the frame they run in (a macro's parent is the top frame), so a {% set %}
+ * inside them does not leak, as in Jinja2. Namespaces made during the render are listed
+ * so the end of the render can empty them, which breaks any cycle through them.
+ */
+#ifndef DERAS_TEMPLATE_RENDER_H
+#define DERAS_TEMPLATE_RENDER_H
+
+#include <time.h>
+
+#include "ast.h"
+#include "template.h"
+#include "value.h"
+
+typedef struct frame frame_t;
+struct frame {
+    frame_t *parent;
+    tv_t *dense; /* the top frame: dense[sym] */
+    int n_dense;
+    struct fvar { int sym; tv_t v; } *vars; /* other frames: a short list */
+    int n, cap;
+};
+
+/* The compiled template (template.c owns it). */
+struct tmpl {
+    arena_t arena;
+    symtab_t syms;
+    node_t *root;
+    tmpl_limits lim;
+    int sym_loop, sym_varargs, sym_kwargs; /* -1 when the template never names them */
+};
+
+enum { CTL_NONE, CTL_BREAK, CTL_CONTINUE };
+
+struct rx {
+    const struct tmpl *t;
+    tmpl_limits lim;
+    uint64_t steps;
+    size_t mem_live;
+    int depth;  /* macro calls in progress */
+    int vdepth; /* recursion of value walks (repr, tojson, ==) */
+    frame_t *top;
+    sbuf_t *out;
+    int ctl;
+    bool located; /* the current failure's message already names its line */
+    tv_t *nss;
+    size_t n_ns, cap_ns;
+    time_t now;
+};
+
+/* The `loop` of a for loop. Items are evaluated against the loop's filter lazily, as
+ * Jinja2 does, so loop.last and loop.length look ahead only when asked. */
+struct tloop {
+    uint32_t refs;
+    tv_t seq;          /* the list iterated */
+    size_t pos;        /* index in seq of the current item */
+    size_t index0;
+    int8_t *verdict;   /* per item of seq: 0 not evaluated, 1 passes the filter, -1 not */
+    size_t n_verdict;
+    rx_t *rx;          /* while the loop runs (NULL after): to evaluate the filter */
+    frame_t *frame;    /* the frame the loop runs in */
+    const node_t *node;
+    tv_t prev;
+    bool has_prev;
+};
+
+/* --- failures: "template line N: ..." --- */
+int rx_fail(rx_t *rx, const node_t *at, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Charge `n` steps; DERAS_ETIMEOUT past max_steps. */
+int rx_step(rx_t *rx, uint64_t n);
+/* Record a namespace so the end of the render empties it. */
+int rx_track_ns(rx_t *rx, const tv_t *ns);
+
+/* --- frames --- */
+const tv_t *frame_get(const frame_t *f, int sym);
+int frame_set(rx_t *rx, frame_t *f, int sym, tv_t v); /* takes ownership of v */
+void frame_clear(rx_t *rx, frame_t *f);
+
+/* --- evaluation (eval.c, ops.c) --- */
+int eval(rx_t *rx, frame_t *f, const node_t *n, tv_t *out);
+/* A filter chain (N_FILTER nodes) whose innermost operand is NULL applied to `input`. */
+int eval_filters(rx_t *rx, frame_t *f, const node_t *chain, const tv_t *input, tv_t *out);
+/* The UndefinedError (or sandbox SecurityError) for using Undefined u. DERAS_EFORMAT. */
+int undef_error(const tv_t *u);
+/* obj.name and obj[key] with Jinja2's sandboxed lookup rules. */
+int tv_getattr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out);
+int tv_getitem(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out);
+/* Call a macro, global function or bound method with evaluated arguments. */
+typedef struct args {
+    tv_t *pos;
+    int n_pos;
+    const char **kw_names;
+    tv_t *kw;
+    int n_kw;
+} args_t;
+int call_value(rx_t *rx, frame_t *f, const node_t *site, const tv_t *callee, const args_t *a,
+               tv_t *out);
+/* Bind arguments to named parameters (Python rules): slots[i] borrowed, TV_EMPTY when not
+ * given. DERAS_EFORMAT for too many or unknown arguments, as Python's TypeError. */
+int args_bind(const args_t *a, const char *const *params, int n_params, tv_t *slots,
+              const char *what);
+/* Python's `a + b` and friends (op: BIN_*). */
+int binop(rx_t *rx, int op, const tv_t *a, const tv_t *b, tv_t *out);
+/* Python's `x in seq`. */
+int contains(rx_t *rx, const tv_t *seq, const tv_t *x, bool *in);
+/* Materialise an iterable as a list (a list or tuple is shared): str -> characters,
+ * dict -> keys, Undefined -> empty. DERAS_EFORMAT for what Python cannot iterate. */
+int tv_iterate(rx_t *rx, const tv_t *v, tv_t *list);
+
+/* --- statements (exec.c) --- */
+int exec_body(rx_t *rx, frame_t *f, const node_t *body);
+int call_macro(rx_t *rx, const node_t *site, const node_t *macro, const args_t *a, tv_t *out);
+int loop_attr(rx_t *rx, struct tloop *lp, const char *name, tv_t *out);
+int loop_cycle(rx_t *rx, struct tloop *lp, const args_t *a, tv_t *out);
+
+/* --- printing (pyfmt.c) --- */
+int tv_print(sbuf_t *b, const tv_t *v);          /* str(v) appended; Undefined prints "" */
+int tv_repr(sbuf_t *b, const tv_t *v);           /* repr(v) appended */
+int tv_to_str(rx_t *rx, const tv_t *v, tv_t *out); /* str(v) as a value (shared if a str) */
+typedef struct json_opts {
+    bool ensure_ascii, sort_keys;
+    bool has_indent;
+    const char *indent; /* the indent string */
+    size_t indent_len;
+    const char *item_sep, *key_sep;
+    size_t item_sep_len, key_sep_len;
+} json_opts;
+int tv_tojson(sbuf_t *b, const tv_t *v, const json_opts *o); /* json.dumps */
+int float_repr(char *buf, size_t cap, double f);              /* Python repr(float) */
+
+/* --- builtins (filters.c, tests.c, methods.c) --- */
+/* Python's len(v); DERAS_EFORMAT for what has none (None, numbers, generators). */
+int tv_length(const tv_t *v, size_t *n);
+int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *val, const args_t *a, tv_t *out);
+int test_call(rx_t *rx, int id, const tv_t *val, const args_t *a, bool *res);
+int method_call(rx_t *rx, int id, const tv_t *self, const args_t *a, tv_t *out);
+int global_call(rx_t *rx, int id, const args_t *a, tv_t *out);
+/* Markupsafe's escape of p[0..n) into b. */
+int html_escape(sbuf_t *b, const char *p, size_t n);
+
+/* --- string operations shared by filters and methods (methods.c) --- */
+enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE, CASE_JINJA_TITLE };
+/* s (a str) with its case mapped as str.upper/lower/capitalize/title or Jinja2's |title;
+ * Markup stays Markup. */
+int str_case(rx_t *rx, const tv_t *s, int mode, tv_t *out);
+/* str.strip / lstrip (which 1) / rstrip (2) / strip (3) with chars NULL, None or a str. */
+int str_strip(rx_t *rx, const tv_t *s, const tv_t *chars, int which, tv_t *out);
+/* str.replace(old, new, count); count < 0: all. */
+int str_replace(rx_t *rx, const tv_t *s, const tv_t *old, const tv_t *new_, int64_t count,
+                tv_t *out);
+
+#endif
