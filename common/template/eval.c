@@ -228,13 +228,19 @@ static int eval_slice(rx_t *rx, frame_t *f, const tv_t *obj, const node_t *sl, t
             pp[i] = &parts[i];
     if (st)
         goto done;
+    /* Slices bypass the sandbox's getitem in Jinja2: what Python cannot slice raises. */
     if (obj->type == TV_UNDEF) {
         st = undef_error(obj);
         goto done;
     }
     bool seq = (obj->type == TV_LIST && obj->u.l->view <= VIEW_RANGE) || obj->type == TV_TUPLE;
-    if (!seq && obj->type != TV_STR) {
+    if (!seq && obj->type != TV_STR && sl->op == 1) { /* a folded constant: Undefined */
         *out = tv_undef(NULL, UNDEF_OTHER);
+        goto done;
+    }
+    if (!seq && obj->type != TV_STR) {
+        st = deras_fail(DERAS_EFORMAT, obj->type == TV_DICT ? "unhashable type: 'slice'"
+                        : "'%s' object is not subscriptable", tv_typename(obj));
         goto done;
     }
     const struct tstr *s = obj->type == TV_STR ? obj->u.s : NULL;
@@ -245,7 +251,10 @@ static int eval_slice(rx_t *rx, frame_t *f, const tv_t *obj, const node_t *sl, t
     if ((st = slice_indices(pp, n, &start, &step, &count, &bad)))
         goto done;
     if (bad) {
-        *out = tv_undef(NULL, UNDEF_OTHER);
+        if (sl->op == 1)
+            *out = tv_undef(NULL, UNDEF_OTHER);
+        else
+            st = deras_fail(DERAS_EFORMAT, "slice indices must be integers or None");
         goto done;
     }
     if ((st = rx_step(rx, 1 + count + (s ? s->len / 64 : 0))))
@@ -444,7 +453,7 @@ static int compare(rx_t *rx, int op, const tv_t *a, const tv_t *b, bool *res)
 
 static int eval_compare(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
 {
-    tv_t left, right;
+    tv_t left, right = {0};
     int st = eval(rx, f, n->a, &left);
     bool res = true;
     for (int i = 0; i < n->n_kids && !st && res; i++) {
@@ -618,6 +627,7 @@ static int eval_node(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
 
 int eval(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
 {
+    *out = (tv_t){0}; /* a failed evaluation leaves nothing to release */
     int st = rx_step(rx, 1);
     if (!st)
         st = eval_node(rx, f, n, out);

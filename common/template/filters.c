@@ -288,9 +288,9 @@ static int f_minmax(rx_t *rx, const tv_t *v, const tv_t *cs, const tv_t *attr, b
         return st;
     size_t n = list.u.l->n, best = 0;
     for (size_t i = 1; i < n && !st; i++) {
-        bool lt;
+        bool lt = false;
         st = max ? tv_lt(&keys[best], &keys[i], &lt) : tv_lt(&keys[i], &keys[best], &lt);
-        if (lt)
+        if (!st && lt)
             best = i;
     }
     if (!st)
@@ -669,7 +669,7 @@ static int f_end(rx_t *rx, const tv_t *v, bool last, tv_t *out)
 
 static int f_sum(rx_t *rx, const tv_t *v, const tv_t *attr, const tv_t *start, tv_t *out)
 {
-    tv_t it, acc = start ? tv_ref(*start) : tv_int(0);
+    tv_t it = {0}, acc = start ? tv_ref(*start) : tv_int(0);
     int st = tv_iterate(rx, v, &it);
     for (size_t i = 0; !st && i < it.u.l->n; i++) {
         tv_t x, r;
@@ -683,8 +683,7 @@ static int f_sum(rx_t *rx, const tv_t *v, const tv_t *attr, const tv_t *start, t
         }
         tv_release(rx, &x);
     }
-    if (!st)
-        tv_release(rx, &it);
+    tv_release(rx, &it);
     if (st)
         tv_release(rx, &acc);
     else

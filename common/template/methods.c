@@ -617,8 +617,10 @@ static int str_method(rx_t *rx, int id, const tv_t *s, const args_t *a, tv_t *sl
                 i += brk;
             }
             tv_t line;
-            if (!(st = tv_str(rx, p + start, i - start, &line)))
+            if (!(st = tv_str(rx, p + start, i - start, &line))) {
+                line.markup = s->markup;
                 st = tv_list_push(rx, out, line);
+            }
             if (i < n)
                 i += cp == '\r' && i + 1 < n && p[i + 1] == '\n' ? 2 : brk;
         }

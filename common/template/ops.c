@@ -190,6 +190,9 @@ static int repeat(rx_t *rx, const tv_t *v, int64_t n, tv_t *out)
 
 int binop(rx_t *rx, int op, const tv_t *a, const tv_t *b, tv_t *out)
 {
+    if (op == BIN_MOD && a->type == TV_STR)
+        return deras_fail(DERAS_EUNSUPPORTED, "printf-style string formatting ('%%') is not "
+                          "supported");
     if (a->type == TV_UNDEF)
         return undef_error(a);
     if (b->type == TV_UNDEF)
@@ -218,11 +221,6 @@ int binop(rx_t *rx, int op, const tv_t *a, const tv_t *b, tv_t *out)
             return repeat(rx, a, n, out);
         if ((b->type == TV_STR || (tv_is_seq(b) && !b->u.l->view)) && int_like(a, &n))
             return repeat(rx, b, n, out);
-        break;
-    case BIN_MOD:
-        if (a->type == TV_STR)
-            return deras_fail(DERAS_EUNSUPPORTED, "printf-style string formatting ('%%') is "
-                              "not supported");
         break;
     }
     return deras_fail(DERAS_EFORMAT, "unsupported operand type(s) for %s: '%s' and '%s'",

@@ -149,6 +149,52 @@ int ps_intern(ps_t *p, node_t *n, const char *name)
     return n->sym < 0 ? deras_fail(DERAS_ENOMEM, "template: out of memory") : 0;
 }
 
+/* Whether Jinja2's optimizer can fold n into a constant when compiling: literals, the
+ * operators over them, and filters and tests of constants (except the filters that take
+ * the context). Folding changes two results, which the parser reproduces: a negative
+ * constant raised to a variable power is written into Python as "-1 ** x", which is
+ * -(1 ** x); and a {{ }} whose whole expression folds evaluates its slices through the
+ * sandbox's getitem (Undefined where Python's slicing raises). */
+bool is_const_expr(const node_t *n)
+{
+    if (!n)
+        return true;
+    switch (n->kind) {
+    case N_CONST: return true;
+    case N_NEG:
+    case N_POS:
+    case N_NOT:
+    case N_GETATTR: return is_const_expr(n->a);
+    case N_BINOP:
+    case N_AND:
+    case N_OR:
+    case N_GETITEM:
+    case N_PAIR: return is_const_expr(n->a) && is_const_expr(n->b);
+    case N_SLICE:
+    case N_CONDEXPR: return is_const_expr(n->a) && is_const_expr(n->b) && is_const_expr(n->c);
+    case N_FILTER:
+        if (n->op == F_MAP || n->op == F_SELECT || n->op == F_REJECT || n->op == F_SELECTATTR ||
+            n->op == F_REJECTATTR || n->op < 0)
+            return false;
+        /* fall through */
+    case N_TEST:
+    case N_COMPARE:
+    case N_CONCAT:
+    case N_LIST:
+    case N_TUPLE:
+    case N_DICT:
+        if ((n->kind == N_COMPARE || n->kind == N_FILTER || n->kind == N_TEST) &&
+            (!n->a || !is_const_expr(n->a)))
+            return false;
+        for (int i = 0; i < n->n_kids; i++)
+            if (!is_const_expr(n->kids[i]->kind == N_OPERAND || n->kids[i]->kind == N_KEYWORD
+                                   ? n->kids[i]->a : n->kids[i]))
+                return false;
+        return true;
+    default: return false;
+    }
+}
+
 /* ---------------------------------------------------------------- expressions */
 
 static int parse_unary(ps_t *p, bool with_filter, node_t **out);
@@ -611,6 +657,32 @@ static int binary(ps_t *p, int kind, int op, int line, node_t *left, node_t *rig
     return 0;
 }
 
+/* `left ** right` as Jinja2 compiles it when left is a constant (see is_const_expr). */
+static int make_pow(ps_t *p, int line, node_t *left, node_t *right, node_t **out)
+{
+    if (left->kind == N_CONST || !is_const_expr(left) || is_const_expr(right))
+        return binary(p, N_BINOP, BIN_POW, line, left, right, out);
+    int negs = 0;
+    node_t *c = left;
+    while (c->kind == N_NEG || c->kind == N_POS) {
+        negs += c->kind == N_NEG;
+        c = c->a;
+    }
+    if (c->kind != N_CONST || !tv_is_num(&c->val))
+        return ps_fail(p, DERAS_EUNSUPPORTED, line, "'**' with a computed constant on its left "
+                       "is not supported");
+    bool neg = c->val.type == TV_FLOAT ? (c->val.u.f < 0) != (negs & 1)
+             : ((c->val.type == TV_INT ? c->val.u.i : c->val.u.b) != 0) && (negs & 1);
+    if (!neg)
+        return binary(p, N_BINOP, BIN_POW, line, c, right, out);
+    node_t *pw, *n;
+    TRY(binary(p, N_BINOP, BIN_POW, line, c, right, &pw));
+    NEW(n, N_NEG, line);
+    n->a = pw;
+    *out = n;
+    return 0;
+}
+
 static int parse_pow(ps_t *p, node_t **out)
 {
     TRY(parse_unary(p, true, out));
@@ -619,7 +691,7 @@ static int parse_pow(ps_t *p, node_t **out)
         next(p);
         node_t *r;
         TRY(parse_unary(p, true, &r));
-        TRY(binary(p, N_BINOP, BIN_POW, line, *out, r, out));
+        TRY(make_pow(p, line, *out, r, out));
     }
     return 0;
 }

@@ -76,6 +76,8 @@ int parse_expression(ps_t *p, bool with_condexpr, node_t **out);
 int parse_tuple(ps_t *p, bool simplified, bool with_condexpr, const char *extra,
                 bool explicit_parens, node_t **out);
 int parse_primary(ps_t *p, node_t **out);
+/* Whether Jinja2 folds the expression into a constant at compile time. */
+bool is_const_expr(const node_t *n);
 /* A filter chain applied to *node; start_inline: the first name is current (no '|'). */
 int parse_filter(ps_t *p, node_t **node, bool start_inline);
 

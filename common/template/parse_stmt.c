@@ -18,6 +18,21 @@ static int parse_body(ps_t *p, const char *const *ends, int *which, node_t **out
 
 static int expect_end(ps_t *p) { return ps_expect_type(p, T_BLOCK_END, "'%}'"); }
 
+/* A {{ }} that Jinja2 folds: its slices go through the sandbox's getitem (see
+ * is_const_expr); N_SLICE's op 1 says so. */
+static void mark_folded_slices(node_t *n)
+{
+    if (!n)
+        return;
+    if (n->kind == N_SLICE)
+        n->op = 1;
+    mark_folded_slices(n->a);
+    mark_folded_slices(n->b);
+    mark_folded_slices(n->c);
+    for (int i = 0; i < n->n_kids; i++)
+        mark_folded_slices(n->kids[i]);
+}
+
 /* Consume the end tag's name (the cursor is on it) and its '%}'. */
 static int close_tag(ps_t *p)
 {
@@ -310,8 +325,9 @@ static int parse_body(ps_t *p, const char *const *ends, int *which, node_t **out
             next(p);
             if (!(s = ps_mk(p, N_OUTPUT, t->line)))
                 st = deras_fail(DERAS_ENOMEM, "template: out of memory");
-            else if (!(st = parse_tuple(p, false, true, NULL, false, &s->a)))
-                st = ps_expect_type(p, T_VAR_END, "'}}'");
+            else if (!(st = parse_tuple(p, false, true, NULL, false, &s->a)) &&
+                     !(st = ps_expect_type(p, T_VAR_END, "'}}'")) && is_const_expr(s->a))
+                mark_folded_slices(s->a);
         } else if (t->type == T_BLOCK_BEGIN) {
             const token_t *kw = peek(p, 1);
             int hit = -1;

@@ -41,13 +41,15 @@ static int cased(rx_t *rx, const tv_t *v, bool upper, bool *res)
     return 0;
 }
 
-static int modulo_is(rx_t *rx, const tv_t *v, const tv_t *by, bool *zero)
+/* (v % by) == want, as Python computes it (so 2.5 is neither odd nor even). */
+static int modulo_is(rx_t *rx, const tv_t *v, const tv_t *by, int64_t want, bool *res)
 {
-    tv_t r;
+    tv_t r, w = tv_int(want);
     int st = binop(rx, BIN_MOD, v, by, &r);
     if (st)
         return st;
-    *zero = !tv_truthy(&r);
+    *res = tv_eq(&r, &w);
+    tv_release(rx, &r);
     return 0;
 }
 
@@ -85,18 +87,12 @@ int test_call(rx_t *rx, int id, const tv_t *v, const args_t *a, bool *res)
     case IS_ODD:
     case IS_EVEN: {
         tv_t two = tv_int(2);
-        bool zero;
-        if ((st = modulo_is(rx, v, &two, &zero)))
-            return st;
-        *res = (id == IS_EVEN) == zero;
-        return 0;
+        return modulo_is(rx, v, &two, id == IS_ODD, res);
     }
     case IS_DIVISIBLEBY: {
-        bool zero;
-        if ((st = one_arg(a, &x, "divisibleby")) || (st = modulo_is(rx, v, x, &zero)))
+        if ((st = one_arg(a, &x, "divisibleby")))
             return st;
-        *res = zero;
-        return 0;
+        return modulo_is(rx, v, x, 0, res);
     }
     case IS_EQ:
     case IS_NE:
