@@ -458,7 +458,7 @@ int lex(arena_t *arena, const char *src, size_t n, tokens_t *out)
         return deras_fail(DERAS_EFORMAT, "template line %d: invalid UTF-8", line);
     }
     lx_t x = {.arena = arena, .line = 1, .line_starting = true, .out = out};
-    int st = normalise(&x, src, n);
+    int st = normalise(&x, src, n); /* every failure below breaks to the one cleanup */
     while (!st && x.pos < x.n) {
         size_t tp = x.pos;
         bool found = false;
@@ -521,9 +521,11 @@ int lex(arena_t *arena, const char *src, size_t n, tokens_t *out)
                 endlen = r - q;
                 break;
             }
-            if (!endlen)
-                return deras_fail(DERAS_EFORMAT, "template line %d: missing end of raw directive",
-                                  open_line);
+            if (!endlen) {
+                st = deras_fail(DERAS_EFORMAT, "template line %d: missing end of raw directive",
+                                open_line);
+                break;
+            }
             st = emit_text(&x, x.pos, q - x.pos, esign, true);
             x.line += count_nl(x.s + q, endlen);
             x.pos = q + endlen;
@@ -549,8 +551,10 @@ int lex(arena_t *arena, const char *src, size_t n, tokens_t *out)
                     break;
                 }
             }
-            if (!end)
-                return fail_at(&x, DERAS_EFORMAT, "missing end of comment tag");
+            if (!end) {
+                st = fail_at(&x, DERAS_EFORMAT, "missing end of comment tag");
+                break;
+            }
             x.line += count_nl(x.s + x.pos, q + end - x.pos);
             x.pos = q + end;
             x.line_starting = x.s[x.pos - 1] == '\n';

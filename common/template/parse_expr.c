@@ -675,7 +675,7 @@ static int make_pow(ps_t *p, int line, node_t *left, node_t *right, node_t **out
              : ((c->val.type == TV_INT ? c->val.u.i : c->val.u.b) != 0) && (negs & 1);
     if (!neg)
         return binary(p, N_BINOP, BIN_POW, line, c, right, out);
-    node_t *pw, *n;
+    node_t *pw = NULL, *n;
     TRY(binary(p, N_BINOP, BIN_POW, line, c, right, &pw));
     NEW(n, N_NEG, line);
     n->a = pw;

@@ -400,28 +400,19 @@ const tv_t *tv_dict_get(const tv_t *dict, const tv_t *key)
 
 const tv_t *tv_dict_get_str(const tv_t *dict, const char *p, size_t n)
 {
-    struct {
-        struct tstr s;
-        char buf[64];
-    } tmp;
-    if (n < sizeof tmp.buf) { /* the usual short key: no allocation */
-        tmp.s.refs = TV_IMMORTAL;
-        tmp.s.len = n;
-        memcpy(tmp.s.p, p, n);
-        tmp.s.p[n] = 0;
-        tv_t k = {.type = TV_STR, .u.s = &tmp.s};
-        return tv_dict_get(dict, &k);
-    }
-    struct tstr *s = malloc(sizeof *s + n + 1);
+    _Alignas(struct tstr) char buf[sizeof(struct tstr) + 64]; /* short keys: no allocation */
+    struct tstr *s = n < 64 ? (struct tstr *)buf : malloc(sizeof *s + n + 1);
     if (!s)
         return NULL;
     s->refs = TV_IMMORTAL;
     s->len = n;
+    s->ascii = false; /* not used by lookups */
     memcpy(s->p, p, n);
     s->p[n] = 0;
     tv_t k = {.type = TV_STR, .u.s = s};
     const tv_t *r = tv_dict_get(dict, &k);
-    free(s);
+    if (n >= 64)
+        free(s);
     return r;
 }
 
