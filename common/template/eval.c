@@ -136,7 +136,7 @@ static int item(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out)
         size_t n = s->ascii ? s->len : uni_count(s->p, s->len);
         if (!seq_index(key, n, &at))
             return 0;
-        int st = s->ascii ? 0 : rx_step(rx, 1 + s->len / 64);
+        int st = s->ascii ? 0 : rx_step(rx, 1 + s->len / STEP_SCAN);
         if (st)
             return st;
         size_t b = uni_offset(s->p, s->len, at, s->ascii);
@@ -257,7 +257,7 @@ static int eval_slice(rx_t *rx, frame_t *f, const tv_t *obj, const node_t *sl, t
             st = deras_fail(DERAS_EFORMAT, "slice indices must be integers or None");
         goto done;
     }
-    if ((st = rx_step(rx, 1 + count + (s ? s->len / 64 : 0))))
+    if ((st = rx_step(rx, 1 + count + (s ? s->len / STEP_SCAN : 0))))
         goto done;
     if (s) {
         sbuf_t b;
@@ -520,21 +520,34 @@ static int eval_literal(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
     return st;
 }
 
+/* a ~ b ~ c: every part as str first, then one buffer of the exact size (templates that
+ * grow a string with `ns.s = ns.s ~ x` copy it once per step, not twice). */
 static int eval_concat(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
 {
+    tv_t small[8], *parts = n->n_kids <= 8 ? small : tv_alloc(rx, (size_t)n->n_kids * sizeof *parts);
+    if (!parts)
+        return DERAS_ENOMEM;
+    int st = 0, k = 0;
+    size_t total = 0;
+    for (; k < n->n_kids && !st; k++) {
+        tv_t v;
+        if ((st = eval(rx, f, n->kids[k], &v)))
+            break;
+        st = tv_to_str(rx, &v, &parts[k]);
+        tv_release(rx, &v);
+        if (st)
+            break;
+        total += tv_sn(&parts[k]);
+    }
     sbuf_t b;
     sb_init(&b, rx);
-    int st = 0;
-    for (int i = 0; i < n->n_kids && !st; i++) {
-        tv_t v;
-        if ((st = eval(rx, f, n->kids[i], &v)))
-            break;
-        size_t before = b.len;
-        st = tv_print(&b, &v);
-        tv_release(rx, &v);
-        if (!st)
-            st = rx_step(rx, (b.len - before) / 64);
-    }
+    if (!st && !(st = rx_step(rx, total / STEP_COPY)) && !(st = sb_reserve(&b, total)))
+        for (int i = 0; i < n->n_kids && !st; i++)
+            st = sb_put(&b, tv_sp(&parts[i]), tv_sn(&parts[i]));
+    for (int i = 0; i < k && i < n->n_kids; i++)
+        tv_release(rx, &parts[i]);
+    if (parts != small)
+        tv_free(rx, parts, (size_t)n->n_kids * sizeof *parts);
     if (st) {
         sb_free(&b);
         return st;
@@ -636,4 +649,29 @@ int eval(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
         rx->located = true;
     }
     return st;
+}
+
+int args_bind(const args_t *a, const char *const *params, int n_params, tv_t *slots,
+              const char *what)
+{
+    for (int i = 0; i < n_params; i++)
+        slots[i] = (tv_t){0};
+    if (a->n_pos > n_params)
+        return deras_fail(DERAS_EFORMAT, "%s() takes at most %d argument(s) (%d given)", what,
+                          n_params, a->n_pos);
+    for (int i = 0; i < a->n_pos; i++)
+        slots[i] = a->pos[i];
+    for (int k = 0; k < a->n_kw; k++) {
+        int i = 0;
+        while (i < n_params && strcmp(params[i], a->kw_names[k]))
+            i++;
+        if (i == n_params)
+            return deras_fail(DERAS_EFORMAT, "%s() got an unexpected keyword argument '%s'",
+                              what, a->kw_names[k]);
+        if (slots[i].type != TV_EMPTY)
+            return deras_fail(DERAS_EFORMAT, "%s() got multiple values for argument '%s'",
+                              what, params[i]);
+        slots[i] = a->kw[k];
+    }
+    return 0;
 }

@@ -341,7 +341,7 @@ static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
         return st;
     switch (n->kind) {
     case N_DATA:
-        if ((st = rx_step(rx, tv_sn(&n->val) / 64)))
+        if ((st = rx_step(rx, tv_sn(&n->val) / STEP_COPY)))
             return st;
         return sb_put(rx->out, tv_sp(&n->val), tv_sn(&n->val));
     case N_OUTPUT:
@@ -350,7 +350,7 @@ static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
         size_t before = rx->out->len;
         st = tv_print(rx->out, &v);
         tv_release(rx, &v);
-        return st ? st : rx_step(rx, (rx->out->len - before) / 64);
+        return st ? st : rx_step(rx, (rx->out->len - before) / STEP_COPY);
     case N_IF:
         for (;;) {
             if ((st = eval(rx, f, n->a, &v)))

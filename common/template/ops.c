@@ -127,7 +127,9 @@ static int str_add(rx_t *rx, const tv_t *a, const tv_t *b, tv_t *out)
     sbuf_t s;
     sb_init(&s, rx);
     bool markup = a->markup || b->markup;
-    int st = rx_step(rx, (tv_sn(a) + tv_sn(b)) / 64);
+    int st = rx_step(rx, (tv_sn(a) + tv_sn(b)) / STEP_COPY);
+    if (!st && !markup)
+        st = sb_reserve(&s, tv_sn(a) + tv_sn(b));
     for (int i = 0; i < 2 && !st; i++) {
         const tv_t *v = i ? b : a;
         st = markup && !v->markup ? html_escape(&s, tv_sp(v), tv_sn(v))
@@ -161,7 +163,7 @@ static int repeat(rx_t *rx, const tv_t *v, int64_t n, tv_t *out)
         if (len && (uint64_t)n > rx->lim.max_output / len)
             return deras_fail(DERAS_ERANGE, "a repeated string passes max_output (%zu bytes)",
                               rx->lim.max_output);
-        if ((st = rx_step(rx, (uint64_t)n * len / 64)))
+        if ((st = rx_step(rx, (uint64_t)n * len / STEP_COPY)))
             return st;
         sbuf_t s;
         sb_init(&s, rx);
@@ -236,7 +238,7 @@ int contains(rx_t *rx, const tv_t *seq, const tv_t *x, bool *in)
             return deras_fail(DERAS_EFORMAT, "'in <string>' requires string as left operand, "
                               "not %s", tv_typename(x));
         *in = tv_sn(x) == 0 || memmem(tv_sp(seq), tv_sn(seq), tv_sp(x), tv_sn(x)) != NULL;
-        return rx_step(rx, tv_sn(seq) / 64);
+        return rx_step(rx, tv_sn(seq) / STEP_COPY);
     case TV_LIST:
     case TV_TUPLE:
         for (size_t i = 0; i < seq->u.l->n && !*in; i++)
@@ -288,4 +290,22 @@ int tv_iterate(rx_t *rx, const tv_t *v, tv_t *list)
     if (st)
         tv_release(rx, list);
     return st;
+}
+
+int tv_length(const tv_t *v, size_t *n)
+{
+    switch (v->type) {
+    case TV_STR: *n = v->u.s->ascii ? tv_sn(v) : uni_count(tv_sp(v), tv_sn(v)); return 0;
+    case TV_LIST:
+    case TV_TUPLE:
+        if (v->u.l->view != VIEW_GEN) {
+            *n = v->u.l->n;
+            return 0;
+        }
+        break;
+    case TV_DICT: *n = v->u.d->n; return 0;
+    case TV_UNDEF: *n = 0; return 0;
+    default: break;
+    }
+    return deras_fail(DERAS_EFORMAT, "object of type '%s' has no len()", tv_typename(v));
 }

@@ -70,6 +70,12 @@ struct tloop {
     bool has_prev;
 };
 
+/* Bytes of work one step stands for: copying (memcpy, memmem) is about 4 times cheaper
+ * per byte than work that decodes each character (case mapping, escaping, splitting);
+ * both make 10^7 steps about a second of work. */
+#define STEP_COPY 256
+#define STEP_SCAN 64
+
 /* --- failures: "template line N: ..." --- */
 int rx_fail(rx_t *rx, const node_t *at, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -135,7 +141,7 @@ typedef struct json_opts {
 int tv_tojson(sbuf_t *b, const tv_t *v, const json_opts *o); /* json.dumps */
 int float_repr(char *buf, size_t cap, double f);              /* Python repr(float) */
 
-/* --- builtins (filters.c, tests.c, methods.c) --- */
+/* --- builtins (filters.c, tests.c, methods.c, globals.c) --- */
 /* Python's len(v); DERAS_EFORMAT for what has none (None, numbers, generators). */
 int tv_length(const tv_t *v, size_t *n);
 int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *val, const args_t *a, tv_t *out);
@@ -145,7 +151,7 @@ int global_call(rx_t *rx, int id, const args_t *a, tv_t *out);
 /* Markupsafe's escape of p[0..n) into b. */
 int html_escape(sbuf_t *b, const char *p, size_t n);
 
-/* --- string operations shared by filters and methods (methods.c) --- */
+/* --- string operations shared by filters and methods (strings.c) --- */
 enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE, CASE_JINJA_TITLE };
 /* s (a str) with its case mapped as str.upper/lower/capitalize/title or Jinja2's |title;
  * Markup stays Markup. */
@@ -155,5 +161,15 @@ int str_strip(rx_t *rx, const tv_t *s, const tv_t *chars, int which, tv_t *out);
 /* str.replace(old, new, count); count < 0: all. */
 int str_replace(rx_t *rx, const tv_t *s, const tv_t *old, const tv_t *new_, int64_t count,
                 tv_t *out);
+/* str.split / rsplit (sep NULL: whitespace; maxsplit < 0: all). */
+int str_split(rx_t *rx, const tv_t *s, const tv_t *sep, int64_t maxsplit, bool right, tv_t *out);
+/* str.format with positional and keyword arguments. */
+int str_format(rx_t *rx, const tv_t *s, const args_t *a, tv_t *out);
+/* str.find / rfind: the code point index of sub, or -1. */
+int str_find(rx_t *rx, const tv_t *s, const tv_t *sub, bool last, int64_t *at);
+/* str.startswith / endswith with a str or a tuple of str. */
+int str_affix(const tv_t *s, const tv_t *x, bool end, bool *res);
+/* DERAS_EFORMAT unless v is a str (Python's TypeError for `what`). */
+int str_require(const tv_t *v, const char *what);
 
 #endif

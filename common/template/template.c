@@ -104,8 +104,6 @@ int tmpl_render(const tmpl_t *t, const json_t *context, char **out, size_t *out_
     int st = bind_context(&rx, &top, context);
     if (!st)
         st = exec_body(&rx, &top, t->root);
-    if (!st && !o.p)
-        st = sb_put(&o, "", 0);
     for (int i = 0; i < top.n_dense; i++)
         tv_release(&rx, &top.dense[i]);
     tv_free(&rx, top.dense, (size_t)(top.n_dense ? top.n_dense : 1) * sizeof(tv_t));
@@ -114,18 +112,21 @@ int tmpl_render(const tmpl_t *t, const json_t *context, char **out, size_t *out_
     for (size_t i = 0; i < rx.n_ns; i++)
         tv_release(&rx, &rx.nss[i]);
     tv_free(&rx, rx.nss, rx.cap_ns * sizeof *rx.nss);
+    char *text = st ? NULL : sb_detach(&o, out_len);
+    if (!st && !text)
+        st = deras_fail(DERAS_ENOMEM, "template: out of memory");
+    sb_free(&o);
 #ifndef NDEBUG
-    if (!st && rx.mem_live != o.cap)
+    if (!st && rx.mem_live != 0) {
+        free(text);
+        text = NULL;
+        *out_len = 0;
         st = deras_fail(DERAS_EINTERNAL, "template: %zu bytes still live after the render",
-                        rx.mem_live - o.cap);
-#endif
-    if (st) {
-        sb_free(&o);
-        return st;
+                        rx.mem_live);
     }
-    *out = o.p;
-    *out_len = o.len;
-    return 0;
+#endif
+    *out = text;
+    return st;
 }
 
 void tmpl_destroy(tmpl_t **t)

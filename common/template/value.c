@@ -658,6 +658,25 @@ int tv_sort(void *base, size_t n, size_t size, tv_lt_fn lt, void *ctx)
 
 /* --- string builder --- */
 
+#define SB_HDR offsetof(struct tstr, p)
+
+int sb_reserve(sbuf_t *b, size_t n)
+{
+    if (b->rx && n > b->rx->lim.max_output - b->len)
+        return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
+                          b->rx->lim.max_output);
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->len + n + 1 > 64 ? b->len + n + 1 : 64;
+        char *q = tv_realloc(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0, SB_HDR + cap);
+        if (!q)
+            return DERAS_ENOMEM;
+        b->buf = q;
+        b->p = q + SB_HDR;
+        b->cap = cap;
+    }
+    return 0;
+}
+
 int sb_put(sbuf_t *b, const char *p, size_t n)
 {
     if (b->rx && n > b->rx->lim.max_output - b->len)
@@ -667,10 +686,11 @@ int sb_put(sbuf_t *b, const char *p, size_t n)
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *q = tv_realloc(b->rx, b->p, b->cap, cap);
+        char *q = tv_realloc(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0, SB_HDR + cap);
         if (!q)
             return DERAS_ENOMEM;
-        b->p = q;
+        b->buf = q;
+        b->p = q + SB_HDR;
         b->cap = cap;
     }
     if (n)
@@ -707,14 +727,45 @@ int sb_putcp(sbuf_t *b, uint32_t cp)
 
 int sb_take(sbuf_t *b, tv_t *out)
 {
-    int st = tv_str(b->rx, b->p ? b->p : "", b->len, out);
-    sb_free(b);
-    return st;
+    if (!b->buf) {
+        int st = sb_put(b, "", 0);
+        if (st)
+            return st;
+    }
+    /* shrink to fit: the string's recorded size must be what was allocated */
+    size_t want = SB_HDR + b->len + 1;
+    char *q = tv_realloc(b->rx, b->buf, SB_HDR + b->cap, want);
+    if (!q) {
+        sb_free(b);
+        return DERAS_ENOMEM;
+    }
+    struct tstr *s = (struct tstr *)q;
+    s->refs = 1;
+    s->len = b->len;
+    bool ascii = true;
+    for (size_t i = 0; i < b->len && ascii; i++)
+        ascii = (unsigned char)s->p[i] < 0x80;
+    s->ascii = ascii;
+    *out = (tv_t){.type = TV_STR, .u.s = s};
+    *b = (sbuf_t){.rx = b->rx};
+    return 0;
+}
+
+char *sb_detach(sbuf_t *b, size_t *len)
+{
+    if (!b->buf && sb_put(b, "", 0))
+        return NULL;
+    memmove(b->buf, b->p, b->len + 1);
+    char *r = b->buf;
+    *len = b->len;
+    if (b->rx)
+        b->rx->mem_live -= SB_HDR + b->cap;
+    *b = (sbuf_t){.rx = b->rx};
+    return r;
 }
 
 void sb_free(sbuf_t *b)
 {
-    tv_free(b->rx, b->p, b->cap);
-    b->p = NULL;
-    b->len = b->cap = 0;
+    tv_free(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0);
+    *b = (sbuf_t){.rx = b->rx};
 }

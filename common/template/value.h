@@ -181,20 +181,27 @@ int tv_from_json(rx_t *rx, const json_t *j, tv_t *out);
 typedef int (*tv_lt_fn)(void *ctx, const void *a, const void *b, bool *lt);
 int tv_sort(void *base, size_t n, size_t size, tv_lt_fn lt, void *ctx);
 
-/* --- string builder: every printed byte is counted against max_output --- */
+/* --- string builder: every printed byte is counted against max_output ---
+ * The buffer keeps room for a string header in front, so sb_take turns it into a string
+ * value without copying the text. */
 typedef struct sbuf {
     rx_t *rx;
-    char *p;
+    char *buf; /* the allocation: header room, then the text */
+    char *p;   /* the text (buf + the header), NUL-terminated once anything was put */
     size_t len, cap;
 } sbuf_t;
 
 static inline void sb_init(sbuf_t *b, rx_t *rx) { *b = (sbuf_t){.rx = rx}; }
 int sb_put(sbuf_t *b, const char *p, size_t n); /* DERAS_ERANGE, DERAS_ENOMEM */
+int sb_reserve(sbuf_t *b, size_t n);            /* room for n more bytes, same errors */
 int sb_putc(sbuf_t *b, char c);
 int sb_puts(sbuf_t *b, const char *s);
 int sb_putcp(sbuf_t *b, uint32_t cp); /* one code point, UTF-8 encoded */
-/* The built string as a value; the builder is empty afterwards. */
+/* The built string as a value (no copy); the builder is empty afterwards. */
 int sb_take(sbuf_t *b, tv_t *out);
+/* The text as a plain malloc'd NUL-terminated block the caller frees (moved to the front of
+ * the allocation, O(len)); the builder is empty afterwards. NULL when out of memory. */
+char *sb_detach(sbuf_t *b, size_t *len);
 void sb_free(sbuf_t *b);
 
 #endif
