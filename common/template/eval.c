@@ -49,8 +49,10 @@ static int bound_method(rx_t *rx, int id, const tv_t *self, tv_t *out)
 static int py_attr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
 {
     if (obj->type == TV_LOOP) {
-        if (!strcmp(name, "cycle"))
-            return bound_method(rx, M_CYCLE, obj, out) ? -1 : 1;
+        if (!strcmp(name, "cycle")) {
+            int st = bound_method(rx, M_CYCLE, obj, out);
+            return st ? st : 1;
+        }
         int st = loop_attr(rx, obj->u.loop, name, out);
         return st < 0 ? st : st == 0;
     }
@@ -70,7 +72,8 @@ static int py_attr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
         *out = tv_undef(name, UNDEF_UNSAFE);
         return 1;
     }
-    return bound_method(rx, id, obj, out) ? -1 : 1;
+    int st = bound_method(rx, id, obj, out);
+    return st ? st : 1;
 }
 
 static int item(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out);
@@ -343,8 +346,7 @@ static void free_args(rx_t *rx, args_t *a)
         tv_release(rx, &a->kw[i]);
 }
 
-int call_value(rx_t *rx, frame_t *f, const node_t *site, const tv_t *callee, const args_t *a,
-               tv_t *out)
+int call_value(rx_t *rx, const node_t *site, const tv_t *callee, const args_t *a, tv_t *out)
 {
     switch (callee->type) {
     case TV_MACRO: return call_macro(rx, site, callee->u.macro, a, out);
@@ -354,9 +356,7 @@ int call_value(rx_t *rx, frame_t *f, const node_t *site, const tv_t *callee, con
             return loop_cycle(rx, callee->u.m->self.u.loop, a, out);
         return method_call(rx, callee->u.m->id, &callee->u.m->self, a, out);
     case TV_UNDEF: return undef_error(callee);
-    default:
-        (void)f;
-        return deras_fail(DERAS_EFORMAT, "'%s' object is not callable", tv_typename(callee));
+    default: return deras_fail(DERAS_EFORMAT, "'%s' object is not callable", tv_typename(callee));
     }
 }
 
@@ -375,7 +375,7 @@ static int eval_call(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
         return st;
     }
     if (!(st = eval_args(rx, f, n, 0, &a, pos, kw, names)))
-        st = call_value(rx, f, n, &callee, &a, out);
+        st = call_value(rx, n, &callee, &a, out);
 done:
     free_args(rx, &a);
     tv_release(rx, &callee);

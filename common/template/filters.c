@@ -406,9 +406,14 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
                 sb_free(&b);
             return st;
         } else {
-            tv_t it;
-            if ((st = tv_iterate(rx, v, &it)) || (st = filter_new_list(rx, true, out)))
+            tv_t it; /* reversed(): an iterator, except for a generator (then a list) */
+            bool gen = !(v->type == TV_LIST && v->u.l->view == VIEW_GEN);
+            if ((st = tv_iterate(rx, v, &it)))
                 return st;
+            if ((st = filter_new_list(rx, gen, out))) {
+                tv_release(rx, &it);
+                return st;
+            }
             for (size_t i = it.u.l->n; i-- > 0 && !st;)
                 st = tv_list_push(rx, out, tv_ref(it.u.l->v[i]));
             tv_release(rx, &it);

@@ -399,6 +399,8 @@ int filter_join(rx_t *rx, const tv_t *v, const tv_t *d, const tv_t *attr, tv_t *
 /* First or last item of an iterable; Undefined when empty. */
 int filter_end(rx_t *rx, const tv_t *v, bool last, tv_t *out)
 {
+    if (last && v->type == TV_LIST && v->u.l->view == VIEW_GEN) /* reversed(generator) */
+        return deras_fail(DERAS_EFORMAT, "'generator' object is not reversible");
     tv_t it;
     int st = tv_iterate(rx, v, &it);
     if (st)

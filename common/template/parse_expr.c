@@ -321,6 +321,12 @@ static int parse_postfix(ps_t *p, node_t **node)
                 n->b = args.v[0];
                 free(args.v);
             } else {
+                for (int i = 0; i < args.n; i++)
+                    if (args.v[i]->kind == N_SLICE) {
+                        free(args.v);
+                        return ps_fail(p, DERAS_EUNSUPPORTED, line,
+                                       "a slice inside a tuple subscript is not supported");
+                    }
                 NEW(n->b, N_TUPLE, line);
                 TRY(ps_vec_finish(p, &args, n->b));
             }

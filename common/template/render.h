@@ -106,8 +106,7 @@ typedef struct args {
     tv_t *kw;
     int n_kw;
 } args_t;
-int call_value(rx_t *rx, frame_t *f, const node_t *site, const tv_t *callee, const args_t *a,
-               tv_t *out);
+int call_value(rx_t *rx, const node_t *site, const tv_t *callee, const args_t *a, tv_t *out);
 /* Bind arguments to named parameters (Python rules): slots[i] borrowed, TV_EMPTY when not
  * given. DERAS_EFORMAT for too many or unknown arguments, as Python's TypeError. */
 int args_bind(const args_t *a, const char *const *params, int n_params, tv_t *slots,

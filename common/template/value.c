@@ -270,7 +270,17 @@ int tv_dict_new(rx_t *rx, int type, size_t cap, tv_t *out)
         return DERAS_ENOMEM;
     *d = (struct tdict){.refs = 1, .depth = 1};
     *out = (tv_t){.type = (uint8_t)type, .u.d = d};
-    (void)cap;
+    if (cap) { /* the known size (a JSON object, a literal): no regrowth */
+        d->k = tv_alloc(rx, cap * sizeof(tv_t));
+        d->v = d->k ? tv_alloc(rx, cap * sizeof(tv_t)) : NULL;
+        if (!d->v) {
+            tv_free(rx, d->k, d->k ? cap * sizeof(tv_t) : 0);
+            tv_free(rx, d, sizeof *d);
+            *out = (tv_t){0};
+            return DERAS_ENOMEM;
+        }
+        d->cap = cap;
+    }
     return 0;
 }
 
