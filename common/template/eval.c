@@ -7,7 +7,7 @@
  * Undefined; only an Undefined's own attribute or item raises. A method that would mutate
  * a list or dict is an "unsafe" Undefined whose call fails as the immutable sandbox's
  * SecurityError. Every evaluation costs one step; operations on strings and lists also
- * pay one step per element or 64 bytes they touch.
+ * pay one step per element and per STEP_COPY or STEP_SCAN bytes they touch (render.h).
  */
 #include "builtins.h"
 #include "render.h"
@@ -642,8 +642,14 @@ int eval(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
 {
     *out = (tv_t){0}; /* a failed evaluation leaves nothing to release */
     int st = rx_step(rx, 1);
-    if (!st)
-        st = eval_node(rx, f, n, out);
+    if (!st) {
+        if (++rx->cdepth > CDEPTH_PER_LEVEL * rx->lim.max_depth)
+            st = deras_fail(DERAS_EUNSUPPORTED, "expressions and macro calls nested deeper "
+                            "than max_depth (%d) allows", rx->lim.max_depth);
+        else
+            st = eval_node(rx, f, n, out);
+        rx->cdepth--;
+    }
     if (st && !rx->located) {
         deras_fail_ctx(st, "template line %d: ", n->line);
         rx->located = true;

@@ -408,19 +408,23 @@ static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
 
 int exec_body(rx_t *rx, frame_t *f, const node_t *body)
 {
-    for (int i = 0; i < body->n_kids; i++) {
-        int st = exec_stmt(rx, f, body->kids[i]);
-        if (st) {
-            if (!rx->located) {
-                deras_fail_ctx(st, "template line %d: ", body->kids[i]->line);
-                rx->located = true;
-            }
-            return st;
+    if (++rx->cdepth > CDEPTH_PER_LEVEL * rx->lim.max_depth) {
+        rx->cdepth--;
+        return rx_fail(rx, body, DERAS_EUNSUPPORTED, "statements and macro calls nested deeper "
+                       "than max_depth (%d) allows", rx->lim.max_depth);
+    }
+    int st = 0;
+    for (int i = 0; i < body->n_kids && !st; i++) {
+        st = exec_stmt(rx, f, body->kids[i]);
+        if (st && !rx->located) {
+            deras_fail_ctx(st, "template line %d: ", body->kids[i]->line);
+            rx->located = true;
         }
         if (rx->ctl != CTL_NONE)
-            return 0;
+            break;
     }
-    return 0;
+    rx->cdepth--;
+    return st;
 }
 
 /* --- macros --- */

@@ -4,7 +4,7 @@
  * over single values (strings, numbers, JSON, Markup); the filters over sequences are in
  * filters_seq.c. Filters that return generators in Jinja2 (items, reverse of a list)
  * return a list marked as a generator, so truth, printing and length behave as there.
- * Cost: one step per element and per 64 bytes produced.
+ * Cost: one step per element and per STEP_SCAN bytes produced (render.h).
  */
 #include "filters.h"
 

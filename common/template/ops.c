@@ -1,9 +1,9 @@
 /* ops.c - Python's operators on template values: + - * / // % ** (ints are 64-bit; what
- * would need a big integer fails as unsupported rather than wrap), `in`, and iteration.
+ * would need a big integer fails as unsupported rather than wrap), `in`, iteration, len.
  *
  * Markup (a string marked |safe) keeps markupsafe's rule for +: the plain string on the
  * other side is HTML-escaped, so "'|safe + name" renders as Jinja2 renders it. String
- * and list results are charged one step per element or 64 bytes. Errors Python raises
+ * and list results are charged one step per element or per STEP_COPY bytes. Also len(). Errors Python raises
  * (TypeError, ZeroDivisionError, Undefined used in arithmetic) are DERAS_EFORMAT.
  */
 #include "render.h"

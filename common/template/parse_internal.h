@@ -1,5 +1,5 @@
-/* parse_internal.h - the parser's shared state and helpers, used by parse_expr.c
- * (expressions) and parse_stmt.c (statements); see parser.h. */
+/* parse_internal.h - the parser's shared state and helpers (parse_util.c), used by
+ * parse_expr.c (expressions) and parse_stmt.c (statements); see parser.h. */
 #ifndef DERAS_TEMPLATE_PARSE_INTERNAL_H
 #define DERAS_TEMPLATE_PARSE_INTERNAL_H
 

@@ -1,5 +1,6 @@
-/* render.h - a render in progress, shared by the evaluator (eval.c), the statements
- * (exec.c), the builtins (filters.c, tests.c, methods.c) and the printers (pyfmt.c).
+/* render.h - a render in progress, shared by the evaluator (eval.c, ops.c), the statements
+ * (exec.c), the builtins (filters.c, filters_seq.c, tests.c, strings.c, methods.c,
+ * globals.c) and the printers (pyfmt.c).
  *
  * A render owns everything it allocates: the values (charged against max_memory), the
  * frames, the output. Variables live in frames: the top frame has one slot per symbol (the
@@ -45,6 +46,7 @@ struct rx {
     size_t mem_live;
     int depth;  /* macro calls in progress */
     int vdepth; /* recursion of value walks (repr, tojson, ==) */
+    int cdepth; /* evaluations and bodies in progress: the C stack in use */
     frame_t *top;
     sbuf_t *out;
     int ctl;
@@ -75,6 +77,10 @@ struct tloop {
  * both make 10^7 steps about a second of work. */
 #define STEP_COPY 256
 #define STEP_SCAN 64
+
+/* Evaluations and statement bodies in progress may reach this many per max_depth level:
+ * the bound on the C stack a render uses (each is well under 1 KiB of stack). */
+#define CDEPTH_PER_LEVEL 4
 
 /* --- failures: "template line N: ..." --- */
 int rx_fail(rx_t *rx, const node_t *at, int code, const char *fmt, ...)

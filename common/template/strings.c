@@ -3,8 +3,8 @@
  * sigma), strip, replace, split / rsplit (CPython's whitespace rules), find, startswith /
  * endswith, and str.format for the fields templates use ({}, {0}, {name}, !s, !r; a format
  * spec is refused as unsupported). Indexing is by code point and whitespace is
- * str.isspace's, as in Python. Cost: O(length), charged one step per 64 bytes (16 for
- * split, which builds a list).
+ * str.isspace's, as in Python. Cost: O(length), charged per STEP_SCAN bytes (render.h),
+ * per STEP_COPY for the memchr / memmem based ones.
  */
 #include "render.h"
 #include "unicode.h"

@@ -2,9 +2,9 @@
  * render = bind the context's keys the template names, run the tree, hand back the
  * output; destroy = free the arena.
  *
- * A render allocates only through its rx_t (value.h), so when it ends the live-bytes
- * count must be back to the output buffer alone; debug builds check this and fail with
- * DERAS_EINTERNAL otherwise, which makes any reference-count leak a test failure.
+ * A render allocates only through its rx_t (value.h), so when it ends, with the output
+ * handed over, the live-bytes count must be back to zero; debug builds check this and fail
+ * with DERAS_EINTERNAL otherwise, which makes any reference-count leak a test failure.
  */
 #include "template.h"
 

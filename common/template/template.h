@@ -12,14 +12,18 @@
  *
  * What is not implemented is refused when the template is compiled, with the line and the
  * construct ("template line 12: filter 'wordwrap' is not supported"), never rendered some
- * other way: a compiled template renders what Jinja2 renders or fails as Jinja2 fails.
- * The few things that can only be seen while rendering (a str.format spec, a value that
- * Python would print as an object address) fail the render with DERAS_EUNSUPPORTED.
+ * other way: a compiled template renders what Jinja2 renders or fails where Jinja2 fails.
+ * The few things that can only be seen while rendering fail the render with
+ * DERAS_EUNSUPPORTED instead: a str.format spec, printf-style `%` on a string, integers
+ * past 64 bits, complex powers, and printing what Python shows as an object address (a
+ * generator from |map or |select, a bound method, a function).
  *
  * Sandbox. A render does no I/O (strftime_now reads the clock) and is bounded: by output
  * bytes, by steps (one per expression evaluated, statement run, loop iteration, and per
- * element or 64 bytes an operation touches), by nesting depth (blocks and expressions at
- * compile, macro calls and container values at render) and by the bytes of live values.
+ * element, or 64 to 256 bytes, an operation touches: 10^7 steps is about a second), by
+ * nesting depth (blocks and expressions at compile; macro calls, nested evaluations and
+ * container values at render: the C stack a render needs grows with it, under 256 KiB at
+ * the default, measured on a release build) and by the bytes of live values.
  * Each bound is a field of tmpl_limits with a default and its own status:
  *   max_output  DERAS_ERANGE        the output, or any string or captured block, grew past it
  *   max_steps   DERAS_ETIMEOUT      the render's work budget (a deadline counted in steps)
@@ -28,7 +32,8 @@
  * Other render failures: raise_exception(msg) in the template gives DERAS_EINVAL with the
  * template's message (the conversation is invalid for this template); errors Jinja2 raises
  * (an undefined variable's attribute, 'str' + int, a missing filter reached in an `if`)
- * give DERAS_EFORMAT. Every message starts with "template line N: ".
+ * give DERAS_EFORMAT. Messages name the line ("template line N: ..."), or the context key
+ * ("template context 'messages': ...") when the context itself is past a bound.
  */
 #ifndef DERAS_TEMPLATE_H
 #define DERAS_TEMPLATE_H
