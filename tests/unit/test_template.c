@@ -268,6 +268,9 @@ static void test_sandbox_bounds(void **s)
     free(wrapped);
     expect_fail("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", DERAS_EUNSUPPORTED,
                 "macro calls nested deeper than max_depth");
+    expect_fail("{% macro f(n) %}{% if n > 0 %}{% if true %}{% for i in [1] %}{{ (f(n - 1) ~ 'x') | trim }}"
+                "{% endfor %}{% endif %}{% endif %}{% endmacro %}{{ f(1000) }}", DERAS_EUNSUPPORTED,
+                "nested deeper than max_depth");
     expect_fail("{% set ns = namespace(v=[]) %}{% for i in range(1000) %}{% set ns.v = [ns.v] %}"
                 "{% endfor %}", DERAS_EUNSUPPORTED, "values nested deeper");
     expect_fail("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}", DERAS_EUNSUPPORTED,
