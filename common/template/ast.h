@@ -66,6 +66,10 @@ enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_FLOORDIV, BIN_MOD, BIN_POW };
 enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_IN, CMP_NOTIN };
 enum { MACRO_VARARGS = 1, MACRO_KWARGS = 2 };
 
+/* Arguments of one call, filter or test: more are refused at compile time, so a render
+ * evaluates them into fixed arrays on the stack. */
+#define TMPL_MAX_ARGS 16
+
 typedef struct node node_t;
 struct node {
     uint8_t kind;

@@ -18,7 +18,7 @@
 #include <math.h>
 #include <string.h>
 
-#define MAX_ARGS 16
+#define MAX_ARGS TMPL_MAX_ARGS
 
 int undef_error(const tv_t *u)
 {

@@ -438,7 +438,7 @@ int call_macro(rx_t *rx, const node_t *site, const node_t *m, const args_t *a, t
     if (a->n_pos > n_params && !(m->op & MACRO_VARARGS))
         return rx_fail(rx, site, DERAS_EFORMAT, "macro '%s' takes not more than %d argument(s)",
                        m->name, n_params);
-    bool used[16] = {false};
+    bool used[TMPL_MAX_ARGS] = {false};
     frame_t fr = {.parent = rx->top};
     for (int i = 0; i < n_params && !st; i++) {
         const node_t *p = m->kids[i];

@@ -1,15 +1,23 @@
 /* globals.c - the global functions of transformers' environment: Jinja2's range (capped
  * at 100000 items, as the sandbox caps it), namespace and dict, and transformers'
  * raise_exception (the template's own error, DERAS_EINVAL) and strftime_now (local time,
- * C strftime). Cost: O(result).
+ * C strftime in the C locale, as Python's). Cost: O(result).
  */
 #include "builtins.h"
 #include "render.h"
 
 #include "common/base/status.h"
 
+#include <locale.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
+
+/* Python formats dates in the C locale (it never sets LC_TIME): so does strftime_now,
+ * whatever locale the process runs in. */
+static pthread_once_t c_once = PTHREAD_ONCE_INIT;
+static locale_t c_loc;
+static void c_init(void) { c_loc = newlocale(LC_ALL_MASK, "C", (locale_t)0); }
 
 /* dict(*args, **kwargs) and namespace(...): a mapping or pairs, then keywords. */
 static int build_dict(rx_t *rx, const args_t *a, int type, tv_t *out)
@@ -120,7 +128,10 @@ int global_call(rx_t *rx, int id, const args_t *a, tv_t *out)
         char *buf = tv_alloc(rx, cap);
         if (!buf)
             return DERAS_ENOMEM;
-        size_t n = tv_sn(&slot[0]) ? strftime(buf, cap, tv_sp(&slot[0]), &tm) : 0;
+        pthread_once(&c_once, c_init);
+        size_t n = !tv_sn(&slot[0]) ? 0
+                   : c_loc ? strftime_l(buf, cap, tv_sp(&slot[0]), &tm, c_loc)
+                           : strftime(buf, cap, tv_sp(&slot[0]), &tm);
         st = tv_str(rx, buf, n, out);
         tv_free(rx, buf, cap);
         return st;

@@ -82,6 +82,7 @@ static int parse_call_args(ps_t *p, node_t *n)
 {
     vec_t args = {0};
     bool kw_seen = false, comma = false;
+    int n_pos = 0, n_kw = 0;
     int st = ps_expect_op(p, OP_LPAREN);
     while (!st && !is_op(p, OP_RPAREN)) {
         if (comma) {
@@ -114,6 +115,11 @@ static int parse_call_args(ps_t *p, node_t *n)
             }
             if ((st = parse_expression(p, true, &e)))
                 break;
+        }
+        if (++*(kw_seen ? &n_kw : &n_pos) > TMPL_MAX_ARGS) {
+            st = ps_fail(p, DERAS_EUNSUPPORTED, e->line, "more than %d positional or keyword "
+                         "arguments in one call are not supported", TMPL_MAX_ARGS);
+            break;
         }
         st = ps_vec_push(&args, e);
         comma = true;

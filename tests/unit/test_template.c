@@ -215,6 +215,8 @@ static void test_errors_with_lines(void **s)
     expect_fail("{{ s.zfill(3) }}", DERAS_EUNSUPPORTED, "method 'zfill' is not supported");
     expect_fail("{{ cycler(1, 2) }}", DERAS_EUNSUPPORTED, "global 'cycler' is not supported");
     expect_fail("{% frobnicate %}", DERAS_EFORMAT, "unknown tag 'frobnicate'");
+    expect_fail("{{ range(1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1) }}", DERAS_EUNSUPPORTED,
+                "more than 16 positional or keyword arguments");
     expect_fail("{% break %}", DERAS_EFORMAT, "'break' outside of a loop");
     expect_fail("{{ 'abc }}", DERAS_EFORMAT, "template line 1: unterminated string");
     expect_fail("{{ (1 }}", DERAS_EFORMAT, "template line 1:");
