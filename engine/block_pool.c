@@ -1,9 +1,10 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* block_pool.c - KV cache blocks: reference counts, the free queue, the prefix-cache map.
  *
  * Everything is an array indexed by block id, sized once in block_pool_new(). The free
- * queue is a doubly linked list threaded through prev/next with a sentinel at index
- * n_blocks (so insertion and removal never test for an empty list); -1 marks a block that
- * is not queued. Uncached blocks are pushed at the head and cached ones appended at the
+ * queue is an intrusive list (common/base/list.h) through `link`, one node per block, its
+ * sentinel in `free_q`; a node's index in `link` is its block id, and a block that is not
+ * queued has NULL links. Uncached blocks are pushed at the head and cached ones appended at the
  * tail, so the queue is always "uncached..., cached in freeing order" and popping the head
  * spends worthless blocks before it evicts the least recently freed cached one. (vLLM V1
  * appends every freed block at the tail; keeping empty blocks ahead costs nothing and
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/list.h"
 #include "common/base/status.h"
 
 struct block_pool {
@@ -29,7 +31,8 @@ struct block_pool {
     int n_free, n_cached;
     int32_t *refs;        /* (n_blocks) */
     uint64_t *gen;        /* (n_blocks) content generation */
-    int32_t *prev, *next; /* (n_blocks + 1) free-queue links, [n_blocks] is the sentinel */
+    list_node free_q;     /* the free queue's sentinel */
+    list_node *link;      /* (n_blocks) free-queue nodes */
     uint8_t *cached;      /* (n_blocks) registered in the map */
     uint8_t *mark;        /* (n_blocks) scratch for block_pool_check only */
     /* prefix cache, allocated only with caching on */
@@ -42,26 +45,26 @@ struct block_pool {
     int32_t *tokens;        /* (n_blocks, block_size) */
 };
 
-#define SENTINEL(bp) ((bp)->n_blocks)
+static int32_t block_of(const block_pool_t *bp, const list_node *n)
+{
+    return (int32_t)(n - bp->link);
+}
 
 static void queue_remove(block_pool_t *bp, int32_t b)
 {
-    assert(bp->next[b] >= 0 && bp->prev[b] >= 0);
-    bp->next[bp->prev[b]] = bp->next[b];
-    bp->prev[bp->next[b]] = bp->prev[b];
-    bp->prev[b] = bp->next[b] = -1;
+    assert(list_linked(&bp->link[b]));
+    list_remove(&bp->link[b]);
     bp->n_free--;
 }
 
-/* Insert b right after node `after` (the sentinel for the head, its prev for the tail). */
-static void queue_insert_after(block_pool_t *bp, int32_t after, int32_t b)
+/* Queue b at the head (spent first) or at the tail (evicted last). */
+static void queue_push(block_pool_t *bp, int32_t b, bool tail)
 {
-    assert(bp->next[b] < 0 && bp->prev[b] < 0);
-    int32_t nx = bp->next[after];
-    bp->prev[b] = after;
-    bp->next[b] = nx;
-    bp->next[after] = b;
-    bp->prev[nx] = b;
+    assert(!list_linked(&bp->link[b]));
+    if (tail)
+        list_push_back(&bp->free_q, &bp->link[b]);
+    else
+        list_push_front(&bp->free_q, &bp->link[b]);
     bp->n_free++;
 }
 
@@ -100,13 +103,14 @@ static void map_insert(block_pool_t *bp, int32_t b)
     bp->n_cached++;
 }
 
-block_pool_t *block_pool_new(int n_blocks, int block_size, bool caching)
+int block_pool_new(int n_blocks, int block_size, bool caching, block_pool_t **out)
 {
-    if (n_blocks < 2 || n_blocks > INT32_MAX / 4 || block_size < 1) {
-        deras_fail(DERAS_EINVAL, "block pool: n_blocks must be in [2, %d] and block_size >= 1, "
-                   "got %d and %d", INT32_MAX / 4, n_blocks, block_size);
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "block_pool_new: NULL out");
+    *out = NULL;
+    if (n_blocks < 2 || n_blocks > INT32_MAX / 4 || block_size < 1)
+        return deras_fail(DERAS_EINVAL, "block pool: n_blocks must be in [2, %d] and "
+                          "block_size >= 1, got %d and %d", INT32_MAX / 4, n_blocks, block_size);
     size_t n = (size_t)n_blocks;
     block_pool_t *bp = calloc(1, sizeof *bp);
     if (!bp)
@@ -116,11 +120,10 @@ block_pool_t *block_pool_new(int n_blocks, int block_size, bool caching)
     bp->caching = caching;
     bp->refs = calloc(n, sizeof *bp->refs);
     bp->gen = calloc(n, sizeof *bp->gen);
-    bp->prev = malloc((n + 1) * sizeof *bp->prev);
-    bp->next = malloc((n + 1) * sizeof *bp->next);
+    bp->link = calloc(n, sizeof *bp->link);
     bp->cached = calloc(n, 1);
     bp->mark = calloc(n, 1);
-    if (!bp->refs || !bp->gen || !bp->prev || !bp->next || !bp->cached || !bp->mark)
+    if (!bp->refs || !bp->gen || !bp->link || !bp->cached || !bp->mark)
         goto fail;
     if (caching) {
         size_t nb = 1;
@@ -141,20 +144,16 @@ block_pool_t *block_pool_new(int n_blocks, int block_size, bool caching)
             goto fail;
     }
     /* every usable block free, in id order; the null block stays out of the queue */
-    int32_t s = SENTINEL(bp);
-    bp->next[s] = bp->prev[s] = s;
-    bp->prev[0] = bp->next[0] = -1;
-    for (int32_t b = 1; b < n_blocks; b++) {
-        bp->prev[b] = bp->next[b] = -1;
-        queue_insert_after(bp, bp->prev[s], b);
-    }
-    return bp;
+    list_init(&bp->free_q);
+    for (int32_t b = 1; b < n_blocks; b++)
+        queue_push(bp, b, true);
+    *out = bp;
+    return DERAS_OK;
 
 fail:
     block_pool_destroy(&bp);
-    deras_fail(DERAS_ENOMEM, "block pool: out of memory for %d blocks of %d tokens", n_blocks,
-               block_size);
-    return NULL;
+    return deras_fail(DERAS_ENOMEM, "block pool: out of memory for %d blocks of %d tokens",
+                      n_blocks, block_size);
 }
 
 void block_pool_destroy(block_pool_t **bpp)
@@ -164,8 +163,7 @@ void block_pool_destroy(block_pool_t **bpp)
     block_pool_t *bp = *bpp;
     free(bp->refs);
     free(bp->gen);
-    free(bp->prev);
-    free(bp->next);
+    free(bp->link);
     free(bp->cached);
     free(bp->mark);
     free(bp->buckets);
@@ -192,9 +190,10 @@ int block_pool_n_cached(const block_pool_t *bp)
 int32_t block_pool_alloc(block_pool_t *bp, bool *evicted)
 {
     *evicted = false;
-    int32_t b = bp->next[SENTINEL(bp)];
-    if (b == SENTINEL(bp))
+    list_node *head = list_first(&bp->free_q);
+    if (!head)
         return 0;
+    int32_t b = block_of(bp, head);
     assert(bp->refs[b] == 0);
     queue_remove(bp, b);
     if (bp->cached[b]) {
@@ -218,8 +217,7 @@ bool block_pool_unref(block_pool_t *bp, int32_t b)
     assert(b > 0 && b < bp->n_blocks && bp->refs[b] > 0);
     if (--bp->refs[b] > 0)
         return false;
-    int32_t s = SENTINEL(bp);
-    queue_insert_after(bp, bp->cached[b] ? bp->prev[s] : s, b);
+    queue_push(bp, b, bp->cached[b]);
     return true;
 }
 
@@ -294,19 +292,27 @@ void block_pool_invalidate(block_pool_t *bp, int32_t b)
 
 #define BROKEN(...) return deras_fail(DERAS_EINTERNAL, "block pool invariant broken: " __VA_ARGS__)
 
+/* A queue node's block id; -1 for the sentinel or a pointer outside the nodes. */
+static int32_t node_id(const block_pool_t *bp, const list_node *n)
+{
+    return n >= bp->link && n < bp->link + bp->n_blocks ? block_of(bp, n) : -1;
+}
+
 static int check_queue(const block_pool_t *bp, uint8_t *mark)
 {
-    int32_t s = SENTINEL(bp), prev = s;
+    const list_node *s = &bp->free_q, *prev = s;
     int n = 0;
     bool seen_cached = false;
-    for (int32_t b = bp->next[s]; b != s; prev = b, b = bp->next[b]) {
+    for (const list_node *node = s->next; node != s; prev = node, node = node->next) {
+        int32_t b = node_id(bp, node);
         if (b <= 0 || b >= bp->n_blocks)
             BROKEN("free queue holds id %d (null block or out of range) after %d entries", b, n);
         if (mark[b])
             BROKEN("free queue visits block %d twice (cycle)", b);
         mark[b] = 1;
-        if (bp->prev[b] != prev)
-            BROKEN("free queue: block %d has prev %d, expected %d", b, bp->prev[b], prev);
+        if (node->prev != prev)
+            BROKEN("free queue: block %d has prev %d, expected %d (-1: the sentinel)", b,
+                   node_id(bp, node->prev), node_id(bp, prev));
         if (bp->refs[b] != 0)
             BROKEN("free queue holds block %d with %d references", b, bp->refs[b]);
         if (bp->cached[b])
@@ -315,8 +321,8 @@ static int check_queue(const block_pool_t *bp, uint8_t *mark)
             BROKEN("free queue: uncached block %d after a cached one (uncached go first)", b);
         n++;
     }
-    if (bp->prev[s] != prev)
-        BROKEN("free queue: tail link %d, expected %d", bp->prev[s], prev);
+    if (s->prev != prev)
+        BROKEN("free queue: tail link %d, expected %d", node_id(bp, s->prev), node_id(bp, prev));
     if (n != bp->n_free)
         BROKEN("free queue holds %d blocks, n_free says %d", n, bp->n_free);
     return DERAS_OK;
@@ -360,9 +366,10 @@ int block_pool_check(const block_pool_t *bp, const int32_t *refs)
     /* mark is scratch, not state: the pool is heap-allocated, never a const object */
     uint8_t *mark = ((block_pool_t *)bp)->mark;
     memset(mark, 0, (size_t)bp->n_blocks);
-    if (bp->refs[0] || bp->cached[0] || bp->next[0] >= 0 || bp->prev[0] >= 0 || bp->gen[0])
+    if (bp->refs[0] || bp->cached[0] || bp->link[0].next || bp->link[0].prev || bp->gen[0])
         BROKEN("null block touched (refs %d, cached %d, queued %d, generation %llu)",
-               bp->refs[0], bp->cached[0], bp->next[0] >= 0, (unsigned long long)bp->gen[0]);
+               bp->refs[0], bp->cached[0], bp->link[0].next != NULL,
+               (unsigned long long)bp->gen[0]);
     int n_referenced = 0;
     for (int32_t b = 1; b < bp->n_blocks; b++) {
         if (bp->refs[b] != refs[b])
@@ -379,7 +386,7 @@ int block_pool_check(const block_pool_t *bp, const int32_t *refs)
     for (int32_t b = 1; b < bp->n_blocks; b++)
         if (bp->refs[b] == 0 && !mark[b])
             BROKEN("unreferenced block %d is missing from the free queue", b);
-        else if (bp->refs[b] > 0 && (bp->next[b] >= 0 || bp->prev[b] >= 0))
+        else if (bp->refs[b] > 0 && (bp->link[b].next || bp->link[b].prev))
             BROKEN("referenced block %d still has free-queue links", b);
     return check_map(bp, mark);
 }

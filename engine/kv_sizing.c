@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_sizing.c - KV cache size from a budget, and the start-up log line (see kv_sizing.h). */
 #include "kv_sizing.h"
 
@@ -10,6 +11,7 @@
 #include "common/checkpoint/kv_math.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "engine/host_memory.h"
 
 #define MAX_BLOCKS (1 << 30)
 
@@ -25,21 +27,6 @@ static int token_and_block_bytes(const model_config *c, size_t elem_size, int bl
         return rc;
     out->block_size = block_size;
     return DERAS_OK;
-}
-
-/* MemAvailable in bytes, or 0 if /proc/meminfo cannot tell. */
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
 }
 
 static int finish(kv_sizing *out, uint64_t budget)
@@ -92,16 +79,21 @@ int kv_sizing_from_budget_before(const model_config *c, size_t elem_size, int bl
         return rc;
     double frac;
     if (is_fraction(spec, &frac)) {
-        uint64_t avail = mem_available();
-        if (!avail)
-            return deras_fail(DERAS_EIO, "KV budget '%s': cannot read MemAvailable from "
-                              "/proc/meminfo; give a size instead", spec);
+        host_memory hm;
+        if ((rc = host_memory_available(&hm)))
+            return deras_fail_ctx(rc, "KV budget '%s' (give a size instead): ", spec);
+        const uint64_t avail = hm.available;
         if (pending_bytes >= avail)
             return deras_fail(DERAS_ERANGE,
                               "KV budget '%s': the weights (%llu bytes) take all of the %llu "
-                              "bytes available",
-                              spec, (unsigned long long)pending_bytes, (unsigned long long)avail);
-        return finish(out, (uint64_t)((double)(avail - pending_bytes) * frac));
+                              "bytes available (%s)",
+                              spec, (unsigned long long)pending_bytes, (unsigned long long)avail,
+                              hm.source);
+        if ((rc = finish(out, (uint64_t)((double)(avail - pending_bytes) * frac))))
+            return rc;
+        out->mem_available = avail;
+        snprintf(out->mem_source, sizeof out->mem_source, "%s", hm.source);
+        return DERAS_OK;
     }
     uint64_t bytes;
     if ((rc = kvmath_parse_size(spec, &bytes)))
@@ -132,8 +124,14 @@ void kv_sizing_log(const kv_sizing *s)
     char kv[32], budget[32];
     kvmath_format_bytes((uint64_t)s->n_blocks * s->block_bytes, kv, sizeof kv);
     kvmath_format_bytes(s->budget_bytes, budget, sizeof budget);
+    char avail[400] = "";
+    if (s->mem_available) {
+        char bytes[32];
+        kvmath_format_bytes(s->mem_available, bytes, sizeof bytes);
+        snprintf(avail, sizeof avail, ", a share of %s available (%s)", bytes, s->mem_source);
+    }
     log_info("KV cache: %llu B/token, %d blocks x %d tokens = %lld tokens (block 0 reserved), "
-             "%s, %.1f%% of the %s budget",
+             "%s, %.1f%% of the %s budget%s",
              (unsigned long long)s->token_bytes, s->n_blocks, s->block_size,
-             (long long)s->n_tokens, kv, 100.0 * s->budget_used, budget);
+             (long long)s->n_tokens, kv, 100.0 * s->budget_used, budget, avail);
 }

@@ -1,9 +1,12 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_sizing.h - how big the KV cache of this process is, and the start-up line that says so.
  *
  * The engine's KV cache is given either as a byte budget ("4GiB") or as a fraction of the
- * memory available now ("0.5": half of MemAvailable on the CPU backend; of the device's
- * free memory on CUDA, measured after the weights are loaded), or sized exactly for a
- * number of tokens (`deras generate`). The arithmetic is kv_math's; this module turns a
+ * host memory available now ("0.5": half of it, host_memory.h: MemAvailable or the
+ * process's cgroup room, whichever is less), or sized exactly for a number of tokens
+ * (`deras generate`). A fraction is of host memory on every backend today: on a GPU it
+ * should be of the device's free memory, which needs a memory query in the backend and a
+ * GPU to check it on (issue 15's notes); give CUDA workers a size until then. The arithmetic is kv_math's; this module turns a
  * budget into a block count for model_opts and logs, at start:
  *   bytes per token, blocks x block size, tokens that fit, and the share of the budget
  *   the KV blocks use.
@@ -24,17 +27,19 @@ typedef struct kv_sizing {
     int n_blocks;          /* including the null block 0: model_opts.n_kv_blocks */
     int64_t n_tokens;      /* usable tokens: (n_blocks - 1) x block_size */
     double budget_used;    /* n_blocks x block_bytes / budget */
+    uint64_t mem_available;/* a fraction budget: the memory it was a share of (else 0) */
+    char mem_source[256];  /* where that number came from (engine/host_memory.h) */
 } kv_sizing;
 
 /* From a budget spec: a size with a unit ("512MiB", "4GB") or a fraction in (0, 1] of the
- * memory available now (MemAvailable from /proc/meminfo; the caller has already loaded
- * the weights). DERAS_EINVAL naming the spec when it is neither; DERAS_ERANGE when it holds
+ * memory available now (engine/host_memory.h: MemAvailable, or a cgroup's limit less its
+ * usage where that is less; the caller has already loaded the weights). DERAS_EINVAL naming the spec when it is neither; DERAS_ERANGE when it holds
  * fewer than 2 blocks. elem_size: bytes per cached element (the backend's). */
 int kv_sizing_from_budget(const model_config *c, size_t elem_size, int block_size,
                           const char *spec, kv_sizing *out);
 
 /* As kv_sizing_from_budget, for a caller that has not loaded its weights yet (the model
- * allocates weights and cache together): a fraction applies to MemAvailable less
+ * allocates weights and cache together): a fraction applies to the available memory less
  * pending_bytes, the weights about to be loaded. A size with a unit is taken as it is.
  * DERAS_ERANGE naming both numbers when the weights alone exceed what is available. */
 int kv_sizing_from_budget_before(const model_config *c, size_t elem_size, int block_size,

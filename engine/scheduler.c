@@ -1,8 +1,9 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scheduler.c - continuous batching policy (see scheduler.h for the rules).
  *
- * Two intrusive lists: `running` in admission order (head oldest) and `waiting` in FIFO
- * order. The sequences scheduled in the current step are remembered in `sched`, an array
- * of max_seqs pointers, so sched_step_done() needs no lookup.
+ * Two intrusive lists (common/base/list.h): `running` in admission order (head oldest)
+ * and `waiting` in FIFO order. The sequences scheduled in the current step are remembered
+ * in `sched`, an array of max_seqs pointers, so sched_step_done() needs no lookup.
  */
 #include "scheduler.h"
 
@@ -12,7 +13,7 @@
 #include "common/base/status.h"
 
 typedef struct seq_list {
-    sched_seq *head, *tail;
+    list_node head;
     int n;
 } seq_list;
 
@@ -25,59 +26,61 @@ struct sched {
     uint64_t admit_counter, preemptions;
 };
 
-static void list_push_back(seq_list *l, sched_seq *q)
+static sched_seq *seq_first(const seq_list *l)
 {
-    q->prev = l->tail;
-    q->next = NULL;
-    if (l->tail)
-        l->tail->next = q;
-    else
-        l->head = q;
-    l->tail = q;
+    return list_entry(list_first(&l->head), sched_seq, link);
+}
+
+static sched_seq *seq_last(const seq_list *l)
+{
+    return list_entry(list_last(&l->head), sched_seq, link);
+}
+
+static sched_seq *seq_next(const seq_list *l, const sched_seq *q)
+{
+    return list_entry(list_next(&l->head, &q->link), sched_seq, link);
+}
+
+static void seq_push_back(seq_list *l, sched_seq *q)
+{
+    list_push_back(&l->head, &q->link);
     l->n++;
 }
 
-static void list_push_front(seq_list *l, sched_seq *q)
+static void seq_push_front(seq_list *l, sched_seq *q)
 {
-    q->prev = NULL;
-    q->next = l->head;
-    if (l->head)
-        l->head->prev = q;
-    else
-        l->tail = q;
-    l->head = q;
+    list_push_front(&l->head, &q->link);
     l->n++;
 }
 
-static void list_unlink(seq_list *l, sched_seq *q)
+static void seq_unlink(seq_list *l, sched_seq *q)
 {
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        l->head = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        l->tail = q->prev;
-    q->prev = q->next = NULL;
+    list_remove(&q->link);
     l->n--;
 }
 
-sched_t *sched_new(kv_manager_t *kv, const sched_opts *o)
+int sched_new(kv_manager_t *kv, const sched_opts *o, sched_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "sched_new: NULL out");
+    *out = NULL;
     if (!kv || !o || o->max_seqs <= 0 || o->max_batch_tokens < o->max_seqs)
-        return NULL;
+        return deras_fail(DERAS_EINVAL, "sched_new: need a KV manager and 0 < max_seqs <= "
+                          "max_batch_tokens");
     sched_t *s = calloc(1, sizeof *s);
     if (!s)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "sched_new: out of memory");
     s->sched = calloc((size_t)o->max_seqs, sizeof *s->sched);
     if (!s->sched) {
         free(s);
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "sched_new: out of memory");
     }
     s->kv = kv;
     s->o = *o;
-    return s;
+    list_init(&s->running.head);
+    list_init(&s->waiting.head);
+    *out = s;
+    return DERAS_OK;
 }
 
 void sched_destroy(sched_t **sp)
@@ -96,7 +99,7 @@ int sched_add(sched_t *s, sched_seq *q)
     q->n_computed = 0;
     q->n_scheduled = 0;
     q->state = SEQ_WAITING;
-    list_push_back(&s->waiting, q);
+    seq_push_back(&s->waiting, q);
     return DERAS_OK;
 }
 
@@ -108,13 +111,13 @@ int sched_add_forked(sched_t *s, sched_seq *q)
     if (s->running.n < s->o.max_seqs) {
         q->state = SEQ_RUNNING;
         q->admitted = s->admit_counter++;
-        list_push_back(&s->running, q);
+        seq_push_back(&s->running, q);
         return DERAS_OK;
     }
     kv_free(s->kv, q->slot);
     q->n_computed = 0;
     q->state = SEQ_WAITING;
-    list_push_back(&s->waiting, q);
+    seq_push_back(&s->waiting, q);
     return DERAS_OK;
 }
 
@@ -123,9 +126,9 @@ void sched_remove(sched_t *s, sched_seq *q)
     if (!s || !q)
         return;
     if (q->state == SEQ_RUNNING)
-        list_unlink(&s->running, q);
+        seq_unlink(&s->running, q);
     else if (q->state == SEQ_WAITING)
-        list_unlink(&s->waiting, q);
+        seq_unlink(&s->waiting, q);
     for (int i = 0; i < s->n_sched; i++)
         if (s->sched[i] == q)
             s->sched[i] = NULL; /* removed mid-step: step_done skips it */
@@ -152,18 +155,18 @@ static void spec_trim(sched_seq *q, int keep)
 static void preempt(sched_t *s, sched_seq *q)
 {
     sched_spec_drop(q);
-    list_unlink(&s->running, q);
+    seq_unlink(&s->running, q);
     kv_free(s->kv, q->slot);
     q->n_computed = 0;
     q->n_scheduled = 0;
     q->state = SEQ_WAITING;
     q->n_preempted++;
-    list_push_front(&s->waiting, q);
+    seq_push_front(&s->waiting, q);
     s->preemptions++;
 }
 
 /* Append q's n_scheduled tokens to the plan. */
-static void plan_add(sched_t *s, step_plan *p, sched_seq *q)
+static void plan_add(sched_t *s, step_plan_t *p, sched_seq *q)
 {
     int32_t *tok = plan_tokens(p) + p->n_tokens;
     memcpy(tok, q->tokens + q->n_computed, (size_t)q->n_scheduled * sizeof(int32_t));
@@ -180,7 +183,7 @@ static void plan_add(sched_t *s, step_plan *p, sched_seq *q)
     s->sched[s->n_sched++] = q;
 }
 
-int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
+int sched_schedule(sched_t *s, step_plan_t *p, int *n_preempted)
 {
     step_plan_reset(p, p->step_id + 1);
     s->n_sched = 0;
@@ -190,11 +193,11 @@ int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
 
     /* decodes still to schedule: the budget reserves a token for each */
     int decodes_left = 0;
-    for (sched_seq *q = s->running.head; q; q = q->next)
+    for (sched_seq *q = seq_first(&s->running); q; q = seq_next(&s->running, q))
         decodes_left += q->n_tokens - q->n_spec - q->n_computed == 1;
 
-    for (sched_seq *q = s->running.head; q && budget > 0;) {
-        sched_seq *next = q->next;
+    for (sched_seq *q = seq_first(&s->running); q && budget > 0;) {
+        sched_seq *next = seq_next(&s->running, q);
         int remaining = q->n_tokens - q->n_spec - q->n_computed;
         bool is_decode = remaining == 1;
         if (is_decode)
@@ -217,7 +220,7 @@ int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
         /* make room, preempting from the newest end */
         bool self_preempted = false;
         while (!kv_can_grow(s->kv, q->slot, q->n_computed + n_new)) {
-            sched_seq *victim = s->running.tail;
+            sched_seq *victim = seq_last(&s->running);
             if (victim->n_tokens - victim->n_spec - victim->n_computed == 1 && victim != q)
                 decodes_left--;
             if (victim == next)
@@ -239,9 +242,9 @@ int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
         q = next;
     }
 
-    while (!preempted && !static_busy && budget > 0 && s->waiting.head &&
+    while (!preempted && !static_busy && budget > 0 && s->waiting.n > 0 &&
            s->running.n < s->o.max_seqs) {
-        sched_seq *q = s->waiting.head;
+        sched_seq *q = seq_first(&s->waiting);
         int rc;
         if (q->n_computed == 0 &&
             (rc = kv_claim_prefix(s->kv, q->slot, q->tokens, q->n_tokens, &q->n_computed)))
@@ -255,10 +258,10 @@ int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
         }
         if ((rc = kv_grow(s->kv, q->slot, q->n_computed + n_new)))
             return deras_fail_ctx(DERAS_EINTERNAL, "scheduler: grow after can_grow: ");
-        list_unlink(&s->waiting, q);
+        seq_unlink(&s->waiting, q);
         q->state = SEQ_RUNNING;
         q->admitted = s->admit_counter++;
-        list_push_back(&s->running, q);
+        seq_push_back(&s->running, q);
         q->n_scheduled = n_new;
         plan_add(s, p, q);
         budget -= n_new;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* backend.h - the compute backend: device memory and the ops one forward pass needs.
  *
  * The model is written once against this interface; a backend (CPU reference, CUDA)
@@ -33,6 +34,10 @@ int backend_new(const char *device, int n_threads, backend_t **out);
 void backend_destroy(backend_t **b);
 
 const char *backend_name(const backend_t *b);  /* "cpu", "cuda:0" */
+
+/* One line on the CUDA backend for --version: "plugin loaded, 2 devices", or why there is
+ * none here (the plugin or a CUDA library missing, no device). Loads the plugin. */
+void backend_describe_cuda(char *buf, size_t cap);
 size_t backend_elem_size(const backend_t *b);  /* bytes per activation/weight element */
 
 /* Memory. backend_alloc returns zero-filled memory aligned to 64 bytes. */

@@ -1,7 +1,8 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dispatch.c - admission queue and dispatch to workers (see dispatch.h).
  *
- * The queue is an intrusive doubly linked list through the request records (q_prev,
- * q_next), so admission, removal and re-queueing at the front are O(1) and allocate
+ * The queue is an intrusive list (common/base/list.h) through the request records'
+ * `queue` nodes, so admission, removal and re-queueing at the front are O(1) and allocate
  * nothing. The counters (samples, prompt tokens) follow the queue exactly: everything
  * that enters or leaves it goes through q_push / q_unlink.
  */
@@ -15,13 +16,13 @@
 
 struct dispatch {
     workers_t *w;
-    rq_table *t;
+    rq_table_t *t;
     dispatch_opts o;
     dispatch_submit_fn submit;
     dispatch_fail_fn fail;
     void *ctx;
 
-    rq *head, *tail;
+    list_node queue;        /* head first: the next to dispatch */
     int queued_requests;    /* samples */
     int queued_count;       /* requests */
     int64_t queued_tokens;
@@ -30,18 +31,17 @@ struct dispatch {
     bool draining;
 };
 
-dispatch_t *dispatch_new(workers_t *w, rq_table *t, const dispatch_opts *o,
-                         dispatch_submit_fn submit, dispatch_fail_fn fail, void *ctx)
+int dispatch_new(workers_t *w, rq_table_t *t, const dispatch_opts *o, dispatch_submit_fn submit,
+                 dispatch_fail_fn fail, void *ctx, dispatch_t **out)
 {
-    if (!w || !t || !o || !submit || !fail) {
-        deras_fail(DERAS_EINVAL, "dispatch_new: NULL argument");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "dispatch_new: NULL out");
+    *out = NULL;
+    if (!w || !t || !o || !submit || !fail)
+        return deras_fail(DERAS_EINVAL, "dispatch_new: NULL argument");
     dispatch_t *d = calloc(1, sizeof *d);
-    if (!d) {
-        deras_fail(DERAS_ENOMEM, "dispatch_new: out of memory");
-        return NULL;
-    }
+    if (!d)
+        return deras_fail(DERAS_ENOMEM, "dispatch_new: out of memory");
     d->w = w;
     d->t = t;
     d->o = *o;
@@ -49,7 +49,9 @@ dispatch_t *dispatch_new(workers_t *w, rq_table *t, const dispatch_opts *o,
     d->fail = fail;
     d->ctx = ctx;
     d->next_rid = 1;
-    return d;
+    list_init(&d->queue);
+    *out = d;
+    return DERAS_OK;
 }
 
 void dispatch_destroy(dispatch_t **d)
@@ -60,48 +62,35 @@ void dispatch_destroy(dispatch_t **d)
     *d = NULL;
 }
 
-static void q_push(dispatch_t *d, rq *r, bool front)
+static rq_t *q_first(const dispatch_t *d)
 {
-    r->in_queue = true;
+    return list_entry(list_first(&d->queue), rq_t, queue);
+}
+
+static rq_t *q_next(const dispatch_t *d, const rq_t *r)
+{
+    return list_entry(list_next(&d->queue, &r->queue), rq_t, queue);
+}
+
+static void q_push(dispatch_t *d, rq_t *r, bool front)
+{
     r->state = RQ_QUEUED;
     r->worker = -1;
-    if (front) {
-        r->q_prev = NULL;
-        r->q_next = d->head;
-        if (d->head)
-            d->head->q_prev = r;
-        else
-            d->tail = r;
-        d->head = r;
-    } else {
-        r->q_next = NULL;
-        r->q_prev = d->tail;
-        if (d->tail)
-            d->tail->q_next = r;
-        else
-            d->head = r;
-        d->tail = r;
-    }
-    d->queued_requests += r->n;
+    if (front)
+        list_push_front(&d->queue, &r->queue);
+    else
+        list_push_back(&d->queue, &r->queue);
+    d->queued_requests += r->params.n;
     d->queued_count++;
     d->queued_tokens += r->n_prompt;
 }
 
-static void q_unlink(dispatch_t *d, rq *r)
+static void q_unlink(dispatch_t *d, rq_t *r)
 {
-    if (!r->in_queue)
+    if (!list_linked(&r->queue))
         return;
-    if (r->q_prev)
-        r->q_prev->q_next = r->q_next;
-    else
-        d->head = r->q_next;
-    if (r->q_next)
-        r->q_next->q_prev = r->q_prev;
-    else
-        d->tail = r->q_prev;
-    r->q_prev = r->q_next = NULL;
-    r->in_queue = false;
-    d->queued_requests -= r->n;
+    list_remove(&r->queue);
+    d->queued_requests -= r->params.n;
     d->queued_count--;
     d->queued_tokens -= r->n_prompt;
 }
@@ -119,19 +108,19 @@ int dispatch_check(const dispatch_t *d, int n, int n_prompt)
     return DERAS_OK;
 }
 
-void dispatch_admit(dispatch_t *d, rq *r, int64_t now_us)
+void dispatch_admit(dispatch_t *d, rq_t *r, int64_t now_us)
 {
     r->no_worker_until_us = now_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     q_push(d, r, false);
 }
 
-void dispatch_requeue(dispatch_t *d, rq *r, int64_t now_us)
+void dispatch_requeue(dispatch_t *d, rq_t *r, int64_t now_us)
 {
     r->no_worker_until_us = now_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     q_push(d, r, true);
 }
 
-void dispatch_remove(dispatch_t *d, rq *r)
+void dispatch_remove(dispatch_t *d, rq_t *r)
 {
     q_unlink(d, r);
 }
@@ -140,9 +129,9 @@ void dispatch_remove(dispatch_t *d, rq *r)
 static void expire_no_workers(dispatch_t *d, int64_t now_us)
 {
     int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
-    rq *next;
-    for (rq *r = d->head; r; r = next) {
-        next = r->q_next;
+    rq_t *next;
+    for (rq_t *r = q_first(d); r; r = next) {
+        next = q_next(d, r);
         int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
         if (now_us < until)
             continue;
@@ -154,8 +143,8 @@ static void expire_no_workers(dispatch_t *d, int64_t now_us)
 int dispatch_run(dispatch_t *d, int64_t now_us)
 {
     if (d->draining) {
-        while (d->head) {
-            rq *r = d->head;
+        rq_t *r;
+        while ((r = q_first(d))) {
             q_unlink(d, r);
             d->fail(d->ctx, r, PE_SHUTTING_DOWN, "the router is shutting down");
         }
@@ -171,20 +160,20 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
 
     int sent = 0;
     int max_len = workers_max_len(d->w);
-    while (d->head) {
-        rq *r = d->head;
-        int need = r->n_prompt + r->max_tokens;
+    rq_t *r;
+    while ((r = q_first(d))) {
+        int need = r->n_prompt + r->params.max_tokens;
         if (need > max_len) {
             char msg[200];
             snprintf(msg, sizeof msg,
                      "prompt (%d tokens) + max_tokens (%d) = %d exceeds the longest context a "
                      "worker serves (%d tokens)",
-                     r->n_prompt, r->max_tokens, need, max_len);
+                     r->n_prompt, r->params.max_tokens, need, max_len);
             q_unlink(d, r);
             d->fail(d->ctx, r, PE_CONTEXT_LENGTH_EXCEEDED, msg);
             continue;
         }
-        worker *k = workers_pick(d->w, r->n, r->n_prompt, need);
+        worker_t *k = workers_pick(d->w, r->params.n, r->n_prompt, need);
         if (!k)
             break;
         q_unlink(d, r);
@@ -193,13 +182,13 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
         r->worker = k->slot;
         r->attempts++;
         r->t_dispatch_us = now_us;
-        workers_sent(k, r->n, r->n_prompt, now_us);
+        workers_sent(k, r->params.n, r->n_prompt, now_us);
         int rc = d->submit(d->ctx, k, r);
         if (rc) {
             /* unreachable worker: skip it until heard from; the request goes back */
             log_warn("worker %s unreachable (%s); request goes back to the queue", k->name,
                      deras_errmsg());
-            workers_ended(k, r->n);
+            workers_ended(k, r->params.n);
             k->disconnected = true;
             r->attempts--;
             q_push(d, r, true);
@@ -214,11 +203,11 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
 
 int64_t dispatch_next_timer(const dispatch_t *d)
 {
-    if (!d->head || d->draining || workers_ready(d->w) > 0)
+    if (list_empty(&d->queue) || d->draining || workers_ready(d->w) > 0)
         return INT64_MAX;
     int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     int64_t t = INT64_MAX;
-    for (const rq *r = d->head; r; r = r->q_next) {
+    for (const rq_t *r = q_first(d); r; r = q_next(d, r)) {
         int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
         if (until < t)
             t = until;
@@ -244,9 +233,4 @@ int dispatch_queued_count(const dispatch_t *d)
 int64_t dispatch_queued_tokens(const dispatch_t *d)
 {
     return d->queued_tokens;
-}
-
-rq *dispatch_head(const dispatch_t *d)
-{
-    return d->head;
 }

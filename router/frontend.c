@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frontend.c - the client socket: frames in, validation, admission, replies out.
  *
  * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,
@@ -36,9 +37,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zmq.h>
+
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define CLIENT_MON_ADDR "inproc://deras-client-monitor"
@@ -48,34 +50,22 @@
 #define CLIENT_ZMTP_IVL_MS 5000
 #define CLIENT_ZMTP_TIMEOUT_MS 30000
 
-static int set_int(void *s, int opt, int v, const char *name)
-{
-    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
-        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
-    return DERAS_OK;
-}
-
 int frontend_open(router_t *rt)
 {
-    int rc;
-    if ((rc = ZMQ_CHECK_PTR(rt->clients, zmq_socket(rt->zctx, ZMQ_ROUTER))))
-        return rc;
     int64_t maxmsg = (int64_t)rt->lim.max_message_bytes;
-    maxmsg = maxmsg > CLIENT_FRAME_HARD_CAP / 2 ? 2 * maxmsg : CLIENT_FRAME_HARD_CAP;
-    if ((rc = set_int(rt->clients, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
-        (rc = ZMQ_CHECK(zmq_setsockopt(rt->clients, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
-        (rc = set_int(rt->clients, ZMQ_SNDHWM, CLIENT_SNDHWM, "ZMQ_SNDHWM")) ||
-        (rc = set_int(rt->clients, ZMQ_RCVHWM, CLIENT_RCVHWM, "ZMQ_RCVHWM")) ||
-        (rc = set_int(rt->clients, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = set_int(rt->clients, ZMQ_HEARTBEAT_IVL, CLIENT_ZMTP_IVL_MS, "ZMQ_HEARTBEAT_IVL")) ||
-        (rc = set_int(rt->clients, ZMQ_HEARTBEAT_TIMEOUT, CLIENT_ZMTP_TIMEOUT_MS,
-                      "ZMQ_HEARTBEAT_TIMEOUT")))
-        return rc;
-    if (!strncmp(rt->o.listen, "tcp://", 6) &&
-        ((rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE")) ||
-         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_IDLE, 60, "ZMQ_TCP_KEEPALIVE_IDLE")) ||
-         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_INTVL, 10, "ZMQ_TCP_KEEPALIVE_INTVL")) ||
-         (rc = set_int(rt->clients, ZMQ_TCP_KEEPALIVE_CNT, 6, "ZMQ_TCP_KEEPALIVE_CNT"))))
+    router_sock_opts o = {
+        .endpoint = rt->o.listen,
+        .max_msg_bytes = maxmsg > CLIENT_FRAME_HARD_CAP / 2 ? 2 * maxmsg : CLIENT_FRAME_HARD_CAP,
+        .sndhwm = CLIENT_SNDHWM,
+        .rcvhwm = CLIENT_RCVHWM,
+        .heartbeat_ivl_ms = CLIENT_ZMTP_IVL_MS,
+        .heartbeat_timeout_ms = CLIENT_ZMTP_TIMEOUT_MS,
+        .keepalive_idle_s = 60,
+        .keepalive_intvl_s = 10,
+        .keepalive_cnt = 6,
+    };
+    int rc = router_socket_open(rt, &o, &rt->clients);
+    if (rc)
         return rc;
     if (rt->curve) {
         if ((rc = curve_zap_open(rt->zctx, &rt->zap)) || (rc = curve_apply(rt->curve, rt->clients)))
@@ -83,10 +73,7 @@ int frontend_open(router_t *rt)
     }
     int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if ((rc = ZMQ_CHECK(zmq_socket_monitor(rt->clients, CLIENT_MON_ADDR, events))) ||
-        (rc = ZMQ_CHECK_PTR(rt->client_mon, zmq_socket(rt->zctx, ZMQ_PAIR))) ||
-        (rc = set_int(rt->client_mon, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = ZMQ_CHECK(zmq_connect(rt->client_mon, CLIENT_MON_ADDR))))
+    if ((rc = router_monitor_open(rt, rt->clients, CLIENT_MON_ADDR, events, &rt->client_mon)))
         return rc;
     if (zmq_bind(rt->clients, rt->o.listen) == -1)
         return deras_fail(DERAS_EIO, "cannot listen on %s: %s", rt->o.listen,
@@ -167,10 +154,18 @@ static uint64_t random_seed(void)
 static enum proto_error_code check_request(router_t *rt, const proto_request *q,
                                            const int32_t **ids, int *n_ids, char *msg, size_t cap)
 {
-    for (int i = 0; i < q->n_stop_ids; i++)
-        if (q->stop_ids[i] < 0 || q->stop_ids[i] >= rt->vocab_size) {
+    const req_params *p = &q->params;
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= rt->vocab_size) {
             snprintf(msg, cap, "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
-                     (int)q->stop_ids[i], rt->vocab_size);
+                     (int)p->stop_ids[i], rt->vocab_size);
+            return PE_TOKEN_OUT_OF_RANGE;
+        }
+    const logit_bias *b = &p->sp.logit_bias;
+    for (int i = 0; i < b->n; i++)
+        if (b->ids[i] >= rt->vocab_size) { /* the decoder refused negative ids */
+            snprintf(msg, cap, "logit_bias token %d is outside the vocabulary [0, %d)",
+                     (int)b->ids[i], rt->vocab_size);
             return PE_TOKEN_OUT_OF_RANGE;
         }
     for (int i = 0; i < q->n_stops; i++)
@@ -206,12 +201,12 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
         snprintf(msg, cap, "the prompt is empty (0 tokens)");
         return PE_INVALID_FIELD;
     }
-    int64_t need = (int64_t)*n_ids + q->max_tokens;
+    int64_t need = (int64_t)*n_ids + p->max_tokens;
     if (need > rt->ctx_len) {
         snprintf(msg, cap,
                  "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model's context of %d "
                  "tokens",
-                 *n_ids, q->max_tokens, (long long)need, rt->ctx_len);
+                 *n_ids, p->max_tokens, (long long)need, rt->ctx_len);
         return PE_CONTEXT_LENGTH_EXCEEDED;
     }
     return PE_NONE;
@@ -242,7 +237,8 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */
-    if (q->n <= rt->o.max_queued_requests && dispatch_check(rt->disp, q->n, 0)) {
+    const int n = q->params.n;
+    if (n <= rt->o.max_queued_requests && dispatch_check(rt->disp, n, 0)) {
         refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
@@ -253,8 +249,8 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         refuse(rt, ident, ident_len, delim, q->id, code, msg);
         return;
     }
-    if (q->n > rt->o.max_queued_requests) {
-        snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", q->n,
+    if (n > rt->o.max_queued_requests) {
+        snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", n,
                  rt->o.max_queued_requests);
         refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
@@ -265,13 +261,13 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
     }
-    if (dispatch_check(rt->disp, q->n, n_ids)) {
+    if (dispatch_check(rt->disp, n, n_ids)) {
         refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
 
-    rq *r = rq_new(rt->rqs);
-    if (!r || rq_reserve_prompt(r, n_ids))
+    rq_t *r;
+    if (rq_acquire(rt->rqs, &r) || rq_reserve_prompt(r, n_ids))
         goto nomem;
     int64_t now = router_now_us();
     memcpy(r->ident, ident, (size_t)ident_len);
@@ -281,23 +277,10 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     snprintf(r->id, sizeof r->id, "%s", q->id);
     memcpy(r->prompt, ids, (size_t)n_ids * sizeof *ids);
     r->n_prompt = n_ids;
-    r->max_tokens = q->max_tokens;
-    r->n = q->n;
-    r->top_k = q->top_k;
-    r->logprobs = q->logprobs;
-    r->temperature = q->temperature;
-    r->top_p = q->top_p;
-    r->min_p = q->min_p;
-    r->repetition_penalty = q->repetition_penalty;
-    r->presence_penalty = q->presence_penalty;
-    r->frequency_penalty = q->frequency_penalty;
-    r->has_seed = q->has_seed;
-    r->seed = q->has_seed ? q->seed : random_seed();
+    r->params = q->params;
+    if (!q->has_seed)
+        r->params.seed = random_seed();
     r->stream = q->stream;
-    r->ignore_eos = q->ignore_eos;
-    r->spec_tokens = q->num_speculative_tokens;
-    r->n_stop_ids = q->n_stop_ids;
-    memcpy(r->stop_ids, q->stop_ids, (size_t)q->n_stop_ids * sizeof q->stop_ids[0]);
     r->n_stops = q->n_stops;
     for (int i = 0; i < q->n_stops; i++) {
         memcpy(r->stops[i], q->stops[i], q->stop_lens[i]);
@@ -320,8 +303,8 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     else if (rt->o.log_prompts)
         log_info("request '%s': %d prompt token ids", r->id, n_ids);
     else
-        log_debug("request '%s': %d prompt tokens, n %d, max_tokens %d%s", r->id, n_ids, r->n,
-                  r->max_tokens, r->stream ? ", stream" : "");
+        log_debug("request '%s': %d prompt tokens, n %d, max_tokens %d%s", r->id, n_ids,
+                  r->params.n, r->params.max_tokens, r->stream ? ", stream" : "");
     dispatch_run(rt->disp, now);
     return;
 nomem:
@@ -335,7 +318,7 @@ static void handle_cancel(router_t *rt, const uint8_t *ident, int ident_len, boo
                           const char *id)
 {
     rt->st.cancels++;
-    rq *r = rq_find_key(rt->rqs, ident, ident_len, id);
+    rq_t *r = rq_find_key(rt->rqs, ident, ident_len, id);
     if (!r) {
         char msg[160];
         snprintf(msg, sizeof msg, "no live request '%s' on this connection", id);
@@ -430,32 +413,14 @@ void frontend_recv(router_t *rt, int budget)
         /* a client's disconnect must be seen before frames that could reuse its fd */
         frontend_monitor(rt);
         zmq_msg_t f[3];
-        zmq_msg_init(&f[0]);
-        if (zmq_msg_recv(&f[0], rt->clients, ZMQ_DONTWAIT) == -1) {
+        int extra, n = router_recv_frames(rt->clients, f, 3, &extra);
+        if (n == 0) {
             int err = zmq_errno();
-            zmq_msg_close(&f[0]);
             if (err != EAGAIN && err != EINTR)
                 log_warn("client socket: zmq_msg_recv: %s", zmq_strerror(err));
             return;
         }
         rt->st.frames++;
-        int n = 1, extra = 0;
-        bool more = zmq_msg_more(&f[0]);
-        while (more) {
-            zmq_msg_t tmp, *m = n < 3 ? &f[n] : &tmp;
-            zmq_msg_init(m);
-            if (zmq_msg_recv(m, rt->clients, ZMQ_DONTWAIT) == -1) {
-                zmq_msg_close(m);
-                break; /* multipart messages arrive whole; cannot happen */
-            }
-            more = zmq_msg_more(m);
-            if (n < 3) {
-                n++;
-            } else {
-                extra++;
-                zmq_msg_close(m);
-            }
-        }
         if (n >= 2)
             handle_frames(rt, f, n, extra);
         for (int k = 0; k < n; k++)
@@ -465,26 +430,9 @@ void frontend_recv(router_t *rt, int budget)
 
 void frontend_monitor(router_t *rt)
 {
-    for (;;) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, rt->client_mon, ZMQ_DONTWAIT) == -1) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        bool more = zmq_msg_more(&ev);
-        zmq_msg_close(&ev);
-        if (more) {
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, rt->client_mon, ZMQ_DONTWAIT);
-            zmq_msg_close(&addr);
-        }
+    uint16_t event;
+    uint32_t value;
+    while (router_monitor_next(rt->client_mon, &event, &value)) {
         switch (event) {
         case ZMQ_EVENT_ACCEPTED:
             mark_fd(rt, (int)value, false);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wlink.c - the worker socket: HELLO/WELCOME, heartbeats, SUBMIT/ABORT, STEP, REJECT.
  *
  * A ZeroMQ ROUTER that workers connect DEALERs to, routing id = worker name. ZeroMQ lets
@@ -25,48 +26,34 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <zmq.h>
+
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "common/wire/zmq_check.h"
 #include "router/router.h"
 
 #define WORKER_MON_ADDR "inproc://deras-worker-monitor"
 #define WORKER_MAX_FRAME (16u << 20)
 #define WORKER_HWM 100000
 
-static int set_int(void *s, int opt, int v, const char *name)
-{
-    if (zmq_setsockopt(s, opt, &v, sizeof v) == -1)
-        return deras_fail(DERAS_EIO, "zmq_setsockopt(%s=%d): %s", name, v, zmq_strerror(zmq_errno()));
-    return DERAS_OK;
-}
-
 int wlink_open(router_t *rt)
 {
+    router_sock_opts o = {
+        .endpoint = rt->o.workers,
+        .max_msg_bytes = WORKER_MAX_FRAME,
+        .sndhwm = WORKER_HWM,
+        .rcvhwm = WORKER_HWM,
+        .heartbeat_ivl_ms = rt->o.heartbeat_ms,
+        .heartbeat_timeout_ms = rt->o.worker_timeout_ms,
+        .keepalive_idle_s = 30,
+        .keepalive_intvl_s = 5,
+    };
     int rc;
-    if ((rc = ZMQ_CHECK_PTR(rt->workers_sock, zmq_socket(rt->zctx, ZMQ_ROUTER))))
+    if ((rc = router_socket_open(rt, &o, &rt->workers_sock)) ||
+        (rc = router_monitor_open(rt, rt->workers_sock, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED,
+                                  &rt->worker_mon)))
         return rc;
-    int64_t maxmsg = WORKER_MAX_FRAME;
-    void *s = rt->workers_sock;
-    if ((rc = set_int(s, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY")) ||
-        (rc = ZMQ_CHECK(zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg))) ||
-        (rc = set_int(s, ZMQ_SNDHWM, WORKER_HWM, "ZMQ_SNDHWM")) ||
-        (rc = set_int(s, ZMQ_RCVHWM, WORKER_HWM, "ZMQ_RCVHWM")) ||
-        (rc = set_int(s, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = set_int(s, ZMQ_HEARTBEAT_IVL, rt->o.heartbeat_ms, "ZMQ_HEARTBEAT_IVL")) ||
-        (rc = set_int(s, ZMQ_HEARTBEAT_TIMEOUT, rt->o.worker_timeout_ms, "ZMQ_HEARTBEAT_TIMEOUT")))
-        return rc;
-    if (!strncmp(rt->o.workers, "tcp://", 6) &&
-        ((rc = set_int(s, ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE")) ||
-         (rc = set_int(s, ZMQ_TCP_KEEPALIVE_IDLE, 30, "ZMQ_TCP_KEEPALIVE_IDLE")) ||
-         (rc = set_int(s, ZMQ_TCP_KEEPALIVE_INTVL, 5, "ZMQ_TCP_KEEPALIVE_INTVL"))))
-        return rc;
-    if ((rc = ZMQ_CHECK(zmq_socket_monitor(s, WORKER_MON_ADDR, ZMQ_EVENT_DISCONNECTED))) ||
-        (rc = ZMQ_CHECK_PTR(rt->worker_mon, zmq_socket(rt->zctx, ZMQ_PAIR))) ||
-        (rc = set_int(rt->worker_mon, ZMQ_LINGER, 0, "ZMQ_LINGER")) ||
-        (rc = ZMQ_CHECK(zmq_connect(rt->worker_mon, WORKER_MON_ADDR))))
-        return rc;
-    if (zmq_bind(s, rt->o.workers) == -1)
+    if (zmq_bind(rt->workers_sock, rt->o.workers) == -1)
         return deras_fail(DERAS_EIO, "cannot bind the worker socket %s: %s", rt->o.workers,
                           zmq_strerror(zmq_errno()));
     return DERAS_OK;
@@ -105,29 +92,11 @@ static void refuse(router_t *rt, const void *name, int name_len, const char *why
         send_to(rt, name, name_len, buf, len);
 }
 
-int wlink_submit(void *ctx, worker *k, rq *r)
+int wlink_submit(void *ctx, worker_t *k, rq_t *r)
 {
     router_t *rt = ctx;
-    wp_submit s = {
-        .rid = r->rid,
-        .prompt_ids = r->prompt,
-        .n_prompt = r->n_prompt,
-        .max_tokens = r->max_tokens,
-        .n = r->n,
-        .top_k = r->top_k,
-        .logprobs = r->logprobs,
-        .temperature = r->temperature,
-        .top_p = r->top_p,
-        .min_p = r->min_p,
-        .repetition_penalty = r->repetition_penalty,
-        .presence_penalty = r->presence_penalty,
-        .frequency_penalty = r->frequency_penalty,
-        .seed = r->seed,
-        .n_stop_ids = r->n_stop_ids,
-        .ignore_eos = r->ignore_eos,
-        .spec_tokens = r->spec_tokens,
-    };
-    memcpy(s.stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof s.stop_ids[0]);
+    wp_submit s = {.rid = r->rid, .prompt_ids = r->prompt, .n_prompt = r->n_prompt,
+                   .params = r->params};
     const void *buf;
     size_t len;
     int rc = wp_encode_submit(rt->wenc, &s, &buf, &len);
@@ -138,7 +107,7 @@ int wlink_submit(void *ctx, worker *k, rq *r)
     return send_to(rt, k->name, k->name_len, buf, len);
 }
 
-void wlink_abort(router_t *rt, worker *k, uint64_t rid)
+void wlink_abort(router_t *rt, worker_t *k, uint64_t rid)
 {
     const void *buf;
     size_t len;
@@ -152,7 +121,7 @@ void wlink_drain_all(router_t *rt)
     const void *buf;
     size_t len;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = workers_at(rt->workers, i);
+        worker_t *k = workers_at(rt->workers, i);
         if (!workers_live(k))
             continue;
         if (wp_encode_drain(rt->wenc, &buf, &len) == DERAS_OK)
@@ -163,7 +132,7 @@ void wlink_drain_all(router_t *rt)
 
 void wlink_check_timeouts(router_t *rt, int64_t now_us)
 {
-    worker *k;
+    worker_t *k;
     char why[96];
     while ((k = workers_expired(rt->workers, now_us))) {
         snprintf(why, sizeof why, "no message for %lld ms",
@@ -183,7 +152,7 @@ void wlink_check_timeouts(router_t *rt, int64_t now_us)
     }
 }
 
-static void welcome(router_t *rt, worker *k)
+static void welcome(router_t *rt, worker_t *k)
 {
     const void *buf;
     size_t len;
@@ -197,7 +166,7 @@ static void handle_hello(router_t *rt, const uint8_t *name, int name_len, int fd
                          const wp_hello *h)
 {
     char why[256];
-    worker *k;
+    worker_t *k;
     int64_t now = router_now_us();
     enum hello_verdict v = workers_hello(rt->workers, name, name_len, h, fd, now, &k, why, sizeof why);
     if (v == HELLO_RESTART) {
@@ -222,14 +191,14 @@ static void handle_hello(router_t *rt, const uint8_t *name, int name_len, int fd
     }
 }
 
-static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
+static void handle_reject(router_t *rt, worker_t *k, const wp_msg *m)
 {
-    rq *r = rq_find_rid(rt->rqs, m->rid);
+    rq_t *r = rq_find_rid(rt->rqs, m->rid);
     if (!r || r->state != RQ_RUNNING || r->worker != k->slot)
         return;
     if (m->code == PE_BUSY) {
         log_debug("worker %s busy: request '%s' goes back to the queue", k->name, r->id);
-        workers_ended(k, r->n);
+        workers_ended(k, r->params.n);
         workers_busy(k);
         r->attempts--;
         dispatch_requeue(rt->disp, r, router_now_us());
@@ -242,9 +211,9 @@ static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
 
 /* The worker is exiting (its last frame): requests it still held were dropped there.
  * O(live requests), once per worker exit. */
-static void handle_bye(router_t *rt, worker *k, const char *reason)
+static void handle_bye(router_t *rt, worker_t *k, const char *reason)
 {
-    for (rq *r = rq_first(rt->rqs); r; r = r->live_next)
+    for (rq_t *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
         if (r->state == RQ_RUNNING && r->worker == k->slot) {
             char why[300];
             snprintf(why, sizeof why, "it exited: %s", reason);
@@ -256,7 +225,7 @@ static void handle_bye(router_t *rt, worker *k, const char *reason)
 }
 
 /* A load report, with the worker's changes of state logged. */
-static void load(worker *k, const wp_load *l, bool heartbeat, int64_t now_us)
+static void load(worker_t *k, const wp_load *l, bool heartbeat, int64_t now_us)
 {
     enum worker_state was = k->state;
     workers_load(k, l, heartbeat, now_us);
@@ -272,7 +241,7 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
     proto_error err;
     /* "<name>/hb": a worker's pulse thread, heard only while one of its steps runs long */
     if (name_len > 3 && !memcmp(name + name_len - 3, "/hb", 3)) {
-        worker *owner = workers_lookup(rt->workers, name, name_len - 3);
+        worker_t *owner = workers_lookup(rt->workers, name, name_len - 3);
         if (owner && (workers_live(owner) || owner->state == W_STUCK) &&
             wp_decode(rt->wdec, data, size, &m, &err) == DERAS_OK && m.type == WP_HEARTBEAT)
             workers_pulse(owner, router_now_us());
@@ -280,7 +249,7 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
             rt->st.worker_bad_frames++;
         return;
     }
-    worker *k = workers_find(rt->workers, name, name_len);
+    worker_t *k = workers_find(rt->workers, name, name_len);
     if (wp_decode(rt->wdec, data, size, &m, &err)) {
         /* a broken worker must not flood the log: the first few, then one in a thousand */
         if (++rt->st.worker_bad_frames <= 10 || rt->st.worker_bad_frames % 1000 == 0)
@@ -323,68 +292,31 @@ void wlink_recv(router_t *rt, int budget)
 {
     for (int i = 0; i < budget; i++) {
         wlink_monitor(rt);
-        zmq_msg_t id, body;
-        zmq_msg_init(&id);
-        if (zmq_msg_recv(&id, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
+        zmq_msg_t f[2]; /* routing id, body */
+        int extra, n = router_recv_frames(rt->workers_sock, f, 2, &extra);
+        if (n == 0) {
             int err = zmq_errno();
-            zmq_msg_close(&id);
             if (err != EAGAIN && err != EINTR)
                 log_warn("worker socket: zmq_msg_recv: %s", zmq_strerror(err));
             return;
         }
         rt->st.worker_frames++;
-        int parts = 1;
-        bool more = zmq_msg_more(&id);
-        zmq_msg_init(&body);
-        while (more) {
-            zmq_msg_t tmp, *p = parts == 1 ? &body : &tmp;
-            if (p == &tmp)
-                zmq_msg_init(&tmp);
-            if (zmq_msg_recv(p, rt->workers_sock, ZMQ_DONTWAIT) == -1) {
-                if (p == &tmp)
-                    zmq_msg_close(&tmp);
-                break;
-            }
-            more = zmq_msg_more(p);
-            if (p == &tmp)
-                zmq_msg_close(&tmp);
-            parts++;
-        }
-        int name_len = (int)zmq_msg_size(&id);
-        if (parts == 2 && name_len > 0 && name_len <= WPROTO_MAX_NAME)
-            handle_frame(rt, zmq_msg_data(&id), name_len, zmq_msg_get(&body, ZMQ_SRCFD),
-                         zmq_msg_data(&body), zmq_msg_size(&body));
+        int name_len = (int)zmq_msg_size(&f[0]);
+        if (n == 2 && extra == 0 && name_len > 0 && name_len <= WPROTO_MAX_NAME)
+            handle_frame(rt, zmq_msg_data(&f[0]), name_len, zmq_msg_get(&f[1], ZMQ_SRCFD),
+                         zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
         else
             rt->st.worker_bad_frames++;
-        zmq_msg_close(&body);
-        zmq_msg_close(&id);
+        for (int k = 0; k < n; k++)
+            zmq_msg_close(&f[k]);
     }
 }
 
 void wlink_monitor(router_t *rt)
 {
-    for (;;) {
-        zmq_msg_t ev;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, rt->worker_mon, ZMQ_DONTWAIT) == -1) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        bool more = zmq_msg_more(&ev);
-        zmq_msg_close(&ev);
-        if (more) {
-            zmq_msg_t addr;
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, rt->worker_mon, ZMQ_DONTWAIT);
-            zmq_msg_close(&addr);
-        }
+    uint16_t event;
+    uint32_t value;
+    while (router_monitor_next(rt->worker_mon, &event, &value))
         if (event == ZMQ_EVENT_DISCONNECTED)
             workers_fd_closed(rt->workers, (int)value);
-    }
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deras.c - the `deras` command: one binary, one subcommand per job.
  *
  *   deras generate   load a model and stream a completion to stdout (this machine, no server)
@@ -13,6 +14,9 @@
 #include <string.h>
 
 #include "common/base/log.h"
+#include "common/base/status.h"
+#include "common/cli/version.h"
+#include "kernels/backend.h"
 #include "tools/commands.h"
 
 static void usage(FILE *f)
@@ -26,12 +30,17 @@ static void usage(FILE *f)
           "  complete   stream a completion from a running deras-router\n"
           "  bench      load deras-router with requests; report throughput and latency\n"
           "\n"
-          "Run `deras COMMAND --help` for a command's options.\n",
+          "Run `deras COMMAND --help` for a command's options, `deras --version` for what this\n"
+          "build is and what CUDA it finds here.\n",
           f);
 }
 
 int main(int argc, char **argv)
 {
+    if (log_init()) {
+        fprintf(stderr, "deras: %s\n", deras_errmsg());
+        return 2;
+    }
     log_set_name("deras");
     if (argc < 2) {
         usage(stderr);
@@ -39,6 +48,13 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        char cuda[600];
+        version_print("deras", stdout);
+        backend_describe_cuda(cuda, sizeof cuda);
+        printf("cuda here: %s\n", cuda);
         return 0;
     }
     if (!strcmp(argv[1], "generate"))

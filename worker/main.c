@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - deras-worker: one process per device, serving one model to deras-router.
  *
  * Parses the options into worker_opts, loads the model (worker_server_new), installs the
@@ -28,6 +29,8 @@
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "common/cli/version.h"
+#include "kernels/backend.h"
 #include "worker/follower.h"
 #include "worker/server.h"
 
@@ -100,8 +103,11 @@ static void usage(FILE *f)
             "  --drain-timeout S        at SIGTERM/SIGINT, finish in-flight requests for at most\n"
             "                           S seconds, then abort them (default 30); a second signal\n"
             "                           aborts at once\n"
+            "  --log-format F           text (default; journal priorities under journald) or\n"
+            "                           json lines (also DERAS_LOG_FORMAT)\n"
+            "  --version                what this build is, and what CUDA it finds here\n"
             "\n"
-            "Logging: DERAS_LOG=debug|info|warn|error. Exit status: 0 after a stop, 1 on a\n"
+            "Logging: DERAS_LOG=debug|info|warn|error|off. Exit status: 0 after a stop, 1 on a\n"
             "load, handshake or serving failure, 2 for bad options.\n",
             workers);
 }
@@ -111,7 +117,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
 {
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
-           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_HELP };
+           O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
@@ -133,6 +139,8 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"spec-proposer", required_argument, 0, O_SPEC},
         {"spec-k", required_argument, 0, O_SPECK},
         {"spec-max-batch", required_argument, 0, O_SPECBATCH},
+        {"log-format", required_argument, 0, O_LOGFMT},
+        {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -181,6 +189,22 @@ static int parse_args(int argc, char **argv, worker_opts *o)
                 return 2;
             o->drain_timeout_s = d;
             break;
+        case O_LOGFMT: {
+            enum log_format f;
+            if (log_parse_format(optarg, &f)) {
+                fprintf(stderr, "deras-worker: --log-format: %s\n", deras_errmsg());
+                return 2;
+            }
+            log_set_format(f);
+            break;
+        }
+        case O_VERSION: {
+            char cuda[600];
+            version_print("deras-worker", stdout);
+            backend_describe_cuda(cuda, sizeof cuda);
+            printf("cuda here: %s\n", cuda);
+            exit(0);
+        }
         case O_HELP: usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
@@ -203,10 +227,14 @@ static int parse_args(int argc, char **argv, worker_opts *o)
 int main(int argc, char **argv)
 {
     worker_opts o;
+    if (log_init()) {
+        fprintf(stderr, "deras-worker: %s\n", deras_errmsg());
+        return 2;
+    }
+    log_set_name("deras-worker");
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
-    log_set_name("deras-worker");
     signal(SIGPIPE, SIG_IGN);
 
     if (o.tp_rank > 0) {
@@ -216,7 +244,7 @@ int main(int argc, char **argv)
                     deras_status_name(rc));
         return rc ? 1 : 0;
     }
-    worker_server *s = NULL;
+    worker_server_t *s = NULL;
     if ((rc = make_stop_pipe()))
         goto done;
     o.stop_fd = stop_pipe[0];

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.c - read-only GGUF (v2, v3) files: metadata and tensor views over an mmap.
  *
  * Design: open does all the distrust. One forward pass over the header reads the
@@ -15,62 +16,26 @@
  * tables one entry per key, tensor and string-array element; all bounded by the header
  * size. Error messages name the file, then the key or tensor, then the reason; names
  * taken from the file are escaped and shortened so a hostile file cannot fill the log.
+ *
+ * This file reads and validates; the accessors are in gguf_get.c, the object's layout in
+ * gguf_impl.h, and the shell shared with safetensors.c (mapping, open/destroy, the tensor
+ * name index) in tensor_file.c.
  */
-#include "gguf.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mapped_file.h"
+#include "gguf_impl.h"
 #include "common/base/status.h"
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define ARENA_CHUNK (64 * 1024)
 
-struct gguf_str {
-    const char *s; /* NUL-terminated, in the arena */
-    size_t len;
-};
-
-struct gguf_kv {
-    struct gguf_str key;
-    int type;     /* enum gguf_type */
-    int arr_type; /* element type, for arrays */
-    uint64_t n;   /* element count, for arrays */
-    union {
-        int64_t i;  /* signed integers */
-        uint64_t u; /* unsigned integers and bool */
-        double f;   /* float32, float64 */
-    } num;
-    struct gguf_str str;    /* string value */
-    const uint8_t *arr;     /* numeric array: raw little-endian elements in the mapping */
-    struct gguf_str *strs;  /* string array: n elements */
-};
-
 struct arena_chunk {
     struct arena_chunk *next;
     size_t used, cap;
     char data[];
-};
-
-struct gguf {
-    char *name;
-    const uint8_t *base;
-    size_t size;
-    void *map; /* non-NULL when gguf_open mapped the file */
-    size_t map_size;
-    uint32_t version;
-    uint32_t alignment;
-    size_t data_offset;
-    int64_t n_kv;
-    struct gguf_kv *kv; /* sorted by key */
-    int64_t n_tensors;
-    tensor_view *tensors;   /* file order */
-    uint64_t *offsets;      /* per tensor, relative to the data section; used while opening */
-    const tensor_view **tensor_sorted; /* into tensors, sorted by name */
-    struct arena_chunk *arena;
 };
 
 /* ggml's type table: block elements and bytes for every type id a GGUF file may carry,
@@ -104,97 +69,6 @@ static const struct ggml_type_info *ggml_type_lookup(uint32_t id)
             return &ggml_types[i];
     return NULL;
 }
-
-/* Bytes of one scalar of a fixed-size value type; 0 for string, array and invalid. */
-static size_t value_size(uint32_t type)
-{
-    switch (type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
-static const char *type_name(int type)
-{
-    static const char *names[] = {"uint8",  "int8",   "uint16", "int16",  "uint32",
-                                  "int32",  "float32", "bool",  "string", "array",
-                                  "uint64", "int64",  "float64"};
-    return type >= 0 && type <= GGUF_TYPE_FLOAT64 ? names[type] : "invalid";
-}
-
-static bool is_int_type(int type)
-{
-    switch (type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16:
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64:
-        return true;
-    default:
-        return false;
-    }
-}
-
-static bool is_signed_type(int type)
-{
-    return type == GGUF_TYPE_INT8 || type == GGUF_TYPE_INT16 || type == GGUF_TYPE_INT32 ||
-           type == GGUF_TYPE_INT64;
-}
-
-/* Little-endian loads from unaligned memory. */
-static uint64_t load_le(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* Sign-extend an n-byte little-endian value. */
-static int64_t load_le_signed(const uint8_t *p, size_t n)
-{
-    uint64_t v = load_le(p, n);
-    if (n < 8 && (v >> (8 * n - 1)) & 1)
-        v |= ~(uint64_t)0 << (8 * n);
-    return (int64_t)v;
-}
-
-static double load_float(const uint8_t *p, int type)
-{
-    if (type == GGUF_TYPE_FLOAT32) {
-        uint32_t u = (uint32_t)load_le(p, 4);
-        float f;
-        memcpy(&f, &u, sizeof f);
-        return f;
-    }
-    uint64_t u = load_le(p, 8);
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
-
-/* A name from the file, escaped and shortened for an error message. */
-static const char *printable(const char *s, size_t len, char *buf, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (o + 8 > cap) { /* room for one more escape, "..." and the NUL is gone */
-            memcpy(buf + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch < 0x7f && ch != '\'' && ch != '\\')
-            buf[o++] = (char)ch;
-        else
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
-    }
-    buf[o] = '\0';
-    return buf;
-}
-
-#define NAME_BUF 96
 
 /* ---- arena ---- */
 
@@ -360,7 +234,8 @@ static int read_kv(struct gguf *g, struct cursor *r, int64_t i, struct gguf_kv *
     int rc = rd_str(g, r, &kv->key, ctx, "key");
     if (rc)
         return rc;
-    snprintf(ctx, sizeof ctx, "key '%s'", printable(kv->key.s, kv->key.len, nb, sizeof nb));
+    snprintf(ctx, sizeof ctx, "key '%s'",
+             printable_name(kv->key.s, kv->key.len, false, nb, sizeof nb));
     if (memchr(kv->key.s, '\0', kv->key.len))
         return deras_fail(DERAS_EFORMAT, "%s: %s: key contains a NUL byte", r->file, ctx);
     uint32_t t;
@@ -381,22 +256,6 @@ static int kv_cmp(const void *a, const void *b)
     return strcmp(((const struct gguf_kv *)a)->key.s, ((const struct gguf_kv *)b)->key.s);
 }
 
-static const struct gguf_kv *find_kv(const gguf_t *g, const char *key)
-{
-    int64_t lo = 0, hi = g->n_kv;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(key, g->kv[mid].key.s);
-        if (c == 0)
-            return &g->kv[mid];
-        if (c < 0)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return NULL;
-}
-
 /* ---- tensors ---- */
 
 static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_view *v,
@@ -405,11 +264,12 @@ static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_
     char ctx[NAME_BUF + 48], nb[NAME_BUF];
     struct gguf_str name;
     snprintf(ctx, sizeof ctx, "tensor info %lld of %lld", (long long)i,
-             (long long)g->n_tensors);
+             (long long)g->tf.n_tensors);
     int rc = rd_str(g, r, &name, ctx, "tensor name");
     if (rc)
         return rc;
-    snprintf(ctx, sizeof ctx, "tensor '%s'", printable(name.s, name.len, nb, sizeof nb));
+    snprintf(ctx, sizeof ctx, "tensor '%s'",
+             printable_name(name.s, name.len, false, nb, sizeof nb));
     if (memchr(name.s, '\0', name.len))
         return deras_fail(DERAS_EFORMAT, "%s: %s: name contains a NUL byte", r->file, ctx);
     v->name = name.s;
@@ -459,24 +319,19 @@ static int read_tensor_info(struct gguf *g, struct cursor *r, int64_t i, tensor_
 static int place_tensor(struct gguf *g, tensor_view *v, uint64_t offset)
 {
     char nb[NAME_BUF];
-    const char *name = printable(v->name, strlen(v->name), nb, sizeof nb);
+    const char *name = printable_name(v->name, strlen(v->name), false, nb, sizeof nb);
     if (offset % g->alignment)
         return deras_fail(DERAS_EFORMAT,
                           "%s: tensor '%s': data offset %llu is not a multiple of the alignment %u",
-                          g->name, name, (unsigned long long)offset, g->alignment);
-    size_t avail = g->size - g->data_offset;
+                          g->tf.name, name, (unsigned long long)offset, g->alignment);
+    size_t avail = g->tf.size - g->data_offset;
     if (offset > avail || v->n_bytes > avail - offset)
         return deras_fail(DERAS_EFORMAT,
                           "%s: tensor '%s': data (offset %llu + %zu bytes) ends past the end of "
                           "the file (data section holds %zu bytes)",
-                          g->name, name, (unsigned long long)offset, v->n_bytes, avail);
-    v->data = g->base + g->data_offset + (size_t)offset;
+                          g->tf.name, name, (unsigned long long)offset, v->n_bytes, avail);
+    v->data = g->tf.base + g->data_offset + (size_t)offset;
     return DERAS_OK;
-}
-
-static int tensor_ptr_cmp(const void *a, const void *b)
-{
-    return strcmp((*(const tensor_view *const *)a)->name, (*(const tensor_view *const *)b)->name);
 }
 
 /* ---- open ---- */
@@ -484,45 +339,46 @@ static int tensor_ptr_cmp(const void *a, const void *b)
 static int read_alignment(struct gguf *g)
 {
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const struct gguf_kv *kv = find_kv(g, "general.alignment");
+    const struct gguf_kv *kv = gguf_find_kv(g, "general.alignment");
     if (!kv)
         return DERAS_OK;
     if (kv->type != GGUF_TYPE_UINT32)
         return deras_fail(DERAS_EFORMAT, "%s: key 'general.alignment' has type %s, expected uint32",
-                          g->name, type_name(kv->type));
+                          g->tf.name, type_name(kv->type));
     uint64_t a = kv->num.u;
     if (a == 0 || (a & (a - 1)))
         return deras_fail(DERAS_EFORMAT,
-                          "%s: key 'general.alignment' is %llu, not a power of two", g->name,
+                          "%s: key 'general.alignment' is %llu, not a power of two", g->tf.name,
                           (unsigned long long)a);
     g->alignment = (uint32_t)a;
     return DERAS_OK;
 }
 
-static int parse(struct gguf *g)
+static int parse(tensor_file_t *tf)
 {
-    struct cursor r = {.p = g->base, .size = g->size, .pos = 0, .file = g->name};
+    struct gguf *g = (struct gguf *)tf;
+    struct cursor r = {.p = g->tf.base, .size = g->tf.size, .pos = 0, .file = g->tf.name};
     const char *ctx = "header";
     int rc;
-    if (g->size < 4)
-        return deras_fail(DERAS_EFORMAT, "%s: %zu bytes is too short for a GGUF file", g->name,
-                          g->size);
-    if (memcmp(g->base, GGUF_MAGIC, 4) != 0)
-        return deras_fail(DERAS_EFORMAT, "%s: not a GGUF file (bad magic)", g->name);
+    if (g->tf.size < 4)
+        return deras_fail(DERAS_EFORMAT, "%s: %zu bytes is too short for a GGUF file", g->tf.name,
+                          g->tf.size);
+    if (memcmp(g->tf.base, GGUF_MAGIC, 4) != 0)
+        return deras_fail(DERAS_EFORMAT, "%s: not a GGUF file (bad magic)", g->tf.name);
     r.pos = 4;
     if ((rc = rd_u32(&r, &g->version, ctx, "version")))
         return rc;
     if (g->version == 1)
         return deras_fail(DERAS_EUNSUPPORTED,
                           "%s: GGUF version 1 is not supported (convert the model again with a "
-                          "current llama.cpp)", g->name);
+                          "current llama.cpp)", g->tf.name);
     if (g->version != 2 && g->version != 3) {
         uint32_t sw = __builtin_bswap32(g->version);
         if (sw >= 1 && sw <= 3)
             return deras_fail(DERAS_EUNSUPPORTED,
-                              "%s: big-endian GGUF (version %u) is not supported", g->name, sw);
+                              "%s: big-endian GGUF (version %u) is not supported", g->tf.name, sw);
         return deras_fail(DERAS_EUNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)",
-                          g->name, g->version);
+                          g->tf.name, g->version);
     }
     uint64_t n_tensors, n_kv;
     if ((rc = rd_u64(&r, &n_tensors, ctx, "tensor count")) ||
@@ -532,19 +388,18 @@ static int parse(struct gguf *g)
      * info 8 (name length) + 4 (n_dims) + 8 (one dim) + 4 (type) + 8 (offset) */
     if (n_kv > left(&r) / 13)
         return deras_fail(DERAS_EFORMAT, "%s: metadata count %llu cannot fit in the %zu bytes left",
-                          g->name, (unsigned long long)n_kv, left(&r));
+                          g->tf.name, (unsigned long long)n_kv, left(&r));
     if (n_tensors > left(&r) / 32)
         return deras_fail(DERAS_EFORMAT, "%s: tensor count %llu cannot fit in the %zu bytes left",
-                          g->name, (unsigned long long)n_tensors, left(&r));
+                          g->tf.name, (unsigned long long)n_tensors, left(&r));
     g->n_kv = (int64_t)n_kv;
-    g->n_tensors = (int64_t)n_tensors;
+    g->tf.n_tensors = (int64_t)n_tensors;
     g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
-    g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
-    g->tensor_sorted = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensor_sorted);
+    g->tf.tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tf.tensors);
     g->offsets = calloc(n_tensors ? n_tensors : 1, sizeof *g->offsets);
-    if (!g->kv || !g->tensors || !g->tensor_sorted || !g->offsets)
+    if (!g->kv || !g->tf.tensors || !g->offsets)
         return deras_fail(DERAS_ENOMEM, "%s: out of memory for %llu keys and %llu tensors",
-                          g->name, (unsigned long long)n_kv, (unsigned long long)n_tensors);
+                          g->tf.name, (unsigned long long)n_kv, (unsigned long long)n_tensors);
 
     for (int64_t i = 0; i < g->n_kv; i++)
         if ((rc = read_kv(g, &r, i, &g->kv[i])))
@@ -553,355 +408,82 @@ static int parse(struct gguf *g)
     for (int64_t i = 1; i < g->n_kv; i++)
         if (!strcmp(g->kv[i - 1].key.s, g->kv[i].key.s)) {
             char nb[NAME_BUF];
-            return deras_fail(DERAS_EFORMAT, "%s: key '%s' appears more than once", g->name,
-                              printable(g->kv[i].key.s, g->kv[i].key.len, nb, sizeof nb));
+            const struct gguf_str *k = &g->kv[i].key;
+            return deras_fail(DERAS_EFORMAT, "%s: key '%s' appears more than once", g->tf.name,
+                              printable_name(k->s, k->len, false, nb, sizeof nb));
         }
     if ((rc = read_alignment(g)))
         return rc;
 
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        if ((rc = read_tensor_info(g, &r, i, &g->tensors[i], &g->offsets[i])))
+    for (int64_t i = 0; i < g->tf.n_tensors; i++)
+        if ((rc = read_tensor_info(g, &r, i, &g->tf.tensors[i], &g->offsets[i])))
             return rc;
     /* the data section starts at the next multiple of the alignment */
     size_t pad = (g->alignment - r.pos % g->alignment) % g->alignment;
-    if (g->n_tensors > 0 && pad > left(&r))
+    if (g->tf.n_tensors > 0 && pad > left(&r))
         return deras_fail(DERAS_EFORMAT,
                           "%s: file ends before the tensor data section (at offset %zu + %zu "
-                          "bytes of padding)", g->name, r.pos, pad);
-    g->data_offset = pad > left(&r) ? g->size : r.pos + pad;
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        if ((rc = place_tensor(g, &g->tensors[i], g->offsets[i])))
+                          "bytes of padding)", g->tf.name, r.pos, pad);
+    g->data_offset = pad > left(&r) ? g->tf.size : r.pos + pad;
+    for (int64_t i = 0; i < g->tf.n_tensors; i++)
+        if ((rc = place_tensor(g, &g->tf.tensors[i], g->offsets[i])))
             return rc;
 
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        g->tensor_sorted[i] = &g->tensors[i];
-    qsort(g->tensor_sorted, (size_t)g->n_tensors, sizeof *g->tensor_sorted, tensor_ptr_cmp);
-    for (int64_t i = 1; i < g->n_tensors; i++) {
-        const char *a = g->tensor_sorted[i - 1]->name;
-        const char *b = g->tensor_sorted[i]->name;
-        if (!strcmp(a, b)) {
-            char nb[NAME_BUF];
-            return deras_fail(DERAS_EFORMAT, "%s: tensor '%s' appears more than once", g->name,
-                              printable(b, strlen(b), nb, sizeof nb));
-        }
-    }
+    if ((rc = tensor_file_index(&g->tf)))
+        return rc;
+    free(g->offsets);
+    g->offsets = NULL;
     return DERAS_OK;
 }
 
-static void free_contents(struct gguf *g)
+/* What the shell does not free: the key table, its string tables and the arena. */
+static void release(tensor_file_t *tf)
 {
+    struct gguf *g = (struct gguf *)tf;
     if (g->kv)
         for (int64_t i = 0; i < g->n_kv; i++)
             free(g->kv[i].strs);
     free(g->kv);
-    free(g->tensors);
-    free(g->tensor_sorted);
     free(g->offsets);
     while (g->arena) {
         struct arena_chunk *next = g->arena->next;
         free(g->arena);
         g->arena = next;
     }
-    if (g->map)
-        mapped_file_close(g->map, g->map_size);
-    free(g->name);
 }
 
-static int open_common(const void *data, size_t size, const char *name, void *map,
-                       gguf_t **out)
-{
-    struct gguf *g = calloc(1, sizeof *g);
-    if (!g) {
-        if (map)
-            mapped_file_close(map, size);
-        return deras_fail(DERAS_ENOMEM, "%s: out of memory", name);
-    }
-    g->map = map;
-    g->map_size = size;
-    g->base = data;
-    g->size = size;
-    g->name = strdup(name);
-    int rc = DERAS_ENOMEM;
-    if (!g->name) {
-        deras_fail(rc, "out of memory");
-        goto fail;
-    }
-    if ((rc = parse(g)))
-        goto fail;
-    free(g->offsets);
-    g->offsets = NULL;
-    *out = g;
-    return DERAS_OK;
-fail:
-    free_contents(g);
-    free(g);
-    return rc;
-}
+static const tensor_file_reader reader = {
+    .api = "gguf",
+    .what = "a GGUF file",
+    .min_size = 1,
+    .obj_size = sizeof(struct gguf),
+    .parse = parse,
+    .release = release,
+};
 
 int gguf_open_memory(const void *data, size_t size, const char *name, gguf_t **out)
 {
-    if (!out)
-        return deras_fail(DERAS_EINVAL, "gguf_open_memory: out is NULL");
-    *out = NULL;
-    if (!name)
-        name = "(memory)";
-    if (!data && size)
-        return deras_fail(DERAS_EINVAL, "%s: data is NULL", name);
-    return open_common(data ? data : "", size, name, NULL, out);
+    tensor_file_t *tf = NULL;
+    int rc = tensor_file_open_memory(&reader, data, size, name, out ? &tf : NULL);
+    if (out)
+        *out = (gguf_t *)tf;
+    return rc;
 }
 
 int gguf_open(const char *path, gguf_t **out)
 {
-    if (!out || !path)
-        return deras_fail(DERAS_EINVAL, "gguf_open: NULL argument");
-    *out = NULL;
-    void *map;
-    size_t size;
-    int rc = mapped_file_open(path, 1, "a GGUF file", &map, &size);
-    return rc ? rc : open_common(map, size, path, map, out);
+    tensor_file_t *tf = NULL;
+    int rc = tensor_file_open(&reader, path, out ? &tf : NULL);
+    if (out)
+        *out = (gguf_t *)tf;
+    return rc;
 }
 
 void gguf_destroy(gguf_t **gp)
 {
     if (!gp || !*gp)
         return;
-    free_contents(*gp);
-    free(*gp);
+    tensor_file_t *tf = &(*gp)->tf;
+    tensor_file_destroy(&reader, &tf);
     *gp = NULL;
-}
-
-const char *gguf_name(const gguf_t *g)
-{
-    return g ? g->name : "";
-}
-
-uint32_t gguf_version(const gguf_t *g)
-{
-    return g ? g->version : 0;
-}
-
-/* ---- metadata accessors ---- */
-
-static int lookup(const gguf_t *g, const char *key, const struct gguf_kv **kv)
-{
-    if (!g || !key)
-        return deras_fail(DERAS_EINVAL, "gguf: NULL argument");
-    *kv = find_kv(g, key);
-    if (!*kv)
-        return deras_fail(DERAS_ENOTFOUND, "%s: key '%s' not found", g->name, key);
-    return DERAS_OK;
-}
-
-static int wrong_type(const gguf_t *g, const struct gguf_kv *kv, const char *expected)
-{
-    if (kv->type == GGUF_TYPE_ARRAY)
-        return deras_fail(DERAS_EFORMAT, "%s: key '%s' has type array of %s, expected %s",
-                          g->name, kv->key.s, type_name(kv->arr_type), expected);
-    return deras_fail(DERAS_EFORMAT, "%s: key '%s' has type %s, expected %s", g->name,
-                      kv->key.s, type_name(kv->type), expected);
-}
-
-bool gguf_has_key(const gguf_t *g, const char *key)
-{
-    return g && key && find_kv(g, key) != NULL;
-}
-
-int gguf_get_int(const gguf_t *g, const char *key, int64_t *out)
-{
-    const struct gguf_kv *kv;
-    int rc = lookup(g, key, &kv);
-    if (rc)
-        return rc;
-    if (!is_int_type(kv->type))
-        return wrong_type(g, kv, "an integer");
-    if (!is_signed_type(kv->type) && kv->num.u > (uint64_t)INT64_MAX)
-        return deras_fail(DERAS_ERANGE, "%s: key '%s': %llu does not fit in int64", g->name,
-                          key, (unsigned long long)kv->num.u);
-    if (out)
-        *out = is_signed_type(kv->type) ? kv->num.i : (int64_t)kv->num.u;
-    return DERAS_OK;
-}
-
-int gguf_get_float(const gguf_t *g, const char *key, double *out)
-{
-    const struct gguf_kv *kv;
-    int rc = lookup(g, key, &kv);
-    if (rc)
-        return rc;
-    double v;
-    if (kv->type == GGUF_TYPE_FLOAT32 || kv->type == GGUF_TYPE_FLOAT64)
-        v = kv->num.f;
-    else if (is_signed_type(kv->type))
-        v = (double)kv->num.i;
-    else if (is_int_type(kv->type))
-        v = (double)kv->num.u;
-    else
-        return wrong_type(g, kv, "a number");
-    if (out)
-        *out = v;
-    return DERAS_OK;
-}
-
-int gguf_get_bool(const gguf_t *g, const char *key, bool *out)
-{
-    const struct gguf_kv *kv;
-    int rc = lookup(g, key, &kv);
-    if (rc)
-        return rc;
-    if (kv->type != GGUF_TYPE_BOOL)
-        return wrong_type(g, kv, "bool");
-    if (out)
-        *out = kv->num.u != 0;
-    return DERAS_OK;
-}
-
-int gguf_get_str(const gguf_t *g, const char *key, const char **s, size_t *len)
-{
-    const struct gguf_kv *kv;
-    int rc = lookup(g, key, &kv);
-    if (rc)
-        return rc;
-    if (kv->type != GGUF_TYPE_STRING)
-        return wrong_type(g, kv, "string");
-    if (s)
-        *s = kv->str.s;
-    if (len)
-        *len = kv->str.len;
-    return DERAS_OK;
-}
-
-int gguf_get_arr_info(const gguf_t *g, const char *key, int *elem_type, uint64_t *n)
-{
-    const struct gguf_kv *kv;
-    int rc = lookup(g, key, &kv);
-    if (rc)
-        return rc;
-    if (kv->type != GGUF_TYPE_ARRAY)
-        return wrong_type(g, kv, "array");
-    if (elem_type)
-        *elem_type = kv->arr_type;
-    if (n)
-        *n = kv->n;
-    return DERAS_OK;
-}
-
-int gguf_get_arr_str(const gguf_t *g, const char *key, uint64_t i, const char **s, size_t *len)
-{
-    const struct gguf_kv *kv;
-    int rc = lookup(g, key, &kv);
-    if (rc)
-        return rc;
-    if (kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_STRING)
-        return wrong_type(g, kv, "array of string");
-    if (i >= kv->n)
-        return deras_fail(DERAS_ERANGE, "%s: key '%s': index %llu past the %llu elements",
-                          g->name, key, (unsigned long long)i, (unsigned long long)kv->n);
-    if (s)
-        *s = kv->strs[i].s;
-    if (len)
-        *len = kv->strs[i].len;
-    return DERAS_OK;
-}
-
-static int numeric_array(const gguf_t *g, const char *key, uint64_t n, bool want_int,
-                         const struct gguf_kv **kvp)
-{
-    const struct gguf_kv *kv;
-    int rc = lookup(g, key, &kv);
-    if (rc)
-        return rc;
-    bool ok = kv->type == GGUF_TYPE_ARRAY &&
-              (want_int ? is_int_type(kv->arr_type)
-                        : kv->arr_type == GGUF_TYPE_FLOAT32 || kv->arr_type == GGUF_TYPE_FLOAT64);
-    if (!ok)
-        return wrong_type(g, kv, want_int ? "an integer array" : "a float array");
-    if (n != kv->n)
-        return deras_fail(DERAS_EINVAL, "%s: key '%s': asked for %llu elements, the array has %llu",
-                          g->name, key, (unsigned long long)n, (unsigned long long)kv->n);
-    *kvp = kv;
-    return DERAS_OK;
-}
-
-int gguf_get_arr_i32(const gguf_t *g, const char *key, int32_t *dst, uint64_t n)
-{
-    const struct gguf_kv *kv;
-    int rc = numeric_array(g, key, n, true, &kv);
-    if (rc)
-        return rc;
-    if (n && !dst)
-        return deras_fail(DERAS_EINVAL, "gguf_get_arr_i32: dst is NULL");
-    size_t es = value_size((uint32_t)kv->arr_type);
-    bool sig = is_signed_type(kv->arr_type);
-    for (uint64_t i = 0; i < n; i++) {
-        const uint8_t *p = kv->arr + i * es;
-        if (sig) {
-            int64_t v = load_le_signed(p, es);
-            if (v < INT32_MIN || v > INT32_MAX)
-                return deras_fail(DERAS_ERANGE, "%s: key '%s': element %llu (%lld) does not fit "
-                                  "in int32", g->name, key, (unsigned long long)i, (long long)v);
-            dst[i] = (int32_t)v;
-        } else {
-            uint64_t v = load_le(p, es);
-            if (v > INT32_MAX)
-                return deras_fail(DERAS_ERANGE, "%s: key '%s': element %llu (%llu) does not fit "
-                                  "in int32", g->name, key, (unsigned long long)i,
-                                  (unsigned long long)v);
-            dst[i] = (int32_t)v;
-        }
-    }
-    return DERAS_OK;
-}
-
-int gguf_get_arr_f32(const gguf_t *g, const char *key, float *dst, uint64_t n)
-{
-    const struct gguf_kv *kv;
-    int rc = numeric_array(g, key, n, false, &kv);
-    if (rc)
-        return rc;
-    if (n && !dst)
-        return deras_fail(DERAS_EINVAL, "gguf_get_arr_f32: dst is NULL");
-    size_t es = value_size((uint32_t)kv->arr_type);
-    for (uint64_t i = 0; i < n; i++)
-        dst[i] = (float)load_float(kv->arr + i * es, kv->arr_type);
-    return DERAS_OK;
-}
-
-/* ---- tensor accessors ---- */
-
-int64_t gguf_n_tensors(const gguf_t *g)
-{
-    return g ? g->n_tensors : 0;
-}
-
-int gguf_tensor_at(const gguf_t *g, int64_t i, tensor_view *out)
-{
-    if (!g || !out)
-        return deras_fail(DERAS_EINVAL, "gguf_tensor_at: NULL argument");
-    if (i < 0 || i >= g->n_tensors)
-        return deras_fail(DERAS_ERANGE, "%s: tensor index %lld outside 0..%lld", g->name,
-                          (long long)i, (long long)g->n_tensors - 1);
-    *out = g->tensors[i];
-    return DERAS_OK;
-}
-
-int gguf_find_tensor(const gguf_t *g, const char *name, tensor_view *out)
-{
-    if (!g || !name)
-        return deras_fail(DERAS_EINVAL, "gguf_find_tensor: NULL argument");
-    int64_t lo = 0, hi = g->n_tensors;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        const tensor_view *v = g->tensor_sorted[mid];
-        int c = strcmp(name, v->name);
-        if (c == 0) {
-            if (out)
-                *out = *v;
-            return DERAS_OK;
-        }
-        if (c < 0)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return deras_fail(DERAS_ENOTFOUND, "%s: tensor '%s' not found", g->name, name);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ast.c - the arena and the symbol table of a compiled template (see ast.h).
  *
  * The arena hands out 16-aligned zeroed blocks from 64 KiB chunks (bigger requests get a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ast.h - a compiled template: its syntax tree, the arena that holds it, and the table of
  * the names it uses.
  *

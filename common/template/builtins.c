@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* builtins.c - the name tables of builtins.h: which filters and tests Jinja2 defines
  * (jinja2/filters.py FILTERS, jinja2/tests.py TESTS), which of them are implemented here,
  * and which Python methods each value type has. */

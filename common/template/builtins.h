@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* builtins.h - the names a template can call: Jinja2's filters and tests, the Python str,
  * dict and list methods, and the globals of transformers' environment.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* eval.c - expressions: names, constants, attribute and item access with the sandbox's
  * lookup rules, calls, filters, tests, Python's operators and comparisons, literals.
  *

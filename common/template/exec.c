@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec.c - statements: output, if, for (with Jinja2's loop object), set (names, tuples,
  * namespace attributes, blocks), macros and their calls, filter blocks, break/continue;
  * and the frames variables live in.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* filters.c - Jinja2's filters as jinja2/filters.py (3.1) defines them, with
  * transformers' tojson (json.dumps, ensure_ascii=False by default, indent / separators /
  * sort_keys): the dispatch by filter id with Python's argument binding, and the filters

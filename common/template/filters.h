@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* filters.h - what filters.c and filters_seq.c share: the filters over sequences, called
  * from the dispatch (filter_call, render.h), and the argument helpers. */
 #ifndef DERAS_TEMPLATE_FILTERS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* filters_seq.c - the filters over sequences, as jinja2/filters.py defines them: sort,
  * dictsort, unique, min, max (strings compared case-insensitively unless case_sensitive),
  * select, reject, selectattr, rejectattr, map (by attribute or by filter), join, first,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* globals.c - the global functions of transformers' environment: Jinja2's range (capped
  * at 100000 items, as the sandbox caps it), namespace and dict, and transformers'
  * raise_exception (the template's own error, DERAS_EINVAL) and strftime_now (local time,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lexer.c - see lexer.h. This follows jinja2/lexer.py (3.1) rule by rule: the root rule
  * (text, then the earliest {{ {% {# or {% raw %}), the lstrip_blocks condition (only
  * whitespace between the previous newline, or a line start, and a block or comment tag),

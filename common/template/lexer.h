@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lexer.h - template source to tokens, as Jinja2's lexer with transformers' settings
  * (trim_blocks, lstrip_blocks, keep_trailing_newline off).
  *

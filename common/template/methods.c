@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* methods.c - the Python methods templates call on strings (strip, split, startswith,
  * replace, format, ...; the string work is in strings.c), dicts (get, items, keys, values,
  * copy) and lists and tuples (count, index, copy).

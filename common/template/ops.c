@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops.c - Python's operators on template values: + - * / // % ** (ints are 64-bit; what
  * would need a big integer fails as unsupported rather than wrap), `in`, iteration, len.
  *

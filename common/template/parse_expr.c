@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parse_expr.c - expressions to syntax tree nodes (ast.h), by recursive descent following
  * jinja2/parser.py: the same precedence ladder (conditional expression, or, and, not,
  * comparisons, + -, ~, * / // %, **, unary, then primary with postfix, filters and tests)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parse_internal.h - the parser's shared state and helpers (parse_util.c), used by
  * parse_expr.c (expressions) and parse_stmt.c (statements); see parser.h. */
 #ifndef DERAS_TEMPLATE_PARSE_INTERNAL_H

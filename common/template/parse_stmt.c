@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parse_stmt.c - statements: template data, {{ output }}, and the {% tags %} of
  * transformers' environment (for, if, set, macro, filter, print, break, continue,
  * generation), as jinja2/parser.py parses them. Loader statements (include, import,

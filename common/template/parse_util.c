@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parse_util.c - the parser's helpers (parse_internal.h): failures that name the line,
  * token expectations, node and kid-list allocation in the arena, immortal string
  * constants, name interning, the nesting bound, and Jinja2's constant folding test.

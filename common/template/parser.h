@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* parser.h - tokens to a compiled template's syntax tree (ast.h), with every refusal made
  * at compile time: syntax errors and what Jinja2 also rejects when compiling
  * (DERAS_EFORMAT), and constructs this interpreter does not implement

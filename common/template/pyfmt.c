@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pyfmt.c - values printed as Python prints them: str() (what {{ x }} outputs), repr()
  * (what a list or dict shows of its items), repr(float) (the shortest string that reads
  * back to the same double), json.dumps (transformers' tojson: ensure_ascii, indent,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* render.h - a render in progress, shared by the evaluator (eval.c, ops.c), the statements
  * (exec.c), the builtins (filters.c, filters_seq.c, tests.c, strings.c, methods.c,
  * globals.c) and the printers (pyfmt.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* strings.c - Python's str operations over UTF-8, shared by the filters and the methods:
  * case mapping (with the one-to-many upper cases of everyday text and the Greek final
  * sigma), strip, replace, split / rsplit (CPython's whitespace rules), find, startswith /

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* template.c - the public door (template.h): compile = lex + parse into an arena;
  * render = bind the context's keys the template names, run the tree, hand back the
  * output; destroy = free the arena.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* template.h - chat templates: a sandboxed interpreter for the Jinja2 subset that model
  * vendors' chat templates use (tokenizer_config.json `chat_template`, GGUF
  * `tokenizer.chat_template`), rendering what Hugging Face transformers'

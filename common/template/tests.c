@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests.c - Jinja2's tests (`x is defined`, `x is string`, `x is equalto y`, ...) as
  * jinja2/tests.py defines them, on Python's notion of the types: a bool is a number,
  * Undefined is iterable and a sequence, a dict is a sequence. O(1) except `in` and the

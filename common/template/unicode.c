@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unicode.c - see unicode.h.
  *
  * The whitespace, line-break and non-printable sets are Python 3's (Objects/unicodetype_db

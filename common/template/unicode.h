@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unicode.h - the Python str semantics templates lean on, over UTF-8: code point counting
  * and indexing (len, s[i], slices), str.isspace (strip, split, trim, the lexer's \s),
  * str.splitlines' line breaks, upper/lower case mapping, and str.isprintable (repr).

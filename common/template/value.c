@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* value.c - see value.h: allocation charged to the render, reference counts, strings,
  * lists, dicts (insertion-ordered, with an open-addressing index once they pass 8 keys),
  * Python's ==, < and truth, and the conversion of the JSON context.

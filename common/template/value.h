@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* value.h - the values a template computes with: Python's None, bool, int, float, str,
  * list, tuple and dict, Jinja2's Undefined, namespace, macros and loop objects, and the
  * string builder everything prints into.

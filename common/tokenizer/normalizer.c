@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* normalizer.c - Hugging Face normalizers the supported tokenizers use: Unicode NFC /
  * NFD / NFKC / NFKD (through utf8proc), Prepend (Llama 2's "▁" before a non-empty text)
  * and Replace with a literal or a regex pattern (Llama 2's " " -> "▁"). A Sequence is the
@@ -35,37 +36,6 @@ static int replace_spans(const char *s, size_t n, const size_t *spans, size_t n_
     o[pos] = '\0';
     *out = o;
     *out_len = pos;
-    return 0;
-}
-
-static int literal_spans(const char *s, size_t n, const char *pat, size_t plen, size_t **spans,
-                         size_t *n_spans)
-{
-    size_t cap = 16, k = 0;
-    size_t *v = malloc(cap * 2 * sizeof *v);
-    if (!v)
-        return deras_fail(DERAS_ENOMEM, "tokenizer: out of memory");
-    for (size_t i = 0; plen > 0 && i + plen <= n;) {
-        const char *p = memmem(s + i, n - i, pat, plen);
-        if (!p)
-            break;
-        if (k == cap) {
-            size_t *nv = realloc(v, cap * 4 * sizeof *v);
-            if (!nv) {
-                free(v);
-                return deras_fail(DERAS_ENOMEM, "tokenizer: out of memory");
-            }
-            v = nv;
-            cap *= 2;
-        }
-        size_t at = (size_t)(p - s);
-        v[2 * k] = at;
-        v[2 * k + 1] = at + plen;
-        k++;
-        i = at + plen;
-    }
-    *spans = v;
-    *n_spans = k;
     return 0;
 }
 
@@ -121,7 +91,7 @@ int norm_apply(const struct tokenizer *t, const char *s, size_t n, char **out, s
             nlen = len + st->alen;
             break;
         case NORM_REPLACE:
-            rc = literal_spans(cur, len, st->a, st->alen, &spans, &n_spans);
+            rc = literal_find_all(st->a, st->alen, cur, len, &spans, &n_spans);
             if (rc == 0)
                 rc = replace_spans(cur, len, spans, n_spans, st->b, st->blen, &next, &nlen);
             break;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pretokenizer.c - splitting normalized text into pieces before the BPE model.
  *
  * Steps follow Hugging Face's pre-tokenizers, applied in order to every piece:
@@ -192,8 +193,8 @@ fail:
     return rc;
 }
 
-static int literal_find_all(const char *pat, size_t plen, const char *s, size_t n, size_t **spans,
-                            size_t *n_spans)
+int literal_find_all(const char *pat, size_t plen, const char *s, size_t n, size_t **spans,
+                     size_t *n_spans)
 {
     size_t cap = 16, k = 0;
     size_t *v = malloc(cap * 2 * sizeof *v);

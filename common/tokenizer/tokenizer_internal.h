@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer_internal.h - the tokenizer's private structures, shared by its files only.
  *
  * The tokenizer is one concept split over several files (tokenizer.c: object, added
@@ -183,8 +184,9 @@ bool pairmap_get(const struct pairmap *m, int32_t a, int32_t b, int32_t *rank, i
 void pairmap_free(struct pairmap *m);
 
 struct bpe_work;
-struct bpe_work *bpe_work_new(void);
-void bpe_work_free(struct bpe_work *w);
+/* Scratch for bpe_encode_piece, grown as pieces need: DERAS_ENOMEM. */
+int bpe_work_new(struct bpe_work **out);
+void bpe_work_destroy(struct bpe_work **w);
 /* Tokenize one pre-tokenized piece with the model, appending ids. */
 int bpe_encode_piece(const struct tokenizer *t, const char *s, size_t n, struct bpe_work *w,
                      struct idvec *out);
@@ -207,6 +209,10 @@ void pretok_free_steps(struct pretok_step *steps, int n);
 int pretok_bytelevel_step(bool add_prefix_space, bool use_regex, struct pretok_step *st);
 /* Every match span (pairs of offsets) of a regex in s; shared with normalizer.c. */
 int regex_find_all(const pcre2_code *re, const char *s, size_t n, size_t **spans, size_t *n_spans);
+/* Every occurrence span of the literal pat in s, left to right, not overlapping; shared
+ * with normalizer.c. DERAS_ENOMEM. O(n). */
+int literal_find_all(const char *pat, size_t plen, const char *s, size_t n, size_t **spans,
+                     size_t *n_spans);
 
 bool tok_is_whitespace(uint32_t cp);
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_template.c - libFuzzer target for the chat-template interpreter (common/template).
  *
  * The input is a template source, optionally followed by a NUL byte and a JSON context

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """jinja_reference.py - render chat templates exactly as Hugging Face transformers'
 apply_chat_template does, for comparison with deras' template interpreter.
 

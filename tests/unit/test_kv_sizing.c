@@ -1,12 +1,17 @@
-/* test_kv_sizing.c - KV cache size from a byte budget, a fraction of available memory, or
- * a token count. */
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_kv_sizing.c - KV cache size from a byte budget, a fraction of available memory
+ * (cgroup limits included, on a fake /proc and cgroup tree), or a token count. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/base/status.h"
+#include "engine/host_memory.h"
 #include "engine/kv_sizing.h"
 
 /* SmolLM2-135M: 30 layers, 3 KV heads x 64 */
@@ -100,6 +105,99 @@ static void spec_check_reads_no_memory(void **state)
     assert_int_equal(kv_sizing_check_spec(NULL), DERAS_EINVAL);
 }
 
+/* ---- cgroup limits (engine/host_memory.h), on a fake /proc and /sys/fs/cgroup ---- */
+
+static void write_file(const char *dir, const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    for (char *p = path + strlen(dir) + 1; *p; p++) /* make the parents */
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A fake system: 16 GiB MemAvailable, and the process in `cgroup_line`'s group. */
+static void fake_system(char *dir, const char *cgroup_line)
+{
+    strcpy(dir, "/tmp/deras-cgroup-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    write_file(dir, "meminfo", "MemTotal: 33554432 kB\nMemAvailable: 16777216 kB\n");
+    write_file(dir, "self_cgroup", cgroup_line);
+    char path[512];
+    snprintf(path, sizeof path, "%s/meminfo", dir);
+    setenv("DERAS_MEMINFO", path, 1);
+    snprintf(path, sizeof path, "%s/self_cgroup", dir);
+    setenv("DERAS_PROC_CGROUP", path, 1);
+    snprintf(path, sizeof path, "%s/sys", dir);
+    setenv("DERAS_CGROUP_ROOT", path, 1);
+}
+
+static void clear_fake_system(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    unsetenv("DERAS_MEMINFO");
+    unsetenv("DERAS_PROC_CGROUP");
+    unsetenv("DERAS_CGROUP_ROOT");
+}
+
+static void cgroup_v2_limit_bounds_the_fraction(void **state)
+{
+    (void)state;
+    char dir[64];
+    fake_system(dir, "0::/deras.slice/w0.service\n");
+    write_file(dir, "sys/cgroup.controllers", "cpu memory\n");
+    /* the slice: 2 GiB, 512 MiB in use of which 256 MiB is reclaimable page cache; the
+     * service under it: no limit of its own */
+    write_file(dir, "sys/deras.slice/memory.max", "2147483648\n");
+    write_file(dir, "sys/deras.slice/memory.current", "536870912\n");
+    write_file(dir, "sys/deras.slice/memory.stat", "anon 268435456\ninactive_file 268435456\n");
+    write_file(dir, "sys/deras.slice/w0.service/memory.max", "max\n");
+    write_file(dir, "sys/deras.slice/w0.service/memory.current", "536870912\n");
+    model_config c = smollm2();
+    kv_sizing s;
+    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "0.5", &s), DERAS_OK);
+    const uint64_t room = 2147483648ull - 268435456ull; /* limit - (usage - reclaimable) */
+    assert_int_equal(s.mem_available, room);
+    assert_int_equal(s.budget_bytes, room / 2);
+    assert_non_null(strstr(s.mem_source, "/deras.slice"));
+    assert_non_null(strstr(s.mem_source, "memory.max"));
+    kv_sizing_log(&s);
+    clear_fake_system(dir);
+}
+
+static void cgroup_v1_limit_and_no_limit(void **state)
+{
+    (void)state;
+    char dir[64];
+    /* a v1 memory controller with a 1 GiB limit, 100 MiB in use */
+    fake_system(dir, "9:cpu,cpuacct:/x\n4:memory:/x\n");
+    write_file(dir, "sys/memory/x/memory.limit_in_bytes", "1073741824\n");
+    write_file(dir, "sys/memory/x/memory.usage_in_bytes", "104857600\n");
+    write_file(dir, "sys/memory/x/memory.stat", "cache 0\ntotal_inactive_file 0\n");
+    write_file(dir, "sys/memory/memory.limit_in_bytes", "9223372036854771712\n"); /* root: none */
+    write_file(dir, "sys/memory/memory.usage_in_bytes", "999999999\n");
+    host_memory hm;
+    assert_int_equal(host_memory_available(&hm), DERAS_OK);
+    assert_int_equal(hm.available, 1073741824ull - 104857600ull);
+    assert_non_null(strstr(hm.source, "v1 /x"));
+    clear_fake_system(dir);
+    /* the same process without any limit: MemAvailable */
+    fake_system(dir, "0::/\n");
+    assert_int_equal(host_memory_available(&hm), DERAS_OK);
+    assert_int_equal(hm.available, 16777216ull * 1024);
+    assert_string_equal(hm.source, "MemAvailable");
+    clear_fake_system(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -109,6 +207,8 @@ int main(void)
         cmocka_unit_test(bad_budgets_are_refused_with_the_reason),
         cmocka_unit_test(fraction_before_loading_leaves_the_weights_out),
         cmocka_unit_test(spec_check_reads_no_memory),
+        cmocka_unit_test(cgroup_v2_limit_bounds_the_fraction),
+        cmocka_unit_test(cgroup_v1_limit_and_no_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_speculative.c - speculative decoding never changes the output.
  *
  * 1. The rejection rule on explicit distributions: drafts drawn from q and verified
@@ -16,12 +17,13 @@
  *
  * Model: tests/data/engine-llama (2 layers, vocabulary 256); `model` runs the greedy
  * comparison on the test model (50 prompts, each proposer; 10 under AddressSanitizer).
+ * The engine rig (model, engine with a proposer, greedy runs, comparison) is spec_rig.c,
+ * the chi-square test chi_square.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,77 +31,13 @@
 #include "common/checkpoint/checkpoint.h"
 #include "common/base/status.h"
 #include "common/tokenizer/tokenizer.h"
+#include "chi_square.h"
 #include "engine_workload.h"
+#include "spec_rig.h"
 #include "test_util.h"
 #include "engine/engine.h"
 #include "engine/spec_draft.h"
 #include "engine/spec_ngram.h"
-
-#define NEAR_TIE test_near_tie()
-#define MAX_REQS 64
-#define MAX_GEN 64
-
-/* ---- chi-square ---- */
-
-/* Regularized upper incomplete gamma Q(a, x): series below a + 1, continued fraction
- * (modified Lentz) above, as in Numerical Recipes. */
-static double gamma_q(double a, double x)
-{
-    if (x <= 0)
-        return 1.0;
-    double lg = lgamma(a);
-    if (x < a + 1) {
-        double sum = 1.0 / a, term = sum;
-        for (int n = 1; n < 10000; n++) {
-            term *= x / (a + n);
-            sum += term;
-            if (fabs(term) < fabs(sum) * 1e-15)
-                break;
-        }
-        return 1.0 - sum * exp(-x + a * log(x) - lg);
-    }
-    double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
-    for (int i = 1; i < 10000; i++) {
-        double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        d = fabs(d) < 1e-300 ? 1e-300 : d;
-        c = b + an / c;
-        c = fabs(c) < 1e-300 ? 1e-300 : c;
-        d = 1 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15)
-            break;
-    }
-    return exp(-x + a * log(x) - lg) * h;
-}
-
-/* Pearson's statistic of counts against probabilities p (n draws); bins expecting fewer
- * than 5 are pooled. A count in a bin of probability 0 makes the statistic infinite. */
-static double chi_square(const uint64_t *counts, const double *p, int V, uint64_t n, int *df)
-{
-    double stat = 0, pool_e = 0, pool_o = 0;
-    int bins = 0;
-    for (int i = 0; i < V; i++) {
-        double e = p[i] * (double)n;
-        if (e <= 0 && counts[i] > 0)
-            return INFINITY;
-        if (e < 5) {
-            pool_e += e;
-            pool_o += (double)counts[i];
-            continue;
-        }
-        stat += ((double)counts[i] - e) * ((double)counts[i] - e) / e;
-        bins++;
-    }
-    if (pool_e > 0) {
-        stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-        bins++;
-    }
-    *df = bins - 1;
-    return stat;
-}
 
 /* ---- 1. the rule on explicit distributions ---- */
 
@@ -205,225 +143,6 @@ static void ngram_copies_what_followed_the_latest_match(void **state)
     assert_int_equal(d[0], 4);
     assert_int_equal(d[3], 3);
     assert_int_equal(spec_ngram_propose(v, 6, 0, 3, 8, d), 0); /* bad range */
-}
-
-/* ---- engine rigs ---- */
-
-typedef struct out_seq {
-    int32_t tokens[MAX_GEN];
-    float margin[MAX_GEN];
-    int n, finished;
-    engine_finish why;
-    spec_stats spec;   /* as on_finish reported it */
-} out_seq;
-
-typedef struct outputs {
-    out_seq s[MAX_REQS][4];
-} outputs;
-
-static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
-{
-    outputs *o = ctx;
-    out_seq *s = &o->s[id % MAX_REQS][index];
-    if (s->n < MAX_GEN) {
-        s->tokens[s->n] = r->token;
-        s->margin[s->n] = r->n_top >= 2 ? r->top_logprobs[0] - r->top_logprobs[1] : INFINITY;
-    }
-    s->n++;
-}
-
-static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
-{
-    outputs *o = ctx;
-    out_seq *s = &o->s[id % MAX_REQS][index];
-    s->finished++;
-    s->why = end->why;
-    s->spec = end->spec;
-    if (end->n_generated != s->n)
-        fail_msg("request %llu sample %d: on_finish says %d tokens, on_token reported %d",
-                 (unsigned long long)id, index, end->n_generated, s->n);
-}
-
-typedef struct rig {
-    checkpoint_t *ck;
-    backend_t *be;
-    model_t *m;
-    const char *path;
-    int vocab, max_seqs, max_tokens, k;
-} rig;
-
-static void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, int max_tokens,
-                     int k)
-{
-    memset(g, 0, sizeof *g);
-    if (checkpoint_open(path, &g->ck))
-        fail_msg("%s", deras_errmsg());
-    assert_int_equal(backend_new(test_backend_spec(), 2, &g->be), DERAS_OK);
-    model_opts mo = {.max_batch_tokens = max_tokens, .max_seqs = max_seqs,
-                     .max_logits = max_seqs * (1 + k), .block_size = 16,
-                     .n_kv_blocks = n_kv_blocks, .max_blocks_per_seq = 64, .max_copies = max_seqs};
-    if (model_new(g->ck, g->be, &mo, &g->m))
-        fail_msg("%s", deras_errmsg());
-    g->path = path;
-    g->vocab = checkpoint_config(g->ck)->vocab_size;
-    g->max_seqs = max_seqs;
-    g->max_tokens = max_tokens;
-    g->k = k;
-}
-
-static void rig_close(rig *g)
-{
-    model_destroy(&g->m);
-    backend_destroy(&g->be);
-    checkpoint_destroy(&g->ck);
-}
-
-/* An engine with proposer `so` (NULL: none); *drafter gets the draft model it needs. */
-static engine_t *engine_for(rig *g, outputs *o, const spec_opts *so, bool prefix,
-                            model_t **drafter)
-{
-    static const int32_t eog[1] = {2};
-    engine_opts eo = {.max_seqs = g->max_seqs, .max_batch_tokens = g->max_tokens,
-                      .max_live_seqs = 256, .prefix_caching = prefix, .eog_ids = eog,
-                      .n_eog = 1, .cb = {on_token, on_finish, o}};
-    *drafter = NULL;
-    if (so) {
-        eo.spec = *so;
-        if ((so->kind == SPEC_SELF || so->kind == SPEC_DRAFT) &&
-            spec_drafter_load(so, g->m, g->be, drafter))
-            fail_msg("loading the drafter: %s", deras_errmsg());
-        eo.drafter = *drafter;
-    }
-    engine_t *e = NULL;
-    if (engine_new(g->m, &eo, &e))
-        fail_msg("engine_new: %s", deras_errmsg());
-    return e;
-}
-
-/* Step until idle, checking the KV accounting after every step. */
-static void run_to_end(engine_t *e)
-{
-    int steps = 0;
-    while (engine_has_work(e)) {
-        int n = 0;
-        if (engine_step(e, &n))
-            fail_msg("engine_step: %s", deras_errmsg());
-        if (n == 0)
-            fail_msg("engine made no progress with work queued");
-        if (engine_check(e))
-            fail_msg("after step %d: %s", steps, deras_errmsg());
-        steps++;
-    }
-    engine_stats st;
-    engine_get_stats(e, &st);
-    if (st.kv_blocks_used != 0)
-        fail_msg("%d KV blocks still used after every request ended, expected 0",
-                 st.kv_blocks_used);
-}
-
-static spec_opts proposer(spec_kind kind, int layers, const char *path, int k)
-{
-    spec_opts so;
-    spec_opts_default(&so);
-    so.kind = kind;
-    so.self_layers = layers;
-    so.draft_path = path;
-    so.k = k;
-    so.max_batch = 0; /* always speculate: these tests are about exactness */
-    return so;
-}
-
-typedef struct prompts {
-    int n;
-    int32_t tok[MAX_REQS][160];
-    int len[MAX_REQS];
-} prompts;
-
-/* Greedy requests for every prompt, run through the engine with `so`; outputs and stats. */
-static void run_greedy(rig *g, const prompts *pr, const spec_opts *so, int max_out,
-                       outputs *o, engine_stats *st)
-{
-    memset(o, 0, sizeof *o);
-    model_t *drafter;
-    engine_t *e = engine_for(g, o, so, true, &drafter);
-    for (int r = 0; r < pr->n; r++) {
-        engine_request q = {.id = (uint64_t)r, .prompt = pr->tok[r], .n_prompt = pr->len[r],
-                            .max_tokens = max_out, .n = 1};
-        sampling_params_default(&q.sp);
-        q.sp.n_logprobs = 2;
-        if (engine_add(e, &q))
-            fail_msg("engine_add: %s", deras_errmsg());
-    }
-    run_to_end(e);
-    engine_get_stats(e, st);
-    engine_destroy(&e);
-    model_destroy(&drafter);
-    /* each sample's own counters (on_finish) add up to the engine's */
-    spec_stats sum = {0};
-    for (int r = 0; r < pr->n; r++) {
-        sum.proposed += o->s[r][0].spec.proposed;
-        sum.accepted += o->s[r][0].spec.accepted;
-        sum.verifications += o->s[r][0].spec.verifications;
-    }
-    if (sum.proposed != st->spec.proposed || sum.accepted != st->spec.accepted ||
-        sum.verifications != st->spec.verifications)
-        fail_msg("per-sample speculation counters add up to %llu/%llu/%llu, the engine's are "
-                 "%llu/%llu/%llu", (unsigned long long)sum.proposed,
-                 (unsigned long long)sum.accepted, (unsigned long long)sum.verifications,
-                 (unsigned long long)st->spec.proposed, (unsigned long long)st->spec.accepted,
-                 (unsigned long long)st->spec.verifications);
-}
-
-/* Compare with the reference; returns near-tie divergences, fails on any other. */
-static int compare(const prompts *pr, const outputs *ref, const outputs *got, const char *what)
-{
-    int near = 0;
-    for (int r = 0; r < pr->n; r++) {
-        const out_seq *a = &ref->s[r][0], *b = &got->s[r][0];
-        if (b->finished != 1)
-            fail_msg("%s: request %d finished %d times, expected once", what, r, b->finished);
-        int k = 0;
-        while (k < a->n && k < b->n && k < MAX_GEN && a->tokens[k] == b->tokens[k])
-            k++;
-        if (k == a->n && k == b->n) {
-            if (a->why != b->why)
-                fail_msg("%s: request %d: finish %s, without speculation %s", what, r,
-                         engine_finish_name(b->why), engine_finish_name(a->why));
-            continue;
-        }
-        if (k < a->n && k < b->n && a->margin[k] < NEAR_TIE) {
-            near++;
-            printf("  %s: request %d diverges at token %d after a near-tie (top-2 margin %.2e)\n",
-                   what, r, k, a->margin[k]);
-            continue;
-        }
-        fail_msg("%s: request %d (prompt %d tokens): token %d is %d, without speculation %d "
-                 "(top-2 margin %.3g); lengths %d vs %d", what, r, pr->len[r], k,
-                 k < b->n ? b->tokens[k] : -1, k < a->n ? a->tokens[k] : -1,
-                 k < a->n ? a->margin[k] : 0.0, b->n, a->n);
-    }
-    return near;
-}
-
-static void report(const char *what, const engine_stats *st, int n_prompts, int near)
-{
-    const spec_stats *s = &st->spec;
-    printf("  %-28s %d prompts: identical to non-speculative greedy (%d near-tie divergences); "
-           "%llu drafts proposed, %llu accepted (acceptance %.1f%%), %llu verifications, "
-           "mean accepted length %.2f, %llu steps\n",
-           what, n_prompts, near, (unsigned long long)s->proposed, (unsigned long long)s->accepted,
-           s->proposed ? 100.0 * (double)s->accepted / (double)s->proposed : 0.0,
-           (unsigned long long)s->verifications,
-           s->verifications ? (double)s->accepted / (double)s->verifications : 0.0,
-           (unsigned long long)st->steps);
-}
-
-static const char *engine_model(void)
-{
-    static char *p;
-    if (!p)
-        p = test_data_path("engine-llama");
-    return p;
 }
 
 /* ---- 2. greedy identity ---- */
@@ -532,7 +251,8 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
     sp.top_k = 12;
     sp.repetition_penalty = 1.2f; /* penalties apply to p and q alike, drafts in the history */
     const int V = g.vocab;
-    sampler_t *smp = sampler_new(V);
+    sampler_t *smp = NULL;
+    assert_int_equal(sampler_new(V, &smp), DERAS_OK);
     float *lg = malloc((size_t)V * sizeof(float)), *pf = malloc((size_t)V * sizeof(float));
     double *p1 = malloc((size_t)V * sizeof(double)), *p2 = malloc((size_t)V * sizeof(double));
     uint64_t *c1 = malloc((size_t)V * sizeof(uint64_t)), *c2 = malloc((size_t)V * sizeof(uint64_t));
@@ -552,8 +272,9 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
             memset(o, 0, sizeof *o);
             for (int r = base; r < base + MAX_REQS && r < E2E_N; r++) {
                 engine_request q = {.id = (uint64_t)r, .prompt = prompt, .n_prompt = n_prompt,
-                                    .max_tokens = 4, .n = 1, .seed = 1000003ull * (uint64_t)r,
-                                    .sp = sp, .ignore_eos = true};
+                                    .params.max_tokens = 4, .params.n = 1,
+                                    .params.seed = 1000003ull * (uint64_t)r,
+                                    .params.sp = sp, .params.ignore_eos = true};
                 if (engine_add(e, &q))
                     fail_msg("engine_add: %s", deras_errmsg());
             }
@@ -568,7 +289,7 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
         model_destroy(&drafter);
 
         /* token 1 against p(. | prompt) */
-        sample_history h = {prompt, n_prompt, NULL, 0};
+        sample_history h = {prompt, n_prompt, NULL, 0, NULL, 0};
         target_logits(&g, prompt, n_prompt, lg);
         assert_int_equal(sampler_probs(smp, lg, &sp, &h, pf), DERAS_OK);
         memset(c1, 0, (size_t)V * sizeof(uint64_t));
@@ -586,7 +307,7 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
         int32_t ext[E2E_LEN + 1];
         memcpy(ext, prompt, (size_t)n_prompt * sizeof(int32_t));
         ext[n_prompt] = mode;
-        sample_history h2 = {prompt, n_prompt, ext + n_prompt, 1};
+        sample_history h2 = {prompt, n_prompt, ext + n_prompt, 1, NULL, 0};
         target_logits(&g, ext, n_prompt + 1, lg);
         assert_int_equal(sampler_probs(smp, lg, &sp, &h2, pf), DERAS_OK);
         memset(c2, 0, (size_t)V * sizeof(uint64_t));
@@ -722,9 +443,9 @@ static void bad_speculation_settings_get_clear_errors(void **state)
     eo.spec = proposer(SPEC_NGRAM, 0, NULL, 4);
     assert_int_equal(engine_new(g.m, &eo, &e), DERAS_OK);
     int32_t p[3] = {3, 4, 5};
-    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .max_tokens = 4, .n = 1,
-                        .spec_k = SPEC_MAX_K + 1};
-    sampling_params_default(&q.sp);
+    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .params.max_tokens = 4, .params.n = 1,
+                        .params.spec_tokens = SPEC_MAX_K + 1};
+    sampling_params_default(&q.params.sp);
     assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
     assert_non_null(strstr(deras_errmsg(), "num_speculative_tokens"));
     engine_destroy(&e);

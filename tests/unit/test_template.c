@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_template.c - the chat-template interpreter (common/template) piece by piece:
  * whitespace control, loops and the loop object, scoping, Undefined, filters, tests,
  * methods, macros, Markup, errors with their lines and codes, the sandbox bounds (each

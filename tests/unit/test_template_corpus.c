@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_template_corpus - every real chat template in $DERAS_CHAT_TEMPLATES (the outside
  * collection in ../shared/chat-templates, used in place), plus the test model's own
  * template (GGUF tokenizer.chat_template), rendered by deras' interpreter and by Jinja2
