@@ -12,17 +12,17 @@
 #include <string.h>
 
 struct arena_chunk {
-    arena_chunk_t *next;
+    struct arena_chunk *next;
     size_t used, cap;
     max_align_t data[];
 };
 
 #define CHUNK (64 * 1024)
 
-void *arena_alloc(arena_t *a, size_t n)
+void *arena_alloc(struct arena *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
-    arena_chunk_t *c = a->head;
+    struct arena_chunk *c = a->head;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > CHUNK ? n : CHUNK;
         c = calloc(1, sizeof *c + cap);
@@ -43,7 +43,7 @@ void *arena_alloc(arena_t *a, size_t n)
     return p;
 }
 
-char *arena_strdup(arena_t *a, const char *s, size_t n)
+char *arena_strdup(struct arena *a, const char *s, size_t n)
 {
     char *p = arena_alloc(a, n + 1);
     if (p) {
@@ -53,15 +53,15 @@ char *arena_strdup(arena_t *a, const char *s, size_t n)
     return p;
 }
 
-void arena_free(arena_t *a)
+void arena_free(struct arena *a)
 {
-    arena_chunk_t *c = a->head;
+    struct arena_chunk *c = a->head;
     while (c) {
-        arena_chunk_t *next = c->next;
+        struct arena_chunk *next = c->next;
         free(c);
         c = next;
     }
-    *a = (arena_t){0};
+    *a = (struct arena){0};
 }
 
 static uint32_t fnv(const char *s, size_t n)
@@ -73,9 +73,9 @@ static uint32_t fnv(const char *s, size_t n)
 }
 
 /* The index lives after the names: idx[cap * 2] of symbol + 1, 0 = empty. */
-static int *sym_index(const symtab_t *st) { return (int *)(st->names + st->cap); }
+static int *sym_index(const symtab *st) { return (int *)(st->names + st->cap); }
 
-static int sym_slot(const symtab_t *st, const char *name, size_t n)
+static int sym_slot(const symtab *st, const char *name, size_t n)
 {
     size_t mask = (size_t)st->cap * 2 - 1;
     const int *idx = sym_index(st);
@@ -89,7 +89,7 @@ static int sym_slot(const symtab_t *st, const char *name, size_t n)
     }
 }
 
-int sym_intern(arena_t *a, symtab_t *st, const char *name, size_t n)
+int sym_intern(struct arena *a, symtab *st, const char *name, size_t n)
 {
     if (st->cap) {
         int s = sym_slot(st, name, n);
@@ -124,7 +124,7 @@ int sym_intern(arena_t *a, symtab_t *st, const char *name, size_t n)
     return st->n++;
 }
 
-int sym_find(const symtab_t *st, const char *name)
+int sym_find(const symtab *st, const char *name)
 {
     if (!st->cap)
         return -1;
@@ -132,8 +132,8 @@ int sym_find(const symtab_t *st, const char *name)
     return s >= 0 ? s : -1;
 }
 
-void sym_free(symtab_t *st)
+void sym_free(symtab *st)
 {
     free(st->names);
-    *st = (symtab_t){0};
+    *st = (symtab){0};
 }

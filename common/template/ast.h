@@ -71,38 +71,37 @@ enum { MACRO_VARARGS = 1, MACRO_KWARGS = 2 };
  * evaluates them into fixed arrays on the stack. */
 #define TMPL_MAX_ARGS 16
 
-typedef struct node node_t;
 struct node {
     uint8_t kind;
     int16_t op;
     int line;
     int sym;
-    node_t *a, *b, *c, *d;
-    node_t **kids;
+    struct node *a, *b, *c, *d;
+    struct node **kids;
     int n_kids;
     const char *name;
-    tv_t val;
+    tv val;
 };
 
 /* A chunked bump allocator; everything in it is freed at once. */
-typedef struct arena_chunk arena_chunk_t;
-typedef struct arena {
-    arena_chunk_t *head;
+struct arena_chunk;
+struct arena {
+    struct arena_chunk *head;
     size_t used_total;
-} arena_t;
+};
 
-void *arena_alloc(arena_t *a, size_t n); /* zeroed, 16-aligned; NULL when out of memory */
-char *arena_strdup(arena_t *a, const char *s, size_t n);
-void arena_free(arena_t *a);
+void *arena_alloc(struct arena *a, size_t n); /* zeroed, 16-aligned; NULL when out of memory */
+char *arena_strdup(struct arena *a, const char *s, size_t n);
+void arena_free(struct arena *a);
 
 /* The compiled template. */
 typedef struct symtab {
     const char **names; /* arena strings */
     int n, cap;
-} symtab_t;
+} symtab;
 
-int sym_intern(arena_t *a, symtab_t *st, const char *name, size_t n); /* -1: no memory */
-int sym_find(const symtab_t *st, const char *name);                   /* -1: absent */
-void sym_free(symtab_t *st);
+int sym_intern(struct arena *a, symtab *st, const char *name, size_t n); /* -1: no memory */
+int sym_find(const symtab *st, const char *name);                        /* -1: absent */
+void sym_free(symtab *st);
 
 #endif

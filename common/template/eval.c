@@ -21,7 +21,7 @@
 
 #define MAX_ARGS TMPL_MAX_ARGS
 
-int undef_error(const tv_t *u)
+int undef_error(const tv *u)
 {
     const char *name = u->u.name ? u->u.name : "value";
     switch (u->sub) {
@@ -34,7 +34,7 @@ int undef_error(const tv_t *u)
     }
 }
 
-static int bound_method(rx_t *rx, int id, const tv_t *self, tv_t *out)
+static int bound_method(struct rx *rx, int id, const tv *self, tv *out)
 {
     struct tmethod *m = tv_alloc(rx, sizeof *m);
     if (!m)
@@ -42,12 +42,12 @@ static int bound_method(rx_t *rx, int id, const tv_t *self, tv_t *out)
     m->refs = 1;
     m->id = (uint16_t)id;
     m->self = tv_ref(*self);
-    *out = (tv_t){.type = TV_METHOD, .u.m = m};
+    *out = (tv){.type = TV_METHOD, .u.m = m};
     return 0;
 }
 
 /* The Python attribute `name` of obj: 1 found (in *out), 0 not an attribute. */
-static int py_attr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
+static int py_attr(struct rx *rx, const tv *obj, const char *name, tv *out)
 {
     if (obj->type == TV_LOOP) {
         if (!strcmp(name, "cycle")) {
@@ -58,7 +58,7 @@ static int py_attr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
         return st < 0 ? st : st == 0;
     }
     if (obj->type == TV_NS) {
-        const tv_t *v = tv_dict_get_str(obj, name, strlen(name));
+        const tv *v = tv_dict_get_str(obj, name, strlen(name));
         if (!v)
             return 0;
         *out = tv_ref(*v);
@@ -77,9 +77,9 @@ static int py_attr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
     return st ? st : 1;
 }
 
-static int item(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out);
+static int item(struct rx *rx, const tv *obj, const tv *key, tv *out);
 
-int tv_getattr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
+int tv_getattr(struct rx *rx, const tv *obj, const char *name, tv *out)
 {
     if (obj->type == TV_UNDEF)
         return undef_error(obj);
@@ -89,7 +89,7 @@ int tv_getattr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
     if (r == 1)
         return 0;
     if (obj->type == TV_DICT) {
-        const tv_t *v = tv_dict_get_str(obj, name, strlen(name));
+        const tv *v = tv_dict_get_str(obj, name, strlen(name));
         if (v) {
             *out = tv_ref(*v);
             return 0;
@@ -100,7 +100,7 @@ int tv_getattr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out)
 }
 
 /* Python index semantics for a sequence of length n: *at in [0, n), or false. */
-static bool seq_index(const tv_t *key, size_t n, size_t *at)
+static bool seq_index(const tv *key, size_t n, size_t *at)
 {
     int64_t i;
     if (key->type == TV_INT)
@@ -118,12 +118,12 @@ static bool seq_index(const tv_t *key, size_t n, size_t *at)
 }
 
 /* obj[key]: 1 found, 0 not (Python raised a LookupError or TypeError). */
-static int item(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out)
+static int item(struct rx *rx, const tv *obj, const tv *key, tv *out)
 {
     size_t at;
     switch (obj->type) {
     case TV_DICT: {
-        const tv_t *v = tv_dict_get(obj, key);
+        const tv *v = tv_dict_get(obj, key);
         if (!v)
             return 0;
         *out = tv_ref(*v);
@@ -154,7 +154,7 @@ static int item(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out)
     }
 }
 
-int tv_getitem(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out)
+int tv_getitem(struct rx *rx, const tv *obj, const tv *key, tv *out)
 {
     if (obj->type == TV_UNDEF)
         return undef_error(obj);
@@ -171,7 +171,7 @@ int tv_getitem(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out)
 }
 
 /* Python's slice.indices(): start, stop and the count. */
-static int slice_indices(const tv_t *sv[3], size_t len, int64_t *start, int64_t *step,
+static int slice_indices(const tv *sv[3], size_t len, int64_t *start, int64_t *step,
                          size_t *count, bool *bad)
 {
     int64_t v[3];
@@ -221,11 +221,11 @@ static int slice_indices(const tv_t *sv[3], size_t len, int64_t *start, int64_t 
     return 0;
 }
 
-static int eval_slice(rx_t *rx, frame_t *f, const tv_t *obj, const node_t *sl, tv_t *out)
+static int eval_slice(struct rx *rx, struct frame *f, const tv *obj, const struct node *sl, tv *out)
 {
-    tv_t parts[3] = {{0}, {0}, {0}};
-    const tv_t *pp[3] = {NULL, NULL, NULL};
-    const node_t *pn[3] = {sl->a, sl->b, sl->c};
+    tv parts[3] = {{0}, {0}, {0}};
+    const tv *pp[3] = {NULL, NULL, NULL};
+    const struct node *pn[3] = {sl->a, sl->b, sl->c};
     int st = 0;
     for (int i = 0; i < 3 && !st; i++)
         if (pn[i] && !(st = eval(rx, f, pn[i], &parts[i])))
@@ -264,7 +264,7 @@ static int eval_slice(rx_t *rx, frame_t *f, const tv_t *obj, const node_t *sl, t
     if ((st = rx_step(rx, 1 + count + (s ? s->len / STEP_SCAN : 0))))
         goto done;
     if (s) {
-        sbuf_t b;
+        sbuf b;
         sb_init(&b, rx);
         size_t *offs = NULL; /* byte offset of every code point, for non-ASCII */
         if (!s->ascii) {
@@ -316,12 +316,12 @@ done:
 }
 
 /* Evaluate call arguments: kids[from..] are positional values, then N_KEYWORD. */
-static int eval_args(rx_t *rx, frame_t *f, const node_t *n, int from, args_t *a, tv_t *pos,
-                     tv_t *kw, const char **names)
+static int eval_args(struct rx *rx, struct frame *f, const struct node *n, int from,
+                     struct args *a, tv *pos, tv *kw, const char **names)
 {
-    *a = (args_t){.pos = pos, .kw = kw, .kw_names = names};
+    *a = (struct args){.pos = pos, .kw = kw, .kw_names = names};
     for (int i = from; i < n->n_kids; i++) {
-        const node_t *k = n->kids[i];
+        const struct node *k = n->kids[i];
         int st;
         if (k->kind == N_KEYWORD) {
             names[a->n_kw] = k->name;
@@ -339,7 +339,7 @@ static int eval_args(rx_t *rx, frame_t *f, const node_t *n, int from, args_t *a,
     return 0;
 }
 
-static void free_args(rx_t *rx, args_t *a)
+static void free_args(struct rx *rx, struct args *a)
 {
     for (int i = 0; i < a->n_pos; i++)
         tv_release(rx, &a->pos[i]);
@@ -347,7 +347,8 @@ static void free_args(rx_t *rx, args_t *a)
         tv_release(rx, &a->kw[i]);
 }
 
-int call_value(rx_t *rx, const node_t *site, const tv_t *callee, const args_t *a, tv_t *out)
+int call_value(struct rx *rx, const struct node *site, const tv *callee, const struct args *a,
+               tv *out)
 {
     switch (callee->type) {
     case TV_MACRO: return call_macro(rx, site, callee->u.macro, a, out);
@@ -361,11 +362,11 @@ int call_value(rx_t *rx, const node_t *site, const tv_t *callee, const args_t *a
     }
 }
 
-static int eval_call(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
+static int eval_call(struct rx *rx, struct frame *f, const struct node *n, tv *out)
 {
-    tv_t pos[MAX_ARGS], kw[MAX_ARGS], callee = {0}, obj = {0};
+    tv pos[MAX_ARGS], kw[MAX_ARGS], callee = {0}, obj = {0};
     const char *names[MAX_ARGS];
-    args_t a = {0};
+    struct args a = {0};
     int st;
     if (n->a->kind == N_GETATTR) { /* a method call: no bound method object needed */
         if ((st = eval(rx, f, n->a->a, &obj)))
@@ -384,11 +385,11 @@ done:
     return st;
 }
 
-int eval_filters(rx_t *rx, frame_t *f, const node_t *n, const tv_t *input, tv_t *out)
+int eval_filters(struct rx *rx, struct frame *f, const struct node *n, const tv *input, tv *out)
 {
-    tv_t val, pos[MAX_ARGS], kw[MAX_ARGS];
+    tv val, pos[MAX_ARGS], kw[MAX_ARGS];
     const char *names[MAX_ARGS];
-    args_t a = {0};
+    struct args a = {0};
     int st = n->a ? (n->a->kind == N_FILTER ? eval_filters(rx, f, n->a, input, &val)
                                          : eval(rx, f, n->a, &val))
                   : (val = tv_ref(*input), 0);
@@ -404,11 +405,11 @@ int eval_filters(rx_t *rx, frame_t *f, const node_t *n, const tv_t *input, tv_t 
     return st;
 }
 
-static int eval_test(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
+static int eval_test(struct rx *rx, struct frame *f, const struct node *n, tv *out)
 {
-    tv_t val, pos[MAX_ARGS], kw[MAX_ARGS];
+    tv val, pos[MAX_ARGS], kw[MAX_ARGS];
     const char *names[MAX_ARGS];
-    args_t a = {0};
+    struct args a = {0};
     int st = eval(rx, f, n->a, &val);
     if (st)
         return st;
@@ -424,7 +425,7 @@ static int eval_test(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
     return st;
 }
 
-static int compare(rx_t *rx, int op, const tv_t *a, const tv_t *b, bool *res)
+static int compare(struct rx *rx, int op, const tv *a, const tv *b, bool *res)
 {
     bool lt = false;
     int st = 0;
@@ -452,9 +453,9 @@ static int compare(rx_t *rx, int op, const tv_t *a, const tv_t *b, bool *res)
     return 0;
 }
 
-static int eval_compare(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
+static int eval_compare(struct rx *rx, struct frame *f, const struct node *n, tv *out)
 {
-    tv_t left, right = {0};
+    tv left, right = {0};
     int st = eval(rx, f, n->a, &left);
     bool res = true;
     for (int i = 0; i < n->n_kids && !st && res; i++) {
@@ -470,7 +471,7 @@ static int eval_compare(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
     return st;
 }
 
-static int eval_unary(rx_t *rx, const node_t *n, tv_t *v, tv_t *out)
+static int eval_unary(struct rx *rx, const struct node *n, tv *v, tv *out)
 {
     if (v->type == TV_UNDEF)
         return undef_error(v);
@@ -491,14 +492,14 @@ static int eval_unary(rx_t *rx, const node_t *n, tv_t *v, tv_t *out)
                       n->kind == N_NEG ? '-' : '+', tv_typename(v));
 }
 
-static int eval_literal(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
+static int eval_literal(struct rx *rx, struct frame *f, const struct node *n, tv *out)
 {
     int st;
     if (n->kind == N_DICT) {
         if ((st = tv_dict_new(rx, TV_DICT, (size_t)n->n_kids, out)))
             return st;
         for (int i = 0; i < n->n_kids && !st; i++) {
-            tv_t k, v;
+            tv k, v;
             if ((st = eval(rx, f, n->kids[i]->a, &k)))
                 break;
             if ((st = eval(rx, f, n->kids[i]->b, &v))) {
@@ -511,7 +512,7 @@ static int eval_literal(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
         if ((st = tv_list_new(rx, n->kind == N_LIST ? TV_LIST : TV_TUPLE, (size_t)n->n_kids, out)))
             return st;
         for (int i = 0; i < n->n_kids && !st; i++) {
-            tv_t v;
+            tv v;
             if (!(st = eval(rx, f, n->kids[i], &v)))
                 st = tv_list_push(rx, out, v);
         }
@@ -523,15 +524,15 @@ static int eval_literal(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
 
 /* a ~ b ~ c: every part as str first, then one buffer of the exact size (templates that
  * grow a string with `ns.s = ns.s ~ x` copy it once per step, not twice). */
-static int eval_concat(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
+static int eval_concat(struct rx *rx, struct frame *f, const struct node *n, tv *out)
 {
-    tv_t small[8], *parts = n->n_kids <= 8 ? small : tv_alloc(rx, (size_t)n->n_kids * sizeof *parts);
+    tv small[8], *parts = n->n_kids <= 8 ? small : tv_alloc(rx, (size_t)n->n_kids * sizeof *parts);
     if (!parts)
         return DERAS_ENOMEM;
     int st = 0, k = 0;
     size_t total = 0;
     for (; k < n->n_kids && !st; k++) {
-        tv_t v;
+        tv v;
         if ((st = eval(rx, f, n->kids[k], &v)))
             break;
         st = tv_to_str(rx, &v, &parts[k]);
@@ -540,7 +541,7 @@ static int eval_concat(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
             break;
         total += tv_sn(&parts[k]);
     }
-    sbuf_t b;
+    sbuf b;
     sb_init(&b, rx);
     if (!st && !(st = rx_step(rx, total / STEP_COPY)) && !(st = sb_reserve(&b, total)))
         for (int i = 0; i < n->n_kids && !st; i++)
@@ -556,14 +557,14 @@ static int eval_concat(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
     return sb_take(&b, out);
 }
 
-static int eval_node(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
+static int eval_node(struct rx *rx, struct frame *f, const struct node *n, tv *out)
 {
-    tv_t a, b;
+    tv a, b;
     int st;
     switch (n->kind) {
     case N_CONST: *out = tv_ref(n->val); return 0;
     case N_NAME: {
-        const tv_t *v = frame_get(f, n->sym);
+        const tv *v = frame_get(f, n->sym);
         *out = v ? tv_ref(*v) : tv_undef(n->name, UNDEF_NAME);
         return 0;
     }
@@ -639,9 +640,9 @@ static int eval_node(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
     }
 }
 
-int eval(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
+int eval(struct rx *rx, struct frame *f, const struct node *n, tv *out)
 {
-    *out = (tv_t){0}; /* a failed evaluation leaves nothing to release */
+    *out = (tv){0}; /* a failed evaluation leaves nothing to release */
     int st = rx_step(rx, 1);
     if (!st) {
         if (++rx->cdepth > CDEPTH_PER_LEVEL * rx->lim.max_depth)
@@ -658,11 +659,11 @@ int eval(rx_t *rx, frame_t *f, const node_t *n, tv_t *out)
     return st;
 }
 
-int args_bind(const args_t *a, const char *const *params, int n_params, tv_t *slots,
+int args_bind(const struct args *a, const char *const *params, int n_params, tv *slots,
               const char *what)
 {
     for (int i = 0; i < n_params; i++)
-        slots[i] = (tv_t){0};
+        slots[i] = (tv){0};
     if (a->n_pos > n_params)
         return deras_fail(DERAS_EFORMAT, "%s() takes at most %d argument(s) (%d given)", what,
                           n_params, a->n_pos);

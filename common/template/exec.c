@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int rx_fail(rx_t *rx, const node_t *at, int code, const char *fmt, ...)
+int rx_fail(struct rx *rx, const struct node *at, int code, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
@@ -29,7 +29,7 @@ int rx_fail(rx_t *rx, const node_t *at, int code, const char *fmt, ...)
     return deras_fail(code, "template line %d: %s", at ? at->line : 0, msg);
 }
 
-int rx_step(rx_t *rx, uint64_t n)
+int rx_step(struct rx *rx, uint64_t n)
 {
     rx->steps += n;
     if (rx->steps > rx->lim.max_steps)
@@ -38,11 +38,11 @@ int rx_step(rx_t *rx, uint64_t n)
     return 0;
 }
 
-int rx_track_ns(rx_t *rx, const tv_t *ns)
+int rx_track_ns(struct rx *rx, const tv *ns)
 {
     if (rx->n_ns == rx->cap_ns) {
         size_t cap = rx->cap_ns ? rx->cap_ns * 2 : 8;
-        tv_t *v = tv_realloc(rx, rx->nss, rx->cap_ns * sizeof *v, cap * sizeof *v);
+        tv *v = tv_realloc(rx, rx->nss, rx->cap_ns * sizeof *v, cap * sizeof *v);
         if (!v)
             return DERAS_ENOMEM;
         rx->nss = v;
@@ -54,7 +54,7 @@ int rx_track_ns(rx_t *rx, const tv_t *ns)
 
 /* --- frames --- */
 
-const tv_t *frame_get(const frame_t *f, int sym)
+const tv *frame_get(const struct frame *f, int sym)
 {
     for (; f; f = f->parent) {
         if (f->dense) {
@@ -69,7 +69,7 @@ const tv_t *frame_get(const frame_t *f, int sym)
     return NULL;
 }
 
-int frame_set(rx_t *rx, frame_t *f, int sym, tv_t v)
+int frame_set(struct rx *rx, struct frame *f, int sym, tv v)
 {
     if (f->dense) {
         tv_release(rx, &f->dense[sym]);
@@ -99,14 +99,14 @@ int frame_set(rx_t *rx, frame_t *f, int sym, tv_t v)
 }
 
 /* Release the variables, keep the storage (a loop reuses its frame). */
-static void frame_reset(rx_t *rx, frame_t *f)
+static void frame_reset(struct rx *rx, struct frame *f)
 {
     for (int i = 0; i < f->n; i++)
         tv_release(rx, &f->vars[i].v);
     f->n = 0;
 }
 
-void frame_clear(rx_t *rx, frame_t *f)
+void frame_clear(struct rx *rx, struct frame *f)
 {
     frame_reset(rx, f);
     tv_free(rx, f->vars, (size_t)f->cap * sizeof *f->vars);
@@ -116,23 +116,23 @@ void frame_clear(rx_t *rx, frame_t *f)
 
 /* --- assignment --- */
 
-static int assign(rx_t *rx, frame_t *f, const node_t *target, tv_t v)
+static int assign(struct rx *rx, struct frame *f, const struct node *target, tv v)
 {
     int st = 0;
     if (target->kind == N_NAME)
         return frame_set(rx, f, target->sym, v);
     if (target->kind == N_NSREF) {
-        const tv_t *ns = frame_get(f, target->a->sym);
+        const tv *ns = frame_get(f, target->a->sym);
         if (!ns || ns->type != TV_NS) {
             tv_release(rx, &v);
             return rx_fail(rx, target, DERAS_EFORMAT, "cannot assign attribute on non-namespace object");
         }
-        tv_t ref = tv_ref(*ns); /* the set may drop the frame's reference */
+        tv ref = tv_ref(*ns); /* the set may drop the frame's reference */
         st = tv_dict_set(rx, &ref, tv_ref(target->val), v);
         tv_release(rx, &ref);
         return st;
     }
-    tv_t items; /* a tuple of names: unpack */
+    tv items; /* a tuple of names: unpack */
     if ((st = tv_iterate(rx, &v, &items))) {
         tv_release(rx, &v);
         return st;
@@ -151,7 +151,7 @@ static int assign(rx_t *rx, frame_t *f, const node_t *target, tv_t v)
 
 /* --- loops --- */
 
-static int bind_target(rx_t *rx, frame_t *f, const node_t *target, const tv_t *item)
+static int bind_target(struct rx *rx, struct frame *f, const struct node *target, const tv *item)
 {
     return assign(rx, f, target, tv_ref(*item));
 }
@@ -164,11 +164,11 @@ static int passes(struct tloop *lp, size_t i, bool *ok)
         return 0;
     }
     if (lp->verdict[i] == 0) {
-        rx_t *rx = lp->rx;
+        struct rx *rx = lp->rx;
         if (!rx)
             return deras_fail(DERAS_EUNSUPPORTED, "a loop's look-ahead after the loop ended");
-        frame_t tf = {.parent = lp->frame};
-        tv_t c;
+        struct frame tf = {.parent = lp->frame};
+        tv c;
         int st = bind_target(rx, &tf, lp->node->a, &lp->seq.u.l->v[i]);
         if (!st)
             st = eval(rx, &tf, lp->node->c, &c);
@@ -198,7 +198,7 @@ static int next_pass(struct tloop *lp, size_t from, size_t *at)
     return 0;
 }
 
-int loop_attr(rx_t *rx, struct tloop *lp, const char *name, tv_t *out)
+int loop_attr(struct rx *rx, struct tloop *lp, const char *name, tv *out)
 {
     size_t n = lp->seq.u.l->n, at;
     int st;
@@ -235,7 +235,7 @@ int loop_attr(rx_t *rx, struct tloop *lp, const char *name, tv_t *out)
     return 0;
 }
 
-int loop_cycle(rx_t *rx, struct tloop *lp, const args_t *a, tv_t *out)
+int loop_cycle(struct rx *rx, struct tloop *lp, const struct args *a, tv *out)
 {
     (void)rx;
     if (a->n_kw)
@@ -246,9 +246,9 @@ int loop_cycle(rx_t *rx, struct tloop *lp, const args_t *a, tv_t *out)
     return 0;
 }
 
-static int exec_for(rx_t *rx, frame_t *f, const node_t *n)
+static int exec_for(struct rx *rx, struct frame *f, const struct node *n)
 {
-    tv_t it, seq, loopv = {0};
+    tv it, seq, loopv = {0};
     int st = eval(rx, f, n->b, &it);
     if (st)
         return st;
@@ -262,7 +262,7 @@ static int exec_for(rx_t *rx, frame_t *f, const node_t *n)
         return DERAS_ENOMEM;
     }
     *lp = (struct tloop){.refs = 1, .seq = seq, .rx = rx, .frame = f, .node = n};
-    loopv = (tv_t){.type = TV_LOOP, .u.loop = lp};
+    loopv = (tv){.type = TV_LOOP, .u.loop = lp};
     size_t len = seq.u.l->n;
     if (n->c && len) {
         lp->verdict = tv_alloc(rx, len);
@@ -273,7 +273,7 @@ static int exec_for(rx_t *rx, frame_t *f, const node_t *n)
         lp->n_verdict = len;
         memset(lp->verdict, 0, len);
     }
-    frame_t body = {.parent = f};
+    struct frame body = {.parent = f};
     bool any = false;
     size_t at = 0;
     int sym_loop = rx->t->sym_loop;
@@ -284,7 +284,7 @@ static int exec_for(rx_t *rx, frame_t *f, const node_t *n)
             break;
         lp->pos = at;
         any = true;
-        const tv_t *item = &seq.u.l->v[at];
+        const tv *item = &seq.u.l->v[at];
         if ((st = bind_target(rx, &body, n->a, item)))
             break;
         if (sym_loop >= 0 && (st = frame_set(rx, &body, sym_loop, tv_ref(loopv))))
@@ -308,7 +308,7 @@ static int exec_for(rx_t *rx, frame_t *f, const node_t *n)
     lp->frame = NULL;
     tv_release(rx, &loopv);
     if (!st && !any && n->n_kids) {
-        frame_t eb = {.parent = f};
+        struct frame eb = {.parent = f};
         st = exec_body(rx, &eb, n->kids[0]);
         frame_clear(rx, &eb);
     }
@@ -318,11 +318,11 @@ static int exec_for(rx_t *rx, frame_t *f, const node_t *n)
 /* --- blocks --- */
 
 /* Render `body` in a frame of its own into a string. */
-static int capture(rx_t *rx, frame_t *f, const node_t *body, tv_t *out)
+static int capture(struct rx *rx, struct frame *f, const struct node *body, tv *out)
 {
-    sbuf_t buf, *saved = rx->out;
+    sbuf buf, *saved = rx->out;
     sb_init(&buf, rx);
-    frame_t inner = {.parent = f};
+    struct frame inner = {.parent = f};
     rx->out = &buf;
     int st = exec_body(rx, &inner, body);
     rx->out = saved;
@@ -334,9 +334,9 @@ static int capture(rx_t *rx, frame_t *f, const node_t *body, tv_t *out)
     return sb_take(&buf, out);
 }
 
-static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
+static int exec_stmt(struct rx *rx, struct frame *f, const struct node *n)
 {
-    tv_t v, w;
+    tv v, w;
     int st = rx_step(rx, 1);
     if (st)
         return st;
@@ -375,7 +375,7 @@ static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
         if ((st = capture(rx, f, n->b, &v)))
             return st;
         if (n->c) {
-            frame_t inner = {.parent = f};
+            struct frame inner = {.parent = f};
             st = eval_filters(rx, &inner, n->c, &v, &w);
             frame_clear(rx, &inner);
             tv_release(rx, &v);
@@ -384,7 +384,7 @@ static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
             v = w;
         }
         return assign(rx, f, n->a, v);
-    case N_MACRO: return frame_set(rx, f, n->sym, (tv_t){.type = TV_MACRO, .u.macro = n});
+    case N_MACRO: return frame_set(rx, f, n->sym, (tv){.type = TV_MACRO, .u.macro = n});
     case N_FILTERBLK:
         if ((st = capture(rx, f, n->b, &v)))
             return st;
@@ -396,7 +396,7 @@ static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
         tv_release(rx, &w);
         return st;
     case N_SCOPE: {
-        frame_t inner = {.parent = f};
+        struct frame inner = {.parent = f};
         st = exec_body(rx, &inner, n->b);
         frame_clear(rx, &inner);
         return st;
@@ -407,7 +407,7 @@ static int exec_stmt(rx_t *rx, frame_t *f, const node_t *n)
     }
 }
 
-int exec_body(rx_t *rx, frame_t *f, const node_t *body)
+int exec_body(struct rx *rx, struct frame *f, const struct node *body)
 {
     if (++rx->cdepth > CDEPTH_PER_LEVEL * rx->lim.max_depth) {
         rx->cdepth--;
@@ -430,7 +430,8 @@ int exec_body(rx_t *rx, frame_t *f, const node_t *body)
 
 /* --- macros --- */
 
-int call_macro(rx_t *rx, const node_t *site, const node_t *m, const args_t *a, tv_t *out)
+int call_macro(struct rx *rx, const struct node *site, const struct node *m, const struct args *a,
+               tv *out)
 {
     if (rx->depth >= rx->lim.max_depth)
         return rx_fail(rx, site, DERAS_EUNSUPPORTED, "macro calls nested deeper than max_depth (%d)",
@@ -440,10 +441,10 @@ int call_macro(rx_t *rx, const node_t *site, const node_t *m, const args_t *a, t
         return rx_fail(rx, site, DERAS_EFORMAT, "macro '%s' takes not more than %d argument(s)",
                        m->name, n_params);
     bool used[TMPL_MAX_ARGS] = {false};
-    frame_t fr = {.parent = rx->top};
+    struct frame fr = {.parent = rx->top};
     for (int i = 0; i < n_params && !st; i++) {
-        const node_t *p = m->kids[i];
-        tv_t v = {0};
+        const struct node *p = m->kids[i];
+        tv v = {0};
         if (i < a->n_pos) {
             v = tv_ref(a->pos[i]);
         } else {
@@ -463,7 +464,7 @@ int call_macro(rx_t *rx, const node_t *site, const node_t *m, const args_t *a, t
         if (!st)
             st = frame_set(rx, &fr, p->sym, v);
     }
-    tv_t extra = {0};
+    tv extra = {0};
     for (int k = 0; k < a->n_kw && !st; k++) {
         if (used[k])
             continue;
@@ -474,7 +475,7 @@ int call_macro(rx_t *rx, const node_t *site, const node_t *m, const args_t *a, t
         }
         if (extra.type == TV_EMPTY && (st = tv_dict_new(rx, TV_DICT, 0, &extra)))
             break;
-        tv_t key;
+        tv key;
         if (!(st = tv_str(rx, a->kw_names[k], strlen(a->kw_names[k]), &key)))
             st = tv_dict_set(rx, &extra, key, tv_ref(a->kw[k]));
     }
@@ -483,10 +484,10 @@ int call_macro(rx_t *rx, const node_t *site, const node_t *m, const args_t *a, t
             st = tv_dict_new(rx, TV_DICT, 0, &extra);
         if (!st)
             st = frame_set(rx, &fr, rx->t->sym_kwargs, extra);
-        extra = (tv_t){0};
+        extra = (tv){0};
     }
     if (!st && (m->op & MACRO_VARARGS)) {
-        tv_t va;
+        tv va;
         if (!(st = tv_list_new(rx, TV_TUPLE, 0, &va))) {
             for (int i = n_params; i < a->n_pos && !st; i++)
                 st = tv_list_push(rx, &va, tv_ref(a->pos[i]));
@@ -498,7 +499,7 @@ int call_macro(rx_t *rx, const node_t *site, const node_t *m, const args_t *a, t
     }
     tv_release(rx, &extra);
     if (!st) {
-        sbuf_t buf, *saved = rx->out;
+        sbuf buf, *saved = rx->out;
         sb_init(&buf, rx);
         rx->out = &buf;
         rx->depth++;

@@ -21,7 +21,7 @@
 /* The bound argument i, or NULL when not given. */
 #define ARG(i) filter_arg(slot, i)
 
-static int bind(const args_t *a, tv_t *slot, const char *fname, int n, ...)
+static int bind(const struct args *a, tv *slot, const char *fname, int n, ...)
 {
     const char *params[8];
     __builtin_va_list ap;
@@ -32,14 +32,14 @@ static int bind(const args_t *a, tv_t *slot, const char *fname, int n, ...)
     return args_bind(a, params, n, slot, fname);
 }
 
-static int f_indent(rx_t *rx, const tv_t *s, const tv_t *width, bool first, bool blank, tv_t *out)
+static int f_indent(struct rx *rx, const tv *s, const tv *width, bool first, bool blank, tv *out)
 {
     if (s->type == TV_UNDEF)
         return undef_error(s);
     if (s->type != TV_STR)
         return deras_fail(DERAS_EFORMAT, "unsupported operand type(s) for +=: '%s' and 'str'",
                           tv_typename(s));
-    sbuf_t ind, b;
+    sbuf ind, b;
     sb_init(&ind, rx);
     sb_init(&b, rx);
     int st = 0;
@@ -149,7 +149,7 @@ static bool parse_float(const char *s, size_t n, double *out)
     return end == buf + k && k > 0;
 }
 
-static int f_int(rx_t *rx, const tv_t *v, const tv_t *dflt, const tv_t *base, tv_t *out)
+static int f_int(struct rx *rx, const tv *v, const tv *dflt, const tv *base, tv *out)
 {
     (void)rx;
     int64_t i;
@@ -184,12 +184,12 @@ static int f_int(rx_t *rx, const tv_t *v, const tv_t *dflt, const tv_t *base, tv
     return 0;
 }
 
-static int f_tojson(rx_t *rx, const tv_t *v, tv_t *slot, tv_t *out)
+static int f_tojson(struct rx *rx, const tv *v, tv *slot, tv *out)
 {
     json_opts o = {.ensure_ascii = is_true(ARG(0)), .sort_keys = is_true(ARG(3)),
                    .item_sep = ", ", .item_sep_len = 2, .key_sep = ": ", .key_sep_len = 2};
     char spaces[256];
-    const tv_t *ind = ARG(1), *sep = ARG(2);
+    const tv *ind = ARG(1), *sep = ARG(2);
     if (ind && ind->type != TV_NONE) {
         o.has_indent = true;
         o.item_sep = ",";
@@ -217,7 +217,7 @@ static int f_tojson(rx_t *rx, const tv_t *v, tv_t *slot, tv_t *out)
         o.key_sep = tv_sp(&sep->u.l->v[1]);
         o.key_sep_len = tv_sn(&sep->u.l->v[1]);
     }
-    sbuf_t b;
+    sbuf b;
     sb_init(&b, rx);
     int st = tv_tojson(&b, v, &o);
     if (!st)
@@ -229,9 +229,9 @@ static int f_tojson(rx_t *rx, const tv_t *v, tv_t *slot, tv_t *out)
     return sb_take(&b, out);
 }
 
-int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv_t *out)
+int filter_call(struct rx *rx, struct frame *f, int id, const tv *v, const struct args *a, tv *out)
 {
-    tv_t slot[8];
+    tv slot[8];
     int st;
     const char *name = filter_name(id);
     switch (id) {
@@ -251,7 +251,7 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
         if ((st = bind(a, slot, name, 1, "chars")))
             return st;
         if (v->type != TV_STR) {
-            tv_t s;
+            tv s;
             if ((st = tv_to_str(rx, v, &s)))
                 return st;
             st = str_strip(rx, &s, ARG(0), 3, out);
@@ -273,8 +273,8 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
         if ((st = bind(a, slot, name, 0)))
             return st;
         if (id != F_SAFE && !(v->type == TV_STR && v->markup)) {
-            sbuf_t b;
-            tv_t s;
+            sbuf b;
+            tv s;
             sb_init(&b, rx);
             if ((st = tv_to_str(rx, v, &s)))
                 return st;
@@ -308,7 +308,7 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
             return filter_new_list(rx, true, out);
         if (v->type != TV_DICT)
             return deras_fail(DERAS_EFORMAT, "Can only get item pairs from a mapping.");
-        if ((st = method_call(rx, M_ITEMS, v, &(args_t){0}, out)))
+        if ((st = method_call(rx, M_ITEMS, v, &(struct args){0}, out)))
             return st;
         out->u.l->view = VIEW_GEN;
         return 0;
@@ -316,7 +316,7 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
     case F_LOWER:
     case F_CAPITALIZE:
     case F_TITLE: {
-        tv_t s;
+        tv s;
         if ((st = bind(a, slot, name, 0)))
             return st;
         if ((st = v->type == TV_STR ? (s = tv_ref(*v), 0) : tv_to_str(rx, v, &s)))
@@ -327,7 +327,7 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
         return st;
     }
     case F_REPLACE: {
-        tv_t s, o, n;
+        tv s, o, n;
         if ((st = bind(a, slot, name, 3, "old", "new", "count")))
             return st;
         if (!ARG(0) || !ARG(1))
@@ -370,7 +370,7 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
         if (out->type == TV_LIST && !out->u.l->view)
             return 0;
         { /* a fresh plain list */
-            tv_t l;
+            tv l;
             if ((st = tv_list_new(rx, TV_LIST, out->u.l->n, &l)))
                 goto list_fail;
             for (size_t i = 0; i < out->u.l->n && !st; i++)
@@ -393,8 +393,8 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
         if ((st = bind(a, slot, name, 0)))
             return st;
         if (v->type == TV_STR) {
-            tv_t it;
-            sbuf_t b;
+            tv it;
+            sbuf b;
             if ((st = tv_iterate(rx, v, &it)))
                 return st;
             sb_init(&b, rx);
@@ -407,7 +407,7 @@ int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *v, const args_t *a, tv
                 sb_free(&b);
             return st;
         } else {
-            tv_t it; /* reversed(): an iterator, except for a generator (then a list) */
+            tv it; /* reversed(): an iterator, except for a generator (then a list) */
             bool gen = !(v->type == TV_LIST && v->u.l->view == VIEW_GEN);
             if ((st = tv_iterate(rx, v, &it)))
                 return st;

@@ -19,7 +19,7 @@
 #define ARG(i) filter_arg(slot, i)
 
 /* An empty list marked as a generator (or a plain list). */
-int filter_new_list(rx_t *rx, bool gen, tv_t *out)
+int filter_new_list(struct rx *rx, bool gen, tv *out)
 {
     int st = tv_list_new(rx, TV_LIST, 0, out);
     if (!st && gen)
@@ -29,7 +29,7 @@ int filter_new_list(rx_t *rx, bool gen, tv_t *out)
 
 
 /* Jinja2's ignore_case: strings lowered, anything else as it is. */
-static int fold(rx_t *rx, const tv_t *v, bool lower, tv_t *out)
+static int fold(struct rx *rx, const tv *v, bool lower, tv *out)
 {
     if (lower && v->type == TV_STR)
         return str_case(rx, v, CASE_LOWER, out);
@@ -38,10 +38,10 @@ static int fold(rx_t *rx, const tv_t *v, bool lower, tv_t *out)
 }
 
 /* make_attrgetter: "a.b.0" looked up item by item with the environment's getitem. */
-static int attr_get(rx_t *rx, const tv_t *item, const tv_t *attr, const tv_t *dflt, bool lower,
-                    tv_t *out)
+static int attr_get(struct rx *rx, const tv *item, const tv *attr, const tv *dflt, bool lower,
+                    tv *out)
 {
-    tv_t cur = tv_ref(*item), next;
+    tv cur = tv_ref(*item), next;
     int st = 0;
     if (attr->type != TV_STR) {
         st = tv_getitem(rx, &cur, attr, &next);
@@ -58,7 +58,7 @@ static int attr_get(rx_t *rx, const tv_t *item, const tv_t *attr, const tv_t *df
                 digits = s[i] >= '0' && s[i] <= '9';
                 iv = iv * 10 + (s[i] - '0');
             }
-            tv_t key;
+            tv key;
             if (digits)
                 key = tv_int(iv);
             else if ((st = tv_str(rx, s, len, &key)))
@@ -89,7 +89,7 @@ static int attr_get(rx_t *rx, const tv_t *item, const tv_t *attr, const tv_t *df
 /* --- sorting: keys computed once, then a stable merge sort of indices --- */
 
 typedef struct sort_ctx {
-    tv_t *keys;
+    tv *keys;
     bool reverse;
 } sort_ctx;
 
@@ -101,14 +101,14 @@ static int idx_lt(void *ctx, const void *a, const void *b, bool *lt)
 }
 
 /* Sort `items` (a list, not shared) by `keys` in place. */
-static int sort_by(rx_t *rx, tv_t *items, tv_t *keys, bool reverse)
+static int sort_by(struct rx *rx, tv *items, tv *keys, bool reverse)
 {
     size_t n = items->u.l->n;
     int st = rx_step(rx, n * (1 + (n > 1 ? (uint64_t)log2((double)n) : 0)));
     if (st || n < 2)
         return st;
     size_t *order = tv_alloc(rx, n * sizeof *order);
-    tv_t *tmp = order ? tv_alloc(rx, n * sizeof *tmp) : NULL;
+    tv *tmp = order ? tv_alloc(rx, n * sizeof *tmp) : NULL;
     if (!tmp) {
         tv_free(rx, order, n * sizeof *order);
         return DERAS_ENOMEM;
@@ -126,7 +126,7 @@ static int sort_by(rx_t *rx, tv_t *items, tv_t *keys, bool reverse)
     return st;
 }
 
-static void free_keys(rx_t *rx, tv_t *keys, size_t n)
+static void free_keys(struct rx *rx, tv *keys, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         tv_release(rx, &keys[i]);
@@ -134,10 +134,10 @@ static void free_keys(rx_t *rx, tv_t *keys, size_t n)
 }
 
 /* A copy of `seq`'s items as a plain list, and each item's sort key. */
-static int keyed(rx_t *rx, const tv_t *seq, const tv_t *attr, bool lower, bool pairs_by,
-                 int pos, tv_t *list, tv_t **keys)
+static int keyed(struct rx *rx, const tv *seq, const tv *attr, bool lower, bool pairs_by,
+                 int pos, tv *list, tv **keys)
 {
-    tv_t it;
+    tv it;
     int st = tv_iterate(rx, seq, &it);
     if (st)
         return st;
@@ -150,9 +150,9 @@ static int keyed(rx_t *rx, const tv_t *seq, const tv_t *attr, bool lower, bool p
     if (n && !(*keys = tv_alloc(rx, n * sizeof **keys)))
         st = DERAS_ENOMEM;
     for (size_t i = 0; i < n && !st; i++) {
-        const tv_t *x = &it.u.l->v[i];
-        tv_t *k = &(*keys)[i];
-        *k = (tv_t){0};
+        const tv *x = &it.u.l->v[i];
+        tv *k = &(*keys)[i];
+        *k = (tv){0};
         if (pairs_by)
             st = fold(rx, &x->u.l->v[pos], lower, k);
         else if (attr)
@@ -163,7 +163,7 @@ static int keyed(rx_t *rx, const tv_t *seq, const tv_t *attr, bool lower, bool p
             st = tv_list_push(rx, list, tv_ref(*x));
         if (st)
             for (size_t j = i + 1; j < n; j++)
-                (*keys)[j] = (tv_t){0};
+                (*keys)[j] = (tv){0};
     }
     tv_release(rx, &it);
     if (st) {
@@ -175,10 +175,10 @@ static int keyed(rx_t *rx, const tv_t *seq, const tv_t *attr, bool lower, bool p
     return st;
 }
 
-int filter_sort(rx_t *rx, const tv_t *v, const tv_t *reverse, const tv_t *cs, const tv_t *attr,
-                  bool dict_pairs, int pos, tv_t *out)
+int filter_sort(struct rx *rx, const tv *v, const tv *reverse, const tv *cs, const tv *attr,
+                bool dict_pairs, int pos, tv *out)
 {
-    tv_t *keys;
+    tv *keys;
     int st = keyed(rx, v, attr, !is_true(cs), dict_pairs, pos, out, &keys);
     if (st)
         return st;
@@ -191,7 +191,7 @@ int filter_sort(rx_t *rx, const tv_t *v, const tv_t *reverse, const tv_t *cs, co
     return st;
 }
 
-int filter_dictsort(rx_t *rx, const tv_t *v, tv_t *slot, tv_t *out)
+int filter_dictsort(struct rx *rx, const tv *v, tv *slot, tv *out)
 {
     if (v->type != TV_DICT)
         return deras_fail(DERAS_EFORMAT, "dictsort needs a mapping, not %s", tv_typename(v));
@@ -202,10 +202,10 @@ int filter_dictsort(rx_t *rx, const tv_t *v, tv_t *slot, tv_t *out)
         else if (!(slot[1].type == TV_STR && !strcmp(tv_sp(&slot[1]), "key")))
             return deras_fail(DERAS_EFORMAT, "You can only sort by either \"key\" or \"value\"");
     }
-    tv_t pairs;
+    tv pairs;
     int st = tv_list_new(rx, TV_LIST, v->u.d->n, &pairs);
     for (size_t i = 0; i < v->u.d->n && !st; i++) {
-        tv_t t;
+        tv t;
         if ((st = tv_list_new(rx, TV_TUPLE, 2, &t)))
             break;
         if (!(st = tv_list_push(rx, &t, tv_ref(v->u.d->k[i]))) &&
@@ -220,9 +220,9 @@ int filter_dictsort(rx_t *rx, const tv_t *v, tv_t *slot, tv_t *out)
     return st;
 }
 
-int filter_minmax(rx_t *rx, const tv_t *v, const tv_t *cs, const tv_t *attr, bool max, tv_t *out)
+int filter_minmax(struct rx *rx, const tv *v, const tv *cs, const tv *attr, bool max, tv *out)
 {
-    tv_t list, *keys;
+    tv list, *keys;
     int st = keyed(rx, v, attr, !is_true(cs), false, 0, &list, &keys);
     if (st)
         return st;
@@ -241,9 +241,9 @@ int filter_minmax(rx_t *rx, const tv_t *v, const tv_t *cs, const tv_t *attr, boo
     return st;
 }
 
-int filter_unique(rx_t *rx, const tv_t *v, const tv_t *cs, const tv_t *attr, tv_t *out)
+int filter_unique(struct rx *rx, const tv *v, const tv *cs, const tv *attr, tv *out)
 {
-    tv_t list, *keys, seen;
+    tv list, *keys, seen;
     int st = keyed(rx, v, attr, !is_true(cs), false, 0, &list, &keys);
     if (st)
         return st;
@@ -270,7 +270,7 @@ int filter_unique(rx_t *rx, const tv_t *v, const tv_t *cs, const tv_t *attr, tv_
 }
 
 /* select / reject / selectattr / rejectattr. */
-int filter_select(rx_t *rx, const tv_t *v, const args_t *a, bool attr, bool keep, tv_t *out)
+int filter_select(struct rx *rx, const tv *v, const struct args *a, bool attr, bool keep, tv *out)
 {
     int off = attr ? 1 : 0, test = -1;
     if (attr && a->n_pos < 1)
@@ -281,9 +281,9 @@ int filter_select(rx_t *rx, const tv_t *v, const args_t *a, bool attr, bool keep
         if ((test = test_find(tv_sp(&a->pos[off]))) < 0)
             return deras_fail(DERAS_EFORMAT, "no test named '%s'", tv_sp(&a->pos[off]));
     }
-    args_t targs = {.pos = a->pos + off + 1, .n_pos = a->n_pos > off ? a->n_pos - off - 1 : 0,
-                    .kw_names = a->kw_names, .kw = a->kw, .n_kw = a->n_kw};
-    tv_t it;
+    struct args targs = {.pos = a->pos + off + 1, .n_pos = a->n_pos > off ? a->n_pos - off - 1 : 0,
+                         .kw_names = a->kw_names, .kw = a->kw, .n_kw = a->n_kw};
+    tv it;
     int st = filter_new_list(rx, true, out);
     if (st || !tv_truthy(v))
         return st;
@@ -292,7 +292,7 @@ int filter_select(rx_t *rx, const tv_t *v, const args_t *a, bool attr, bool keep
         return st;
     }
     for (size_t i = 0; i < it.u.l->n && !st; i++) {
-        tv_t x;
+        tv x;
         bool r;
         if (attr)
             st = attr_get(rx, &it.u.l->v[i], &a->pos[0], NULL, false, &x);
@@ -316,11 +316,11 @@ int filter_select(rx_t *rx, const tv_t *v, const args_t *a, bool attr, bool keep
     return st;
 }
 
-int filter_map(rx_t *rx, frame_t *f, const tv_t *v, const args_t *a, tv_t *out)
+int filter_map(struct rx *rx, struct frame *f, const tv *v, const struct args *a, tv *out)
 {
-    const tv_t *attribute = NULL, *dflt = NULL;
+    const tv *attribute = NULL, *dflt = NULL;
     int filter = -1;
-    args_t fargs = *a;
+    struct args fargs = *a;
     if (a->n_pos == 0) {
         for (int k = 0; k < a->n_kw; k++) {
             if (!strcmp(a->kw_names[k], "attribute"))
@@ -341,7 +341,7 @@ int filter_map(rx_t *rx, frame_t *f, const tv_t *v, const args_t *a, tv_t *out)
         fargs.pos++;
         fargs.n_pos--;
     }
-    tv_t it;
+    tv it;
     int st = filter_new_list(rx, true, out);
     if (st || !tv_truthy(v))
         return st;
@@ -350,7 +350,7 @@ int filter_map(rx_t *rx, frame_t *f, const tv_t *v, const args_t *a, tv_t *out)
         return st;
     }
     for (size_t i = 0; i < it.u.l->n && !st; i++) {
-        tv_t x;
+        tv x;
         if (attribute)
             st = attr_get(rx, &it.u.l->v[i], attribute, dflt, false, &x);
         else
@@ -364,13 +364,13 @@ int filter_map(rx_t *rx, frame_t *f, const tv_t *v, const args_t *a, tv_t *out)
     return st;
 }
 
-int filter_join(rx_t *rx, const tv_t *v, const tv_t *d, const tv_t *attr, tv_t *out)
+int filter_join(struct rx *rx, const tv *v, const tv *d, const tv *attr, tv *out)
 {
-    tv_t it;
+    tv it;
     int st = tv_iterate(rx, v, &it);
     if (st)
         return st;
-    sbuf_t b;
+    sbuf b;
     sb_init(&b, rx);
     for (size_t i = 0; i < it.u.l->n && !st; i++) {
         if (i && d)
@@ -378,7 +378,7 @@ int filter_join(rx_t *rx, const tv_t *v, const tv_t *d, const tv_t *attr, tv_t *
         if (st)
             break;
         if (attr) {
-            tv_t x;
+            tv x;
             if (!(st = attr_get(rx, &it.u.l->v[i], attr, NULL, false, &x))) {
                 st = tv_print(&b, &x);
                 tv_release(rx, &x);
@@ -398,11 +398,11 @@ int filter_join(rx_t *rx, const tv_t *v, const tv_t *d, const tv_t *attr, tv_t *
 }
 
 /* First or last item of an iterable; Undefined when empty. */
-int filter_end(rx_t *rx, const tv_t *v, bool last, tv_t *out)
+int filter_end(struct rx *rx, const tv *v, bool last, tv *out)
 {
     if (last && v->type == TV_LIST && v->u.l->view == VIEW_GEN) /* reversed(generator) */
         return deras_fail(DERAS_EFORMAT, "'generator' object is not reversible");
-    tv_t it;
+    tv it;
     int st = tv_iterate(rx, v, &it);
     if (st)
         return st;
@@ -412,12 +412,12 @@ int filter_end(rx_t *rx, const tv_t *v, bool last, tv_t *out)
     return 0;
 }
 
-int filter_sum(rx_t *rx, const tv_t *v, const tv_t *attr, const tv_t *start, tv_t *out)
+int filter_sum(struct rx *rx, const tv *v, const tv *attr, const tv *start, tv *out)
 {
-    tv_t it = {0}, acc = start ? tv_ref(*start) : tv_int(0);
+    tv it = {0}, acc = start ? tv_ref(*start) : tv_int(0);
     int st = tv_iterate(rx, v, &it);
     for (size_t i = 0; !st && i < it.u.l->n; i++) {
-        tv_t x, r;
+        tv x, r;
         if (attr)
             st = attr_get(rx, &it.u.l->v[i], attr, NULL, false, &x);
         else

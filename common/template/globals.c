@@ -21,21 +21,21 @@ static locale_t c_loc;
 static void c_init(void) { c_loc = newlocale(LC_ALL_MASK, "C", (locale_t)0); }
 
 /* dict(*args, **kwargs) and namespace(...): a mapping or pairs, then keywords. */
-static int build_dict(rx_t *rx, const args_t *a, int type, tv_t *out)
+static int build_dict(struct rx *rx, const struct args *a, int type, tv *out)
 {
     if (a->n_pos > 1)
         return deras_fail(DERAS_EFORMAT, "dict expected at most 1 argument, got %d", a->n_pos);
     int st = tv_dict_new(rx, type, 0, out);
     if (!st && a->n_pos == 1) {
-        const tv_t *src = &a->pos[0];
+        const tv *src = &a->pos[0];
         if (src->type == TV_DICT || src->type == TV_NS) {
             for (size_t i = 0; i < src->u.d->n && !st; i++)
                 st = tv_dict_set(rx, out, tv_ref(src->u.d->k[i]), tv_ref(src->u.d->v[i]));
         } else {
-            tv_t it;
+            tv it;
             if (!(st = tv_iterate(rx, src, &it))) {
                 for (size_t i = 0; i < it.u.l->n && !st; i++) {
-                    const tv_t *pair = &it.u.l->v[i];
+                    const tv *pair = &it.u.l->v[i];
                     if (!tv_is_seq(pair) || pair->u.l->n != 2)
                         st = deras_fail(DERAS_EFORMAT, "dictionary update sequence element #%zu "
                                         "has the wrong length", i);
@@ -47,7 +47,7 @@ static int build_dict(rx_t *rx, const args_t *a, int type, tv_t *out)
         }
     }
     for (int k = 0; k < a->n_kw && !st; k++) {
-        tv_t key;
+        tv key;
         if (!(st = tv_str(rx, a->kw_names[k], strlen(a->kw_names[k]), &key)))
             st = tv_dict_set(rx, out, key, tv_ref(a->kw[k]));
     }
@@ -58,13 +58,13 @@ static int build_dict(rx_t *rx, const args_t *a, int type, tv_t *out)
     return st;
 }
 
-static int range(rx_t *rx, const args_t *a, tv_t *out)
+static int range(struct rx *rx, const struct args *a, tv *out)
 {
     int64_t v[3] = {0, 0, 1};
     if (a->n_kw || a->n_pos < 1 || a->n_pos > 3)
         return deras_fail(DERAS_EFORMAT, "range expected 1 to 3 integer arguments");
     for (int i = 0; i < a->n_pos; i++) {
-        const tv_t *x = &a->pos[i];
+        const tv *x = &a->pos[i];
         if (x->type != TV_INT && x->type != TV_BOOL)
             return x->type == TV_UNDEF ? undef_error(x)
                    : deras_fail(DERAS_EFORMAT, "'%s' object cannot be interpreted as an integer",
@@ -96,9 +96,9 @@ static int range(rx_t *rx, const args_t *a, tv_t *out)
     return 0;
 }
 
-int global_call(rx_t *rx, int id, const args_t *a, tv_t *out)
+int global_call(struct rx *rx, int id, const struct args *a, tv *out)
 {
-    tv_t slot[1], msg;
+    tv slot[1], msg;
     int st;
     switch (id) {
     case G_RANGE: return range(rx, a, out);

@@ -17,12 +17,12 @@
 #include <string.h>
 
 typedef struct lx {
-    arena_t *arena;
+    struct arena *arena;
     const char *s; /* normalised source */
     size_t n, pos;
     int line;
     bool line_starting;
-    tokens_t *out;
+    tokens *out;
     char brackets[256];
     int depth;
 } lx_t;
@@ -42,12 +42,12 @@ const char *lex_op_text(int op)
     return op >= 0 && op <= OP_SEMICOLON ? op_text[op] : "?";
 }
 
-static int push(lx_t *x, token_t t)
+static int push(lx_t *x, token t)
 {
-    tokens_t *o = x->out;
+    tokens *o = x->out;
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 256;
-        token_t *v = realloc(o->v, cap * sizeof *v);
+        token *v = realloc(o->v, cap * sizeof *v);
         if (!v)
             return deras_fail(DERAS_ENOMEM, "template: out of memory lexing");
         o->v = v;
@@ -114,7 +114,7 @@ static int emit_text(lx_t *x, size_t start, size_t len, char sign, bool lstrip_o
     }
     int st = 0;
     if (keep > 0)
-        st = push(x, (token_t){.type = T_DATA, .line = x->line, .s = t, .len = keep});
+        st = push(x, (token){.type = T_DATA, .line = x->line, .s = t, .len = keep});
     x->line += count_nl(t, len);
     return st;
 }
@@ -126,7 +126,7 @@ static int fail_at(lx_t *x, int code, const char *what)
 
 /* Python unicode-escape decoding of a string literal's body (after Jinja2 normalised its
  * newlines and backslash-replaced non-ASCII characters). */
-static int decode_string(lx_t *x, const char *s, size_t n, token_t *tok)
+static int decode_string(lx_t *x, const char *s, size_t n, token *tok)
 {
     char *o = arena_alloc(x->arena, n * 3 + 1); /* \é -> "\xe9": at most 10 bytes per 4 */
     if (!o)
@@ -246,7 +246,7 @@ static size_t match_float(const lx_t *x, size_t p)
     return frac ? r - p : 0;
 }
 
-static int scan_number(lx_t *x, size_t p, token_t *tok, size_t *len)
+static int scan_number(lx_t *x, size_t p, token *tok, size_t *len)
 {
     char buf[128];
     size_t fl = match_float(x, p);
@@ -356,7 +356,7 @@ static int lex_tag(lx_t *x, bool block)
                     end = 2;
             }
             if (end) {
-                int st = push(x, (token_t){.type = block ? T_BLOCK_END : T_VAR_END, .line = x->line});
+                int st = push(x, (token){.type = block ? T_BLOCK_END : T_VAR_END, .line = x->line});
                 x->line += count_nl(x->s + p, end);
                 x->pos = p + end;
                 x->line_starting = x->s[x->pos - 1] == '\n';
@@ -369,7 +369,7 @@ static int lex_tag(lx_t *x, bool block)
             x->pos += ws;
             continue;
         }
-        token_t tok = {.line = x->line};
+        token tok = {.line = x->line};
         size_t len = 0;
         unsigned char c = (unsigned char)x->s[p];
         if (isdig(c)) {
@@ -450,9 +450,9 @@ static int normalise(lx_t *x, const char *src, size_t n)
     return 0;
 }
 
-int lex(arena_t *arena, const char *src, size_t n, tokens_t *out)
+int lex(struct arena *arena, const char *src, size_t n, tokens *out)
 {
-    *out = (tokens_t){0};
+    *out = (tokens){0};
     size_t bad = utf8_valid_prefix(src, n);
     if (bad < n) {
         int line = 1 + count_nl(src, bad);
@@ -475,8 +475,8 @@ int lex(arena_t *arena, const char *src, size_t n, tokens_t *out)
             tp++;
         }
         if (!found) {
-            st = push(&x, (token_t){.type = T_DATA, .line = x.line, .s = x.s + x.pos,
-                                    .len = x.n - x.pos});
+            st = push(&x, (token){.type = T_DATA, .line = x.line, .s = x.s + x.pos,
+                                  .len = x.n - x.pos});
             x.pos = x.n;
             break;
         }
@@ -561,12 +561,12 @@ int lex(arena_t *arena, const char *src, size_t n, tokens_t *out)
             x.line_starting = x.s[x.pos - 1] == '\n';
             continue;
         }
-        st = push(&x, (token_t){.type = kind == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN, .line = x.line});
+        st = push(&x, (token){.type = kind == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN, .line = x.line});
         if (!st)
             st = lex_tag(&x, kind == '%');
     }
     if (!st)
-        st = push(&x, (token_t){.type = T_EOF, .line = x.line});
+        st = push(&x, (token){.type = T_EOF, .line = x.line});
     if (st) {
         tokens_free(out);
         return st;
@@ -574,8 +574,8 @@ int lex(arena_t *arena, const char *src, size_t n, tokens_t *out)
     return 0;
 }
 
-void tokens_free(tokens_t *t)
+void tokens_free(tokens *t)
 {
     free(t->v);
-    *t = (tokens_t){0};
+    *t = (tokens){0};
 }

@@ -47,19 +47,19 @@ typedef struct token {
     size_t len;
     int64_t i;     /* T_INT */
     double f;      /* T_FLOAT */
-} token_t;
+} token;
 
 typedef struct tokens {
-    token_t *v;
+    token *v;
     size_t n, cap;
-} tokens_t;
+} tokens;
 
 /* Tokenize src[0..n) (valid UTF-8 is checked here) into *out (ending with T_EOF); strings
  * go to `arena`. DERAS_EFORMAT "template line N: ..." for what Jinja2's lexer rejects
  * (an unclosed comment or string, an unexpected character, unbalanced brackets),
  * DERAS_ENOMEM. */
-int lex(arena_t *arena, const char *src, size_t n, tokens_t *out);
-void tokens_free(tokens_t *t);
+int lex(struct arena *arena, const char *src, size_t n, tokens *out);
+void tokens_free(tokens *t);
 
 /* The operator's text, for messages ("+", "}}" ...). */
 const char *lex_op_text(int op);

@@ -17,13 +17,13 @@
 #include <string.h>
 
 /* The bound argument i, or NULL when not given or None. */
-static inline const tv_t *given(const tv_t *slot, int i)
+static inline const tv *given(const tv *slot, int i)
 {
     return slot[i].type != TV_EMPTY && slot[i].type != TV_NONE ? &slot[i] : NULL;
 }
 #define ARG(i) given(slot, i)
 
-static int str_method(rx_t *rx, int id, const tv_t *s, const args_t *a, tv_t *slot, tv_t *out)
+static int str_method(struct rx *rx, int id, const tv *s, const struct args *a, tv *slot, tv *out)
 {
     int st;
     bool r;
@@ -114,17 +114,17 @@ static int str_method(rx_t *rx, int id, const tv_t *s, const args_t *a, tv_t *sl
     case M_FORMAT: return str_format(rx, s, a, out);
     case M_JOIN: {
         static const char *const ps[] = {"iterable"};
-        tv_t it;
+        tv it;
         if ((st = args_bind(a, ps, 1, slot, name)) || (st = tv_iterate(rx, &slot[0], &it)))
             return st;
         if (s->markup) {
             tv_release(rx, &it);
             return deras_fail(DERAS_EUNSUPPORTED, "join() on a Markup string is not supported");
         }
-        sbuf_t b;
+        sbuf b;
         sb_init(&b, rx);
         for (size_t i = 0; i < it.u.l->n && !st; i++) {
-            const tv_t *x = &it.u.l->v[i];
+            const tv *x = &it.u.l->v[i];
             if (x->type != TV_STR)
                 st = deras_fail(DERAS_EFORMAT, "sequence item %zu: expected str instance, %s found",
                                 i, tv_typename(x));
@@ -154,7 +154,7 @@ static int str_method(rx_t *rx, int id, const tv_t *s, const args_t *a, tv_t *sl
                     break;
                 i += brk;
             }
-            tv_t line;
+            tv line;
             if (!(st = tv_str(rx, p + start, i - start, &line))) {
                 line.markup = s->markup;
                 st = tv_list_push(rx, out, line);
@@ -209,7 +209,7 @@ static int str_method(rx_t *rx, int id, const tv_t *s, const args_t *a, tv_t *sl
 }
 
 /* dict.items() / keys() / values() as views; kind VIEW_*. */
-static int dict_view(rx_t *rx, const tv_t *d, int kind, tv_t *out)
+static int dict_view(struct rx *rx, const tv *d, int kind, tv *out)
 {
     size_t n = d->u.d->n;
     int st = rx_step(rx, n);
@@ -218,7 +218,7 @@ static int dict_view(rx_t *rx, const tv_t *d, int kind, tv_t *out)
     out->u.l->view = (uint8_t)kind;
     for (size_t i = 0; i < n && !st; i++) {
         if (kind == VIEW_ITEMS) {
-            tv_t t;
+            tv t;
             if ((st = tv_list_new(rx, TV_TUPLE, 2, &t)))
                 break;
             if (!(st = tv_list_push(rx, &t, tv_ref(d->u.d->k[i]))) &&
@@ -235,9 +235,9 @@ static int dict_view(rx_t *rx, const tv_t *d, int kind, tv_t *out)
     return st;
 }
 
-int method_call(rx_t *rx, int id, const tv_t *self, const args_t *a, tv_t *out)
+int method_call(struct rx *rx, int id, const tv *self, const struct args *a, tv *out)
 {
-    tv_t slot[4];
+    tv slot[4];
     int st;
     const char *name = method_name(id);
     if (self->type == TV_STR)
@@ -250,7 +250,7 @@ int method_call(rx_t *rx, int id, const tv_t *self, const args_t *a, tv_t *out)
                 return st;
             if (slot[0].type == TV_EMPTY)
                 return deras_fail(DERAS_EFORMAT, "get expected at least 1 argument, got 0");
-            const tv_t *v = tv_dict_get(self, &slot[0]);
+            const tv *v = tv_dict_get(self, &slot[0]);
             *out = v ? tv_ref(*v) : slot[1].type != TV_EMPTY ? tv_ref(slot[1]) : tv_none();
             return 0;
         }

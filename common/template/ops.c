@@ -22,7 +22,7 @@ static int overflow(void)
     return deras_fail(DERAS_EUNSUPPORTED, "integer overflow (no big integers)");
 }
 
-static int int_pow(int64_t a, int64_t b, tv_t *out)
+static int int_pow(int64_t a, int64_t b, tv *out)
 {
     int64_t r = 1;
     while (b > 0) {
@@ -60,7 +60,7 @@ static void float_divmod(double vx, double wx, double *floordiv, double *mod)
     *mod = m;
 }
 
-static int num_op(int op, const tv_t *a, const tv_t *b, tv_t *out)
+static int num_op(int op, const tv *a, const tv *b, tv *out)
 {
     bool ints = a->type != TV_FLOAT && b->type != TV_FLOAT;
     int64_t x = a->type == TV_BOOL ? a->u.b : a->u.i, y = b->type == TV_BOOL ? b->u.b : b->u.i;
@@ -123,16 +123,16 @@ static int num_op(int op, const tv_t *a, const tv_t *b, tv_t *out)
     return deras_fail(DERAS_EINTERNAL, "bad operator %d", op);
 }
 
-static int str_add(rx_t *rx, const tv_t *a, const tv_t *b, tv_t *out)
+static int str_add(struct rx *rx, const tv *a, const tv *b, tv *out)
 {
-    sbuf_t s;
+    sbuf s;
     sb_init(&s, rx);
     bool markup = a->markup || b->markup;
     int st = rx_step(rx, (tv_sn(a) + tv_sn(b)) / STEP_COPY);
     if (!st && !markup)
         st = sb_reserve(&s, tv_sn(a) + tv_sn(b));
     for (int i = 0; i < 2 && !st; i++) {
-        const tv_t *v = i ? b : a;
+        const tv *v = i ? b : a;
         st = markup && !v->markup ? html_escape(&s, tv_sp(v), tv_sn(v))
                                   : sb_put(&s, tv_sp(v), tv_sn(v));
     }
@@ -145,7 +145,7 @@ static int str_add(rx_t *rx, const tv_t *a, const tv_t *b, tv_t *out)
     return st;
 }
 
-static bool int_like(const tv_t *v, int64_t *n)
+static bool int_like(const tv *v, int64_t *n)
 {
     if (v->type == TV_INT || v->type == TV_BOOL) {
         *n = v->type == TV_INT ? v->u.i : v->u.b;
@@ -154,7 +154,7 @@ static bool int_like(const tv_t *v, int64_t *n)
     return false;
 }
 
-static int repeat(rx_t *rx, const tv_t *v, int64_t n, tv_t *out)
+static int repeat(struct rx *rx, const tv *v, int64_t n, tv *out)
 {
     if (n < 0)
         n = 0;
@@ -166,7 +166,7 @@ static int repeat(rx_t *rx, const tv_t *v, int64_t n, tv_t *out)
                               rx->lim.max_output);
         if ((st = rx_step(rx, (uint64_t)n * len / STEP_COPY)))
             return st;
-        sbuf_t s;
+        sbuf s;
         sb_init(&s, rx);
         for (int64_t i = 0; i < n && !st; i++)
             st = sb_put(&s, tv_sp(v), len);
@@ -191,7 +191,7 @@ static int repeat(rx_t *rx, const tv_t *v, int64_t n, tv_t *out)
     return st;
 }
 
-int binop(rx_t *rx, int op, const tv_t *a, const tv_t *b, tv_t *out)
+int binop(struct rx *rx, int op, const tv *a, const tv *b, tv *out)
 {
     if (op == BIN_MOD && a->type == TV_STR)
         return deras_fail(DERAS_EUNSUPPORTED, "printf-style string formatting ('%%') is not "
@@ -230,7 +230,7 @@ int binop(rx_t *rx, int op, const tv_t *a, const tv_t *b, tv_t *out)
                       op_names[op], tv_typename(a), tv_typename(b));
 }
 
-int contains(rx_t *rx, const tv_t *seq, const tv_t *x, bool *in)
+int contains(struct rx *rx, const tv *seq, const tv *x, bool *in)
 {
     *in = false;
     switch (seq->type) {
@@ -257,7 +257,7 @@ int contains(rx_t *rx, const tv_t *seq, const tv_t *x, bool *in)
     }
 }
 
-int tv_iterate(rx_t *rx, const tv_t *v, tv_t *list)
+int tv_iterate(struct rx *rx, const tv *v, tv *list)
 {
     int st;
     switch (v->type) {
@@ -278,7 +278,7 @@ int tv_iterate(rx_t *rx, const tv_t *v, tv_t *list)
         for (size_t i = 0; i < n && !st;) {
             uint32_t cp;
             size_t len = uni_decode(s, n, i, &cp);
-            tv_t c;
+            tv c;
             if (!(st = tv_str(rx, s + i, len, &c)))
                 st = tv_list_push(rx, list, c);
             i += len;
@@ -293,7 +293,7 @@ int tv_iterate(rx_t *rx, const tv_t *v, tv_t *list)
     return st;
 }
 
-int tv_length(const tv_t *v, size_t *n)
+int tv_length(const tv *v, size_t *n)
 {
     switch (v->type) {
     case TV_STR: *n = v->u.s->ascii ? tv_sn(v) : uni_count(tv_sp(v), tv_sn(v)); return 0;

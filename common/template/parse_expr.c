@@ -22,23 +22,23 @@
 
 /* ---------------------------------------------------------------- expressions */
 
-static int parse_unary(ps_t *p, bool with_filter, node_t **out);
-static int parse_postfix(ps_t *p, node_t **node);
+static int parse_unary(struct ps *p, bool with_filter, struct node **out);
+static int parse_postfix(struct ps *p, struct node **node);
 
 /* Tuple end: '}}', '%}', ')' or one of the extra names. */
-static bool tuple_end(const ps_t *p, const char *extra)
+static bool tuple_end(const struct ps *p, const char *extra)
 {
-    const token_t *t = cur(p);
+    const token *t = cur(p);
     if (t->type == T_VAR_END || t->type == T_BLOCK_END || (t->type == T_OP && t->op == OP_RPAREN))
         return true;
     return extra && is_name(t, extra);
 }
 
-int parse_tuple(ps_t *p, bool simplified, bool with_condexpr, const char *extra,
-                       bool explicit_parens, node_t **out)
+int parse_tuple(struct ps *p, bool simplified, bool with_condexpr, const char *extra,
+                bool explicit_parens, struct node **out)
 {
     int line = cur(p)->line;
-    vec_t items = {0};
+    vec items = {0};
     bool is_tuple = false;
     int st = 0;
     for (;;) {
@@ -46,7 +46,7 @@ int parse_tuple(ps_t *p, bool simplified, bool with_condexpr, const char *extra,
             break;
         if (tuple_end(p, extra))
             break;
-        node_t *e;
+        struct node *e;
         if ((st = simplified ? parse_primary(p, &e) : parse_expression(p, with_condexpr, &e)))
             break;
         if ((st = ps_vec_push(&items, e)))
@@ -69,7 +69,7 @@ int parse_tuple(ps_t *p, bool simplified, bool with_condexpr, const char *extra,
         free(items.v);
         return ps_unexpected(p, "an expression");
     }
-    node_t *t;
+    struct node *t;
     if (!(t = ps_mk(p, N_TUPLE, line))) {
         free(items.v);
         return deras_fail(DERAS_ENOMEM, "template: out of memory");
@@ -79,9 +79,9 @@ int parse_tuple(ps_t *p, bool simplified, bool with_condexpr, const char *extra,
 }
 
 /* (args, name=value, ...) after '(' is current. */
-static int parse_call_args(ps_t *p, node_t *n)
+static int parse_call_args(struct ps *p, struct node *n)
 {
-    vec_t args = {0};
+    vec args = {0};
     bool kw_seen = false, comma = false;
     int n_pos = 0, n_kw = 0;
     int st = ps_expect_op(p, OP_LPAREN);
@@ -95,9 +95,9 @@ static int parse_call_args(ps_t *p, node_t *n)
                        "*args and **kwargs in calls are not supported");
             break;
         }
-        node_t *e;
+        struct node *e;
         if (cur(p)->type == T_NAME && peek(p, 1)->type == T_OP && peek(p, 1)->op == OP_ASSIGN) {
-            node_t *kw = ps_mk(p, N_KEYWORD, cur(p)->line);
+            struct node *kw = ps_mk(p, N_KEYWORD, cur(p)->line);
             if (!kw) {
                 st = deras_fail(DERAS_ENOMEM, "template: out of memory");
                 break;
@@ -135,7 +135,7 @@ static int parse_call_args(ps_t *p, node_t *n)
 }
 
 /* A constant string argument at `idx` of a call-like node, or NULL. */
-static const char *const_arg(const node_t *n, int idx)
+static const char *const_arg(const struct node *n, int idx)
 {
     if (idx < n->n_kids && n->kids[idx]->kind == N_CONST && n->kids[idx]->val.type == TV_STR)
         return n->kids[idx]->val.u.s->p;
@@ -143,7 +143,7 @@ static const char *const_arg(const node_t *n, int idx)
 }
 
 /* A filter named by a constant argument of map() must be one this interpreter has. */
-static int check_named_arg(ps_t *p, const node_t *f)
+static int check_named_arg(struct ps *p, const struct node *f)
 {
     if (f->op != F_MAP || !f->n_kids || f->kids[0]->kind == N_KEYWORD)
         return 0;
@@ -154,7 +154,7 @@ static int check_named_arg(ps_t *p, const node_t *f)
     return 0;
 }
 
-int parse_filter(ps_t *p, node_t **node, bool start_inline)
+int parse_filter(struct ps *p, struct node **node, bool start_inline)
 {
     while (is_op(p, OP_PIPE) || start_inline) {
         if (!start_inline)
@@ -174,7 +174,7 @@ int parse_filter(ps_t *p, node_t **node, bool start_inline)
             snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
             next(p);
         }
-        node_t *f;
+        struct node *f;
         NEW(f, N_FILTER, line);
         f->a = *node;
         f->name = arena_strdup(p->arena, name, strlen(name));
@@ -194,7 +194,7 @@ int parse_filter(ps_t *p, node_t **node, bool start_inline)
     return 0;
 }
 
-static int parse_test(ps_t *p, node_t **node)
+static int parse_test(struct ps *p, struct node **node)
 {
     int line = cur(p)->line;
     next(p); /* is */
@@ -216,7 +216,7 @@ static int parse_test(ps_t *p, node_t **node)
         snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
         next(p);
     }
-    node_t *t;
+    struct node *t;
     NEW(t, N_TEST, line);
     t->a = *node;
     if (!(t->name = arena_strdup(p->arena, name, strlen(name))))
@@ -225,7 +225,7 @@ static int parse_test(ps_t *p, node_t **node)
     if (id < 0 && !p->soft)
         return ps_fail(p, DERAS_EFORMAT, line, "no test named '%s'", name);
     t->op = (int16_t)id;
-    const token_t *c = cur(p);
+    const token *c = cur(p);
     if (is_op(p, OP_LPAREN)) {
         TRY(parse_call_args(p, t));
     } else if ((c->type == T_NAME || c->type == T_STRING || c->type == T_INT ||
@@ -234,7 +234,7 @@ static int parse_test(ps_t *p, node_t **node)
                !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
         if (is_name(c, "is"))
             return ps_fail(p, DERAS_EFORMAT, c->line, "You cannot chain multiple tests with is");
-        node_t *arg;
+        struct node *arg;
         TRY(parse_primary(p, &arg));
         TRY(parse_postfix(p, &arg));
         t->kids = arena_alloc(p->arena, sizeof *t->kids);
@@ -244,7 +244,7 @@ static int parse_test(ps_t *p, node_t **node)
         t->n_kids = 1;
     }
     if (negated) {
-        node_t *n;
+        struct node *n;
         NEW(n, N_NOT, line);
         n->a = t;
         t = n;
@@ -253,10 +253,10 @@ static int parse_test(ps_t *p, node_t **node)
     return 0;
 }
 
-static int parse_subscript_arg(ps_t *p, node_t **out)
+static int parse_subscript_arg(struct ps *p, struct node **out)
 { /* one subscript: an expression or a slice a:b:c */
     int line = cur(p)->line;
-    node_t *parts[3] = {0};
+    struct node *parts[3] = {0};
     if (!is_op(p, OP_COLON)) {
         TRY(parse_expression(p, true, &parts[0]));
         if (!is_op(p, OP_COLON)) {
@@ -272,7 +272,7 @@ static int parse_subscript_arg(ps_t *p, node_t **out)
         if (!is_op(p, OP_RBRACKET) && !is_op(p, OP_COMMA))
             TRY(parse_expression(p, true, &parts[2]));
     }
-    node_t *s;
+    struct node *s;
     NEW(s, N_SLICE, line);
     s->a = parts[0];
     s->b = parts[1];
@@ -281,13 +281,13 @@ static int parse_subscript_arg(ps_t *p, node_t **out)
     return 0;
 }
 
-static int parse_postfix(ps_t *p, node_t **node)
+static int parse_postfix(struct ps *p, struct node **node)
 {
     for (;;) {
         int line = cur(p)->line;
         if (is_op(p, OP_DOT)) {
             next(p);
-            node_t *n;
+            struct node *n;
             if (cur(p)->type == T_NAME) {
                 NEW(n, N_GETATTR, line);
                 n->name = cur(p)->s;
@@ -303,18 +303,18 @@ static int parse_postfix(ps_t *p, node_t **node)
             *node = n;
         } else if (is_op(p, OP_LBRACKET)) {
             next(p);
-            vec_t args = {0};
+            vec args = {0};
             int st = 0;
             while (!st && !is_op(p, OP_RBRACKET)) {
                 if (args.n && (st = ps_expect_op(p, OP_COMMA)))
                     break;
-                node_t *a = NULL;
+                struct node *a = NULL;
                 if (!(st = parse_subscript_arg(p, &a)))
                     st = ps_vec_push(&args, a);
             }
             if (!st)
                 st = ps_expect_op(p, OP_RBRACKET);
-            node_t *n = st ? NULL : ps_mk(p, N_GETITEM, line);
+            struct node *n = st ? NULL : ps_mk(p, N_GETITEM, line);
             if (!st && !n)
                 st = deras_fail(DERAS_ENOMEM, "template: out of memory");
             if (!st && args.n == 0)
@@ -339,7 +339,7 @@ static int parse_postfix(ps_t *p, node_t **node)
             }
             *node = n;
         } else if (is_op(p, OP_LPAREN)) {
-            node_t *c;
+            struct node *c;
             NEW(c, N_CALL, line);
             c->a = *node;
             TRY(parse_call_args(p, c));
@@ -353,11 +353,11 @@ static int parse_postfix(ps_t *p, node_t **node)
     }
 }
 
-int parse_primary(ps_t *p, node_t **out)
+int parse_primary(struct ps *p, struct node **out)
 {
-    const token_t *t = cur(p);
+    const token *t = cur(p);
     int line = t->line;
-    node_t *n;
+    struct node *n;
     TRY(ps_enter(p));
     switch (t->type) {
     case T_NAME:
@@ -416,16 +416,16 @@ int parse_primary(ps_t *p, node_t **out)
             int close = dict ? OP_RBRACE : OP_RBRACKET;
             NEW(n, dict ? N_DICT : N_LIST, line);
             next(p);
-            vec_t items = {0};
+            vec items = {0};
             int st = 0;
             while (!st && !is_op(p, close)) {
                 if (items.n && ((st = ps_expect_op(p, OP_COMMA)) || is_op(p, close)))
                     break;
-                node_t *e;
+                struct node *e;
                 if ((st = parse_expression(p, true, &e)))
                     break;
                 if (dict) {
-                    node_t *pair = ps_mk(p, N_PAIR, e->line);
+                    struct node *pair = ps_mk(p, N_PAIR, e->line);
                     if (!pair) {
                         st = deras_fail(DERAS_ENOMEM, "template: out of memory");
                         break;
@@ -455,10 +455,10 @@ int parse_primary(ps_t *p, node_t **out)
     return 0;
 }
 
-static int parse_unary(ps_t *p, bool with_filter, node_t **out)
+static int parse_unary(struct ps *p, bool with_filter, struct node **out)
 {
     int line = cur(p)->line;
-    node_t *n;
+    struct node *n;
     TRY(ps_enter(p));
     if (is_op(p, OP_SUB) || is_op(p, OP_ADD)) {
         NEW(n, is_op(p, OP_SUB) ? N_NEG : N_POS, line);
@@ -483,9 +483,10 @@ static int parse_unary(ps_t *p, bool with_filter, node_t **out)
     return 0;
 }
 
-static int binary(ps_t *p, int kind, int op, int line, node_t *left, node_t *right, node_t **out)
+static int binary(struct ps *p, int kind, int op, int line, struct node *left, struct node *right,
+                  struct node **out)
 {
-    node_t *n;
+    struct node *n;
     NEW(n, kind, line);
     n->op = (int16_t)op;
     n->a = left;
@@ -495,12 +496,13 @@ static int binary(ps_t *p, int kind, int op, int line, node_t *left, node_t *rig
 }
 
 /* `left ** right` as Jinja2 compiles it when left is a constant (see is_const_expr). */
-static int make_pow(ps_t *p, int line, node_t *left, node_t *right, node_t **out)
+static int make_pow(struct ps *p, int line, struct node *left, struct node *right,
+                    struct node **out)
 {
     if (left->kind == N_CONST || !is_const_expr(left) || is_const_expr(right))
         return binary(p, N_BINOP, BIN_POW, line, left, right, out);
     int negs = 0;
-    node_t *c = left;
+    struct node *c = left;
     while (c->kind == N_NEG || c->kind == N_POS) {
         negs += c->kind == N_NEG;
         c = c->a;
@@ -512,7 +514,7 @@ static int make_pow(ps_t *p, int line, node_t *left, node_t *right, node_t **out
              : ((c->val.type == TV_INT ? c->val.u.i : c->val.u.b) != 0) && (negs & 1);
     if (!neg)
         return binary(p, N_BINOP, BIN_POW, line, c, right, out);
-    node_t *pw = NULL, *n;
+    struct node *pw = NULL, *n;
     TRY(binary(p, N_BINOP, BIN_POW, line, c, right, &pw));
     NEW(n, N_NEG, line);
     n->a = pw;
@@ -520,20 +522,20 @@ static int make_pow(ps_t *p, int line, node_t *left, node_t *right, node_t **out
     return 0;
 }
 
-static int parse_pow(ps_t *p, node_t **out)
+static int parse_pow(struct ps *p, struct node **out)
 {
     TRY(parse_unary(p, true, out));
     while (is_op(p, OP_POW)) {
         int line = cur(p)->line;
         next(p);
-        node_t *r;
+        struct node *r;
         TRY(parse_unary(p, true, &r));
         TRY(make_pow(p, line, *out, r, out));
     }
     return 0;
 }
 
-static int parse_math2(ps_t *p, node_t **out)
+static int parse_math2(struct ps *p, struct node **out)
 {
     TRY(parse_pow(p, out));
     for (;;) {
@@ -543,27 +545,27 @@ static int parse_math2(ps_t *p, node_t **out)
             return 0;
         int line = cur(p)->line;
         next(p);
-        node_t *r;
+        struct node *r;
         TRY(parse_pow(p, &r));
         TRY(binary(p, N_BINOP, op, line, *out, r, out));
     }
 }
 
-static int parse_concat(ps_t *p, node_t **out)
+static int parse_concat(struct ps *p, struct node **out)
 {
     int line = cur(p)->line;
     TRY(parse_math2(p, out));
     if (!is_op(p, OP_TILDE))
         return 0;
-    vec_t args = {0};
+    vec args = {0};
     int st = ps_vec_push(&args, *out);
     while (!st && is_op(p, OP_TILDE)) {
         next(p);
-        node_t *r;
+        struct node *r;
         if (!(st = parse_math2(p, &r)))
             st = ps_vec_push(&args, r);
     }
-    node_t *n = st ? NULL : ps_mk(p, N_CONCAT, line);
+    struct node *n = st ? NULL : ps_mk(p, N_CONCAT, line);
     if (!st && !n)
         st = deras_fail(DERAS_ENOMEM, "template: out of memory");
     if (st) {
@@ -574,28 +576,28 @@ static int parse_concat(ps_t *p, node_t **out)
     return ps_vec_finish(p, &args, n);
 }
 
-static int parse_math1(ps_t *p, node_t **out)
+static int parse_math1(struct ps *p, struct node **out)
 {
     TRY(parse_concat(p, out));
     while (is_op(p, OP_ADD) || is_op(p, OP_SUB)) {
         int op = is_op(p, OP_ADD) ? BIN_ADD : BIN_SUB, line = cur(p)->line;
         next(p);
-        node_t *r;
+        struct node *r;
         TRY(parse_concat(p, &r));
         TRY(binary(p, N_BINOP, op, line, *out, r, out));
     }
     return 0;
 }
 
-static int parse_compare(ps_t *p, node_t **out)
+static int parse_compare(struct ps *p, struct node **out)
 {
     int line = cur(p)->line;
-    node_t *first;
+    struct node *first;
     TRY(parse_math1(p, &first));
-    vec_t ops = {0};
+    vec ops = {0};
     int st = 0;
     for (;;) {
-        const token_t *t = cur(p);
+        const token *t = cur(p);
         int op = -1;
         if (t->type == T_OP) {
             op = t->op == OP_EQ ? CMP_EQ : t->op == OP_NE ? CMP_NE : t->op == OP_LT ? CMP_LT
@@ -612,7 +614,7 @@ static int parse_compare(ps_t *p, node_t **out)
         }
         if (op < 0)
             break;
-        node_t *o = ps_mk(p, N_OPERAND, t->line);
+        struct node *o = ps_mk(p, N_OPERAND, t->line);
         if (!o) {
             st = deras_fail(DERAS_ENOMEM, "template: out of memory");
             break;
@@ -629,17 +631,17 @@ static int parse_compare(ps_t *p, node_t **out)
         *out = first;
         return 0;
     }
-    node_t *n;
+    struct node *n;
     NEW(n, N_COMPARE, line);
     n->a = first;
     *out = n;
     return ps_vec_finish(p, &ops, n);
 }
 
-static int parse_not(ps_t *p, node_t **out)
+static int parse_not(struct ps *p, struct node **out)
 {
     if (is_name(cur(p), "not")) {
-        node_t *n;
+        struct node *n;
         NEW(n, N_NOT, cur(p)->line);
         next(p);
         TRY(ps_enter(p));
@@ -651,40 +653,40 @@ static int parse_not(ps_t *p, node_t **out)
     return parse_compare(p, out);
 }
 
-static int parse_and(ps_t *p, node_t **out)
+static int parse_and(struct ps *p, struct node **out)
 {
     TRY(parse_not(p, out));
     while (is_name(cur(p), "and")) {
         int line = cur(p)->line;
         next(p);
-        node_t *r;
+        struct node *r;
         TRY(parse_not(p, &r));
         TRY(binary(p, N_AND, 0, line, *out, r, out));
     }
     return 0;
 }
 
-static int parse_or(ps_t *p, node_t **out)
+static int parse_or(struct ps *p, struct node **out)
 {
     TRY(parse_and(p, out));
     while (is_name(cur(p), "or")) {
         int line = cur(p)->line;
         next(p);
-        node_t *r;
+        struct node *r;
         TRY(parse_and(p, &r));
         TRY(binary(p, N_OR, 0, line, *out, r, out));
     }
     return 0;
 }
 
-int parse_expression(ps_t *p, bool with_condexpr, node_t **out)
+int parse_expression(struct ps *p, bool with_condexpr, struct node **out)
 {
     TRY(ps_enter(p));
     TRY(parse_or(p, out));
     while (with_condexpr && is_name(cur(p), "if")) {
         bool soft = p->soft;
         p->soft = true;
-        node_t *n;
+        struct node *n;
         NEW(n, N_CONDEXPR, cur(p)->line);
         next(p);
         n->b = *out;

@@ -15,13 +15,13 @@
 
 #include <stdlib.h>
 
-static int parse_body(ps_t *p, const char *const *ends, int *which, node_t **out);
+static int parse_body(struct ps *p, const char *const *ends, int *which, struct node **out);
 
-static int expect_end(ps_t *p) { return ps_expect_type(p, T_BLOCK_END, "'%}'"); }
+static int expect_end(struct ps *p) { return ps_expect_type(p, T_BLOCK_END, "'%}'"); }
 
 /* A {{ }} that Jinja2 folds: its slices go through the sandbox's getitem (see
  * is_const_expr); N_SLICE's op 1 says so. */
-static void mark_folded_slices(node_t *n)
+static void mark_folded_slices(struct node *n)
 {
     if (!n)
         return;
@@ -35,13 +35,13 @@ static void mark_folded_slices(node_t *n)
 }
 
 /* Consume the end tag's name (the cursor is on it) and its '%}'. */
-static int close_tag(ps_t *p)
+static int close_tag(struct ps *p)
 {
     next(p);
     return expect_end(p);
 }
 
-static bool assignable(const node_t *t)
+static bool assignable(const struct node *t)
 {
     if (t->kind == N_NAME)
         return true;
@@ -53,11 +53,11 @@ static bool assignable(const node_t *t)
     return true;
 }
 
-static int parse_target(ps_t *p, const char *extra, bool with_ns, node_t **out)
+static int parse_target(struct ps *p, const char *extra, bool with_ns, struct node **out)
 {
     int line = cur(p)->line;
     if (with_ns && cur(p)->type == T_NAME && peek(p, 1)->type == T_OP && peek(p, 1)->op == OP_DOT) {
-        node_t *n, *ns;
+        struct node *n, *ns;
         NEW(n, N_NSREF, line);
         NEW(ns, N_NAME, line);
         TRY(ps_intern(p, ns, cur(p)->s));
@@ -78,9 +78,9 @@ static int parse_target(ps_t *p, const char *extra, bool with_ns, node_t **out)
     return 0;
 }
 
-static int parse_for(ps_t *p, node_t **out)
+static int parse_for(struct ps *p, struct node **out)
 {
-    node_t *n;
+    struct node *n;
     NEW(n, N_FOR, cur(p)->line);
     next(p);
     TRY(parse_target(p, "in", false, &n->a));
@@ -116,9 +116,9 @@ static int parse_for(ps_t *p, node_t **out)
     return close_tag(p);
 }
 
-static int parse_if(ps_t *p, node_t **out)
+static int parse_if(struct ps *p, struct node **out)
 {
-    node_t *n;
+    struct node *n;
     NEW(n, N_IF, cur(p)->line);
     *out = n;
     next(p);
@@ -147,13 +147,13 @@ static int parse_if(ps_t *p, node_t **out)
     return close_tag(p);
 }
 
-static int parse_set(ps_t *p, node_t **out)
+static int parse_set(struct ps *p, struct node **out)
 {
     int line = cur(p)->line;
     next(p);
-    node_t *target;
+    struct node *target;
     TRY(parse_target(p, NULL, true, &target));
-    node_t *n;
+    struct node *n;
     if (is_op(p, OP_ASSIGN)) {
         NEW(n, N_SET, line);
         n->a = target;
@@ -177,9 +177,9 @@ static int parse_set(ps_t *p, node_t **out)
     return close_tag(p);
 }
 
-static int parse_macro(ps_t *p, node_t **out)
+static int parse_macro(struct ps *p, struct node **out)
 {
-    node_t *n;
+    struct node *n;
     NEW(n, N_MACRO, cur(p)->line);
     next(p);
     if (cur(p)->type != T_NAME)
@@ -187,7 +187,7 @@ static int parse_macro(ps_t *p, node_t **out)
     TRY(ps_intern(p, n, cur(p)->s));
     next(p);
     TRY(ps_expect_op(p, OP_LPAREN));
-    vec_t params = {0};
+    vec params = {0};
     bool defaults = false;
     int st = 0;
     while (!st && !is_op(p, OP_RPAREN)) {
@@ -197,7 +197,7 @@ static int parse_macro(ps_t *p, node_t **out)
             st = ps_unexpected(p, "a parameter name");
             break;
         }
-        node_t *a = ps_mk(p, N_NAME, cur(p)->line);
+        struct node *a = ps_mk(p, N_NAME, cur(p)->line);
         if (!a || (st = ps_intern(p, a, cur(p)->s))) {
             st = st ? st : deras_fail(DERAS_ENOMEM, "template: out of memory");
             break;
@@ -238,9 +238,9 @@ static int parse_macro(ps_t *p, node_t **out)
 }
 
 /* {% filter f %} and {% generation %}: a body in a scope of its own. */
-static int parse_scoped(ps_t *p, bool filter, node_t **out)
+static int parse_scoped(struct ps *p, bool filter, struct node **out)
 {
-    node_t *n;
+    struct node *n;
     NEW(n, filter ? N_FILTERBLK : N_SCOPE, cur(p)->line);
     next(p);
     if (filter)
@@ -260,9 +260,9 @@ static int parse_scoped(ps_t *p, bool filter, node_t **out)
     return close_tag(p);
 }
 
-static int parse_statement(ps_t *p, node_t **out)
+static int parse_statement(struct ps *p, struct node **out)
 {
-    const token_t *kw = cur(p);
+    const token *kw = cur(p);
     int line = kw->line;
     if (kw->type != T_NAME)
         return ps_unexpected(p, "a statement name");
@@ -300,16 +300,16 @@ static int parse_statement(ps_t *p, node_t **out)
     return ps_fail(p, DERAS_EFORMAT, line, "encountered unknown tag '%s'", k);
 }
 
-static int parse_body(ps_t *p, const char *const *ends, int *which, node_t **out)
+static int parse_body(struct ps *p, const char *const *ends, int *which, struct node **out)
 {
-    node_t *body;
+    struct node *body;
     TRY(ps_enter(p));
     NEW(body, N_BODY, cur(p)->line);
-    vec_t stmts = {0};
+    vec stmts = {0};
     int st = 0;
     for (;;) {
-        const token_t *t = cur(p);
-        node_t *s = NULL;
+        const token *t = cur(p);
+        struct node *s = NULL;
         if (t->type == T_EOF) {
             if (ends)
                 st = ps_fail(p, DERAS_EFORMAT, t->line,
@@ -330,7 +330,7 @@ static int parse_body(ps_t *p, const char *const *ends, int *which, node_t **out
                      !(st = ps_expect_type(p, T_VAR_END, "'}}'")) && is_const_expr(s->a))
                 mark_folded_slices(s->a);
         } else if (t->type == T_BLOCK_BEGIN) {
-            const token_t *kw = peek(p, 1);
+            const token *kw = peek(p, 1);
             int hit = -1;
             for (int i = 0; ends && ends[i]; i++)
                 if (is_name(kw, ends[i]))
@@ -358,10 +358,10 @@ static int parse_body(ps_t *p, const char *const *ends, int *which, node_t **out
     return ps_vec_finish(p, &stmts, body);
 }
 
-int parse_template(arena_t *arena, symtab_t *syms, const tokens_t *tk, int max_depth,
-                   node_t **root)
+int parse_template(struct arena *arena, symtab *syms, const tokens *tk, int max_depth,
+                   struct node **root)
 {
-    ps_t p = {.arena = arena, .syms = syms, .tk = tk->v, .max_depth = max_depth};
+    struct ps p = {.arena = arena, .syms = syms, .tk = tk->v, .max_depth = max_depth};
     int which;
     return parse_body(&p, NULL, &which, root);
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ps_fail(const ps_t *p, int code, int line, const char *fmt, ...)
+int ps_fail(const struct ps *p, int code, int line, const char *fmt, ...)
 {
     (void)p;
     char msg[512];
@@ -23,7 +23,7 @@ int ps_fail(const ps_t *p, int code, int line, const char *fmt, ...)
     return deras_fail(code, "template line %d: %s", line, msg);
 }
 
-static const char *ps_describe(const token_t *t, char *buf, size_t cap)
+static const char *ps_describe(const token *t, char *buf, size_t cap)
 {
     switch (t->type) {
     case T_EOF: return "end of template";
@@ -40,7 +40,7 @@ static const char *ps_describe(const token_t *t, char *buf, size_t cap)
     }
 }
 
-int ps_unexpected(const ps_t *p, const char *expected)
+int ps_unexpected(const struct ps *p, const char *expected)
 {
     char buf[300];
     return ps_fail(p, DERAS_EFORMAT, cur(p)->line, "unexpected %s, expected %s",
@@ -48,7 +48,7 @@ int ps_unexpected(const ps_t *p, const char *expected)
 }
 
 
-int ps_expect_op(ps_t *p, int op)
+int ps_expect_op(struct ps *p, int op)
 {
     if (!is_op(p, op)) {
         char want[16];
@@ -59,7 +59,7 @@ int ps_expect_op(ps_t *p, int op)
     return 0;
 }
 
-int ps_expect_type(ps_t *p, int type, const char *what)
+int ps_expect_type(struct ps *p, int type, const char *what)
 {
     if (cur(p)->type != type)
         return ps_unexpected(p, what);
@@ -67,9 +67,9 @@ int ps_expect_type(ps_t *p, int type, const char *what)
     return 0;
 }
 
-node_t *ps_mk(ps_t *p, int kind, int line)
+struct node *ps_mk(struct ps *p, int kind, int line)
 {
-    node_t *n = arena_alloc(p->arena, sizeof *n);
+    struct node *n = arena_alloc(p->arena, sizeof *n);
     if (n) {
         n->kind = (uint8_t)kind;
         n->line = line;
@@ -79,11 +79,11 @@ node_t *ps_mk(ps_t *p, int kind, int line)
 }
 
 
-int ps_vec_push(vec_t *v, node_t *n)
+int ps_vec_push(vec *v, struct node *n)
 {
     if (v->n == v->cap) {
         int cap = v->cap ? v->cap * 2 : 8;
-        node_t **a = realloc(v->v, (size_t)cap * sizeof *a);
+        struct node **a = realloc(v->v, (size_t)cap * sizeof *a);
         if (!a)
             return deras_fail(DERAS_ENOMEM, "template: out of memory");
         v->v = a;
@@ -94,7 +94,7 @@ int ps_vec_push(vec_t *v, node_t *n)
 }
 
 /* Move the vector's nodes into the arena as n's kids. */
-int ps_vec_finish(ps_t *p, vec_t *v, node_t *n)
+int ps_vec_finish(struct ps *p, vec *v, struct node *n)
 {
     if (v->n) {
         n->kids = arena_alloc(p->arena, (size_t)v->n * sizeof *n->kids);
@@ -106,11 +106,11 @@ int ps_vec_finish(ps_t *p, vec_t *v, node_t *n)
     }
     n->n_kids = v->n;
     free(v->v);
-    *v = (vec_t){0};
+    *v = (vec){0};
     return 0;
 }
 
-int ps_enter(ps_t *p)
+int ps_enter(struct ps *p)
 {
     if (++p->depth > p->max_depth)
         return ps_fail(p, DERAS_EUNSUPPORTED, cur(p)->line,
@@ -118,7 +118,7 @@ int ps_enter(ps_t *p)
     return 0;
 }
 
-int ps_const_str(ps_t *p, const char *s, size_t n, tv_t *out)
+int ps_const_str(struct ps *p, const char *s, size_t n, tv *out)
 {
     struct tstr *t = arena_alloc(p->arena, sizeof *t + n + 1);
     if (!t)
@@ -130,11 +130,11 @@ int ps_const_str(ps_t *p, const char *s, size_t n, tv_t *out)
         t->ascii &= (unsigned char)s[i] < 0x80;
     memcpy(t->p, s, n);
     t->p[n] = 0;
-    *out = (tv_t){.type = TV_STR, .u.s = t};
+    *out = (tv){.type = TV_STR, .u.s = t};
     return 0;
 }
 
-int ps_intern(ps_t *p, node_t *n, const char *name)
+int ps_intern(struct ps *p, struct node *n, const char *name)
 {
     n->name = name;
     n->sym = sym_intern(p->arena, p->syms, name, strlen(name));
@@ -147,7 +147,7 @@ int ps_intern(ps_t *p, node_t *n, const char *name)
  * constant raised to a variable power is written into Python as "-1 ** x", which is
  * -(1 ** x); and a {{ }} whose whole expression folds evaluates its slices through the
  * sandbox's getitem (Undefined where Python's slicing raises). */
-bool is_const_expr(const node_t *n)
+bool is_const_expr(const struct node *n)
 {
     if (!n)
         return true;

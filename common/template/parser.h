@@ -11,7 +11,7 @@
 
 /* Parse `tk` (ending in T_EOF) into *root (an N_BODY in `arena`); names are interned into
  * `syms`. Nesting deeper than max_depth is refused. */
-int parse_template(arena_t *arena, symtab_t *syms, const tokens_t *tk, int max_depth,
-                   node_t **root);
+int parse_template(struct arena *arena, symtab *syms, const tokens *tk, int max_depth,
+                   struct node **root);
 
 #endif

@@ -86,7 +86,7 @@ int float_repr(char *buf, size_t cap, double f)
     return snprintf(buf, cap, "%s", out);
 }
 
-static int put_num(sbuf_t *b, const tv_t *v)
+static int put_num(sbuf *b, const tv *v)
 {
     char tmp[64];
     if (v->type == TV_INT)
@@ -96,7 +96,7 @@ static int put_num(sbuf_t *b, const tv_t *v)
     return sb_puts(b, tmp);
 }
 
-static int enter_walk(sbuf_t *b)
+static int enter_walk(sbuf *b)
 {
     if (b->rx && ++b->rx->vdepth > b->rx->lim.max_depth) {
         b->rx->vdepth--;
@@ -106,13 +106,13 @@ static int enter_walk(sbuf_t *b)
     return 0;
 }
 
-static void leave_walk(sbuf_t *b)
+static void leave_walk(sbuf *b)
 {
     if (b->rx)
         b->rx->vdepth--;
 }
 
-static int repr_str(sbuf_t *b, const char *s, size_t n)
+static int repr_str(sbuf *b, const char *s, size_t n)
 {
     bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
     char quote = sq && !dq ? '"' : '\'';
@@ -146,7 +146,7 @@ static int repr_str(sbuf_t *b, const char *s, size_t n)
     return st ? st : sb_putc(b, quote);
 }
 
-static int repr_seq(sbuf_t *b, const struct tlist *l, const char *open, const char *close,
+static int repr_seq(sbuf *b, const struct tlist *l, const char *open, const char *close,
                     bool one_comma)
 {
     int st = sb_puts(b, open);
@@ -161,7 +161,7 @@ static int repr_seq(sbuf_t *b, const struct tlist *l, const char *open, const ch
     return st ? st : sb_puts(b, close);
 }
 
-static int repr_dict(sbuf_t *b, const struct tdict *d)
+static int repr_dict(sbuf *b, const struct tdict *d)
 {
     int st = sb_putc(b, '{');
     for (size_t i = 0; i < d->n && !st; i++) {
@@ -177,14 +177,14 @@ static int repr_dict(sbuf_t *b, const struct tdict *d)
     return st ? st : sb_putc(b, '}');
 }
 
-static int unprintable(const tv_t *v)
+static int unprintable(const tv *v)
 {
     return deras_fail(DERAS_EUNSUPPORTED, "printing a %s (Python shows its address) is not "
                       "supported", tv_typename(v));
 }
 
 /* str() and repr() agree on everything but strings and Undefined. */
-static int print_other(sbuf_t *b, const tv_t *v)
+static int print_other(sbuf *b, const tv *v)
 {
     int st;
     switch (v->type) {
@@ -239,7 +239,7 @@ static int print_other(sbuf_t *b, const tv_t *v)
     }
 }
 
-int tv_print(sbuf_t *b, const tv_t *v)
+int tv_print(sbuf *b, const tv *v)
 {
     if (v->type == TV_UNDEF || v->type == TV_EMPTY)
         return 0;
@@ -248,7 +248,7 @@ int tv_print(sbuf_t *b, const tv_t *v)
     return print_other(b, v);
 }
 
-int tv_repr(sbuf_t *b, const tv_t *v)
+int tv_repr(sbuf *b, const tv *v)
 {
     int st;
     if (v->type == TV_UNDEF || v->type == TV_EMPTY)
@@ -263,14 +263,14 @@ int tv_repr(sbuf_t *b, const tv_t *v)
     return print_other(b, v);
 }
 
-int tv_to_str(rx_t *rx, const tv_t *v, tv_t *out)
+int tv_to_str(struct rx *rx, const tv *v, tv *out)
 {
     if (v->type == TV_STR) {
         *out = tv_ref(*v);
         out->markup = 0;
         return 0;
     }
-    sbuf_t b;
+    sbuf b;
     sb_init(&b, rx);
     int st = tv_print(&b, v);
     if (st) {
@@ -282,7 +282,7 @@ int tv_to_str(rx_t *rx, const tv_t *v, tv_t *out)
 
 /* --- json.dumps --- */
 
-static int json_str(sbuf_t *b, const char *s, size_t n, bool ascii)
+static int json_str(sbuf *b, const char *s, size_t n, bool ascii)
 {
     static const char hex[] = "0123456789abcdef";
     int st = sb_putc(b, '"');
@@ -334,7 +334,7 @@ static int json_str(sbuf_t *b, const char *s, size_t n, bool ascii)
     return st ? st : sb_putc(b, '"');
 }
 
-static int json_newline(sbuf_t *b, const json_opts *o, int level)
+static int json_newline(sbuf *b, const json_opts *o, int level)
 {
     int st = sb_putc(b, '\n');
     for (int i = 0; i < level && !st; i++)
@@ -342,13 +342,13 @@ static int json_newline(sbuf_t *b, const json_opts *o, int level)
     return st;
 }
 
-static int not_json(const tv_t *v)
+static int not_json(const tv *v)
 {
     return deras_fail(DERAS_EFORMAT, "Object of type %s is not JSON serializable", tv_typename(v));
 }
 
 /* A dict key as json.dumps converts it. */
-static int json_key(sbuf_t *b, const tv_t *k, const json_opts *o)
+static int json_key(sbuf *b, const tv *k, const json_opts *o)
 {
     char tmp[64];
     switch (k->type) {
@@ -373,11 +373,11 @@ static int json_key(sbuf_t *b, const tv_t *k, const json_opts *o)
 
 static int key_lt(void *ctx, const void *a, const void *b, bool *lt)
 {
-    const tv_t *keys = ctx;
+    const tv *keys = ctx;
     return tv_lt(&keys[*(const size_t *)a], &keys[*(const size_t *)b], lt);
 }
 
-static int json_val(sbuf_t *b, const tv_t *v, const json_opts *o, int level)
+static int json_val(sbuf *b, const tv *v, const json_opts *o, int level)
 {
     int st = 0;
     switch (v->type) {
@@ -456,12 +456,12 @@ static int json_val(sbuf_t *b, const tv_t *v, const json_opts *o, int level)
     }
 }
 
-int tv_tojson(sbuf_t *b, const tv_t *v, const json_opts *o)
+int tv_tojson(sbuf *b, const tv *v, const json_opts *o)
 {
     return json_val(b, v, o, 0);
 }
 
-int html_escape(sbuf_t *b, const char *p, size_t n)
+int html_escape(sbuf *b, const char *p, size_t n)
 {
     size_t run = 0;
     int st = 0;

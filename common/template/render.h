@@ -20,20 +20,19 @@
 #include "template.h"
 #include "value.h"
 
-typedef struct frame frame_t;
 struct frame {
-    frame_t *parent;
-    tv_t *dense; /* the top frame: dense[sym] */
+    struct frame *parent;
+    tv *dense; /* the top frame: dense[sym] */
     int n_dense;
-    struct fvar { int sym; tv_t v; } *vars; /* other frames: a short list */
+    struct fvar { int sym; tv v; } *vars; /* other frames: a short list */
     int n, cap;
 };
 
 /* The compiled template (template.c owns it). */
 struct tmpl {
-    arena_t arena;
-    symtab_t syms;
-    node_t *root;
+    struct arena arena;
+    symtab syms;
+    struct node *root;
     tmpl_limits lim;
     int sym_loop, sym_varargs, sym_kwargs; /* -1 when the template never names them */
 };
@@ -48,11 +47,11 @@ struct rx {
     int depth;  /* macro calls in progress */
     int vdepth; /* recursion of value walks (repr, tojson, ==) */
     int cdepth; /* evaluations and bodies in progress: the C stack in use */
-    frame_t *top;
-    sbuf_t *out;
+    struct frame *top;
+    sbuf *out;
     int ctl;
     bool located; /* the current failure's message already names its line */
-    tv_t *nss;
+    tv *nss;
     size_t n_ns, cap_ns;
     time_t now;
 };
@@ -61,15 +60,15 @@ struct rx {
  * Jinja2 does, so loop.last and loop.length look ahead only when asked. */
 struct tloop {
     uint32_t refs;
-    tv_t seq;          /* the list iterated */
+    tv seq;            /* the list iterated */
     size_t pos;        /* index in seq of the current item */
     size_t index0;
     int8_t *verdict;   /* per item of seq: 0 not evaluated, 1 passes the filter, -1 not */
     size_t n_verdict;
-    rx_t *rx;          /* while the loop runs (NULL after): to evaluate the filter */
-    frame_t *frame;    /* the frame the loop runs in */
-    const node_t *node;
-    tv_t prev;
+    struct rx *rx;       /* while the loop runs (NULL after): to evaluate the filter */
+    struct frame *frame; /* the frame the loop runs in */
+    const struct node *node;
+    tv prev;
     bool has_prev;
 };
 
@@ -84,58 +83,61 @@ struct tloop {
 #define CDEPTH_PER_LEVEL 4
 
 /* --- failures: "template line N: ..." --- */
-int rx_fail(rx_t *rx, const node_t *at, int code, const char *fmt, ...)
+int rx_fail(struct rx *rx, const struct node *at, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Charge `n` steps; DERAS_ETIMEOUT past max_steps. */
-int rx_step(rx_t *rx, uint64_t n);
+int rx_step(struct rx *rx, uint64_t n);
 /* Record a namespace so the end of the render empties it. */
-int rx_track_ns(rx_t *rx, const tv_t *ns);
+int rx_track_ns(struct rx *rx, const tv *ns);
 
 /* --- frames --- */
-const tv_t *frame_get(const frame_t *f, int sym);
-int frame_set(rx_t *rx, frame_t *f, int sym, tv_t v); /* takes ownership of v */
-void frame_clear(rx_t *rx, frame_t *f);
+const tv *frame_get(const struct frame *f, int sym);
+int frame_set(struct rx *rx, struct frame *f, int sym, tv v); /* takes ownership of v */
+void frame_clear(struct rx *rx, struct frame *f);
 
 /* --- evaluation (eval.c, ops.c) --- */
-int eval(rx_t *rx, frame_t *f, const node_t *n, tv_t *out);
+int eval(struct rx *rx, struct frame *f, const struct node *n, tv *out);
 /* A filter chain (N_FILTER nodes) whose innermost operand is NULL applied to `input`. */
-int eval_filters(rx_t *rx, frame_t *f, const node_t *chain, const tv_t *input, tv_t *out);
+int eval_filters(struct rx *rx, struct frame *f, const struct node *chain, const tv *input,
+                 tv *out);
 /* The UndefinedError (or sandbox SecurityError) for using Undefined u. DERAS_EFORMAT. */
-int undef_error(const tv_t *u);
+int undef_error(const tv *u);
 /* obj.name and obj[key] with Jinja2's sandboxed lookup rules. */
-int tv_getattr(rx_t *rx, const tv_t *obj, const char *name, tv_t *out);
-int tv_getitem(rx_t *rx, const tv_t *obj, const tv_t *key, tv_t *out);
+int tv_getattr(struct rx *rx, const tv *obj, const char *name, tv *out);
+int tv_getitem(struct rx *rx, const tv *obj, const tv *key, tv *out);
 /* Call a macro, global function or bound method with evaluated arguments. */
-typedef struct args {
-    tv_t *pos;
+struct args {
+    tv *pos;
     int n_pos;
     const char **kw_names;
-    tv_t *kw;
+    tv *kw;
     int n_kw;
-} args_t;
-int call_value(rx_t *rx, const node_t *site, const tv_t *callee, const args_t *a, tv_t *out);
+};
+int call_value(struct rx *rx, const struct node *site, const tv *callee, const struct args *a,
+               tv *out);
 /* Bind arguments to named parameters (Python rules): slots[i] borrowed, TV_EMPTY when not
  * given. DERAS_EFORMAT for too many or unknown arguments, as Python's TypeError. */
-int args_bind(const args_t *a, const char *const *params, int n_params, tv_t *slots,
+int args_bind(const struct args *a, const char *const *params, int n_params, tv *slots,
               const char *what);
 /* Python's `a + b` and friends (op: BIN_*). */
-int binop(rx_t *rx, int op, const tv_t *a, const tv_t *b, tv_t *out);
+int binop(struct rx *rx, int op, const tv *a, const tv *b, tv *out);
 /* Python's `x in seq`. */
-int contains(rx_t *rx, const tv_t *seq, const tv_t *x, bool *in);
+int contains(struct rx *rx, const tv *seq, const tv *x, bool *in);
 /* Materialise an iterable as a list (a list or tuple is shared): str -> characters,
  * dict -> keys, Undefined -> empty. DERAS_EFORMAT for what Python cannot iterate. */
-int tv_iterate(rx_t *rx, const tv_t *v, tv_t *list);
+int tv_iterate(struct rx *rx, const tv *v, tv *list);
 
 /* --- statements (exec.c) --- */
-int exec_body(rx_t *rx, frame_t *f, const node_t *body);
-int call_macro(rx_t *rx, const node_t *site, const node_t *macro, const args_t *a, tv_t *out);
-int loop_attr(rx_t *rx, struct tloop *lp, const char *name, tv_t *out);
-int loop_cycle(rx_t *rx, struct tloop *lp, const args_t *a, tv_t *out);
+int exec_body(struct rx *rx, struct frame *f, const struct node *body);
+int call_macro(struct rx *rx, const struct node *site, const struct node *macro,
+               const struct args *a, tv *out);
+int loop_attr(struct rx *rx, struct tloop *lp, const char *name, tv *out);
+int loop_cycle(struct rx *rx, struct tloop *lp, const struct args *a, tv *out);
 
 /* --- printing (pyfmt.c) --- */
-int tv_print(sbuf_t *b, const tv_t *v);          /* str(v) appended; Undefined prints "" */
-int tv_repr(sbuf_t *b, const tv_t *v);           /* repr(v) appended */
-int tv_to_str(rx_t *rx, const tv_t *v, tv_t *out); /* str(v) as a value (shared if a str) */
+int tv_print(sbuf *b, const tv *v);              /* str(v) appended; Undefined prints "" */
+int tv_repr(sbuf *b, const tv *v);               /* repr(v) appended */
+int tv_to_str(struct rx *rx, const tv *v, tv *out); /* str(v) as a value (shared if a str) */
 typedef struct json_opts {
     bool ensure_ascii, sort_keys;
     bool has_indent;
@@ -144,38 +146,39 @@ typedef struct json_opts {
     const char *item_sep, *key_sep;
     size_t item_sep_len, key_sep_len;
 } json_opts;
-int tv_tojson(sbuf_t *b, const tv_t *v, const json_opts *o); /* json.dumps */
+int tv_tojson(sbuf *b, const tv *v, const json_opts *o); /* json.dumps */
 int float_repr(char *buf, size_t cap, double f);              /* Python repr(float) */
 
 /* --- builtins (filters.c, tests.c, methods.c, globals.c) --- */
 /* Python's len(v); DERAS_EFORMAT for what has none (None, numbers, generators). */
-int tv_length(const tv_t *v, size_t *n);
-int filter_call(rx_t *rx, frame_t *f, int id, const tv_t *val, const args_t *a, tv_t *out);
-int test_call(rx_t *rx, int id, const tv_t *val, const args_t *a, bool *res);
-int method_call(rx_t *rx, int id, const tv_t *self, const args_t *a, tv_t *out);
-int global_call(rx_t *rx, int id, const args_t *a, tv_t *out);
+int tv_length(const tv *v, size_t *n);
+int filter_call(struct rx *rx, struct frame *f, int id, const tv *val, const struct args *a,
+                tv *out);
+int test_call(struct rx *rx, int id, const tv *val, const struct args *a, bool *res);
+int method_call(struct rx *rx, int id, const tv *self, const struct args *a, tv *out);
+int global_call(struct rx *rx, int id, const struct args *a, tv *out);
 /* Markupsafe's escape of p[0..n) into b. */
-int html_escape(sbuf_t *b, const char *p, size_t n);
+int html_escape(sbuf *b, const char *p, size_t n);
 
 /* --- string operations shared by filters and methods (strings.c) --- */
 enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE, CASE_JINJA_TITLE };
 /* s (a str) with its case mapped as str.upper/lower/capitalize/title or Jinja2's |title;
  * Markup stays Markup. */
-int str_case(rx_t *rx, const tv_t *s, int mode, tv_t *out);
+int str_case(struct rx *rx, const tv *s, int mode, tv *out);
 /* str.strip / lstrip (which 1) / rstrip (2) / strip (3) with chars NULL, None or a str. */
-int str_strip(rx_t *rx, const tv_t *s, const tv_t *chars, int which, tv_t *out);
+int str_strip(struct rx *rx, const tv *s, const tv *chars, int which, tv *out);
 /* str.replace(old, new, count); count < 0: all. */
-int str_replace(rx_t *rx, const tv_t *s, const tv_t *old, const tv_t *new_, int64_t count,
-                tv_t *out);
+int str_replace(struct rx *rx, const tv *s, const tv *old, const tv *new_, int64_t count,
+                tv *out);
 /* str.split / rsplit (sep NULL: whitespace; maxsplit < 0: all). */
-int str_split(rx_t *rx, const tv_t *s, const tv_t *sep, int64_t maxsplit, bool right, tv_t *out);
+int str_split(struct rx *rx, const tv *s, const tv *sep, int64_t maxsplit, bool right, tv *out);
 /* str.format with positional and keyword arguments. */
-int str_format(rx_t *rx, const tv_t *s, const args_t *a, tv_t *out);
+int str_format(struct rx *rx, const tv *s, const struct args *a, tv *out);
 /* str.find / rfind: the code point index of sub, or -1. */
-int str_find(rx_t *rx, const tv_t *s, const tv_t *sub, bool last, int64_t *at);
+int str_find(struct rx *rx, const tv *s, const tv *sub, bool last, int64_t *at);
 /* str.startswith / endswith with a str or a tuple of str. */
-int str_affix(const tv_t *s, const tv_t *x, bool end, bool *res);
+int str_affix(const tv *s, const tv *x, bool end, bool *res);
 /* DERAS_EFORMAT unless v is a str (Python's TypeError for `what`). */
-int str_require(const tv_t *v, const char *what);
+int str_require(const tv *v, const char *what);
 
 #endif

@@ -15,14 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int str_require(const tv_t *v, const char *what)
+int str_require(const tv *v, const char *what)
 {
     if (v->type == TV_STR)
         return 0;
     return deras_fail(DERAS_EFORMAT, "%s requires a str argument, not %s", what, tv_typename(v));
 }
 
-static int finish(sbuf_t *b, const tv_t *like, tv_t *out)
+static int finish(sbuf *b, const tv *like, tv *out)
 {
     int st = sb_take(b, out);
     if (!st)
@@ -32,7 +32,7 @@ static int finish(sbuf_t *b, const tv_t *like, tv_t *out)
 
 /* Python's one-to-many upper cases (SpecialCasing.txt) for the characters that have them
  * in everyday text; true when cp was written. */
-static bool special_upper(sbuf_t *b, uint32_t cp, int *st)
+static bool special_upper(sbuf *b, uint32_t cp, int *st)
 {
     static const struct {
         uint32_t cp;
@@ -70,9 +70,9 @@ static bool final_sigma(const char *p, size_t n, size_t i, size_t len)
     return before && !after;
 }
 
-int str_case(rx_t *rx, const tv_t *s, int mode, tv_t *out)
+int str_case(struct rx *rx, const tv *s, int mode, tv *out)
 {
-    sbuf_t b;
+    sbuf b;
     sb_init(&b, rx);
     const char *p = tv_sp(s);
     size_t n = tv_sn(s);
@@ -121,7 +121,7 @@ int str_case(rx_t *rx, const tv_t *s, int mode, tv_t *out)
 }
 
 /* Whether cp is in `chars` (a str), or whitespace when chars is NULL. */
-static bool in_set(uint32_t cp, const tv_t *chars)
+static bool in_set(uint32_t cp, const tv *chars)
 {
     if (!chars)
         return uni_isspace(cp);
@@ -136,7 +136,7 @@ static bool in_set(uint32_t cp, const tv_t *chars)
     return false;
 }
 
-int str_strip(rx_t *rx, const tv_t *s, const tv_t *chars, int which, tv_t *out)
+int str_strip(struct rx *rx, const tv *s, const tv *chars, int which, tv *out)
 {
     if (chars && chars->type == TV_NONE)
         chars = NULL;
@@ -176,12 +176,12 @@ int str_strip(rx_t *rx, const tv_t *s, const tv_t *chars, int which, tv_t *out)
     return st;
 }
 
-int str_replace(rx_t *rx, const tv_t *s, const tv_t *old, const tv_t *new_, int64_t count,
-                tv_t *out)
+int str_replace(struct rx *rx, const tv *s, const tv *old, const tv *new_, int64_t count,
+                tv *out)
 {
     const char *p = tv_sp(s), *o = tv_sp(old);
     size_t n = tv_sn(s), on = tv_sn(old);
-    sbuf_t b;
+    sbuf b;
     sb_init(&b, rx);
     int st = rx_step(rx, n / STEP_COPY);
     size_t i = 0;
@@ -221,8 +221,8 @@ int str_replace(rx_t *rx, const tv_t *s, const tv_t *old, const tv_t *new_, int6
 }
 
 /* str.split / str.rsplit. */
-int str_split(rx_t *rx, const tv_t *s, const tv_t *sep, int64_t maxsplit, bool right,
-                     tv_t *out)
+int str_split(struct rx *rx, const tv *s, const tv *sep, int64_t maxsplit, bool right,
+                     tv *out)
 {
     const char *p = tv_sp(s);
     size_t n = tv_sn(s);
@@ -340,7 +340,7 @@ int str_split(rx_t *rx, const tv_t *s, const tv_t *sep, int64_t maxsplit, bool r
     }
     for (size_t x = 0; x < k && !st; x++) {
         size_t idx = right ? k - 1 - x : x;
-        tv_t piece;
+        tv piece;
         if (!(st = tv_str(rx, p + r[2 * idx], r[2 * idx + 1] - r[2 * idx], &piece))) {
             piece.markup = s->markup;
             st = tv_list_push(rx, out, piece);
@@ -355,13 +355,13 @@ done:
 }
 
 /* str.format with {}, {0}, {name}, {{ and }}, and !s / !r; format specs are refused. */
-int str_format(rx_t *rx, const tv_t *s, const args_t *a, tv_t *out)
+int str_format(struct rx *rx, const tv *s, const struct args *a, tv *out)
 {
     if (s->markup)
         return deras_fail(DERAS_EUNSUPPORTED, "format() on a Markup string is not supported");
     const char *p = tv_sp(s);
     size_t n = tv_sn(s);
-    sbuf_t b;
+    sbuf b;
     sb_init(&b, rx);
     int st = 0, autonum = 0;
     for (size_t i = 0; i < n && !st;) {
@@ -399,7 +399,7 @@ int str_format(rx_t *rx, const tv_t *s, const args_t *a, tv_t *out)
                 break;
             }
         }
-        const tv_t *v = NULL;
+        const tv *v = NULL;
         if (name_len == 0) {
             if (autonum < a->n_pos)
                 v = &a->pos[autonum];
@@ -435,7 +435,7 @@ int str_format(rx_t *rx, const tv_t *s, const args_t *a, tv_t *out)
 }
 
 /* Index of the first (last) occurrence in code points, or -1. */
-int str_find(rx_t *rx, const tv_t *s, const tv_t *sub, bool last, int64_t *at)
+int str_find(struct rx *rx, const tv *s, const tv *sub, bool last, int64_t *at)
 {
     int st = str_require(sub, "find");
     if (st || (st = rx_step(rx, tv_sn(s) / STEP_COPY)))
@@ -455,9 +455,9 @@ int str_find(rx_t *rx, const tv_t *s, const tv_t *sub, bool last, int64_t *at)
     return 0;
 }
 
-int str_affix(const tv_t *s, const tv_t *x, bool end, bool *res)
+int str_affix(const tv *s, const tv *x, bool end, bool *res)
 {
-    const tv_t *opts = x;
+    const tv *opts = x;
     size_t n_opts = 1;
     if (x->type == TV_TUPLE) {
         opts = x->u.l->v;
@@ -465,7 +465,7 @@ int str_affix(const tv_t *s, const tv_t *x, bool end, bool *res)
     }
     *res = false;
     for (size_t i = 0; i < n_opts; i++) {
-        const tv_t *o = &opts[i];
+        const tv *o = &opts[i];
         if (o->type != TV_STR)
             return deras_fail(DERAS_EFORMAT, "%s first arg must be str or a tuple of str",
                               end ? "endswith" : "startswith");

@@ -3,7 +3,7 @@
  * render = bind the context's keys the template names, run the tree, hand back the
  * output; destroy = free the arena.
  *
- * A render allocates only through its rx_t (value.h), so when it ends, with the output
+ * A render allocates only through its struct rx (value.h), so when it ends, with the output
  * handed over, the live-bytes count must be back to zero; debug builds check this and fail
  * with DERAS_EINTERNAL otherwise, which makes any reference-count leak a test failure.
  */
@@ -28,6 +28,8 @@ tmpl_limits tmpl_limits_of(const tmpl_t *t) { return t->lim; }
 
 int tmpl_compile(const char *source, size_t len, const tmpl_limits *lim, tmpl_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "template: tmpl_compile needs an out pointer");
     *out = NULL;
     if (!source && len)
         return deras_fail(DERAS_EINVAL, "template: no source");
@@ -44,7 +46,7 @@ int tmpl_compile(const char *source, size_t len, const tmpl_limits *lim, tmpl_t 
         t->lim.max_depth = d.max_depth;
     if (!t->lim.max_memory)
         t->lim.max_memory = d.max_memory;
-    tokens_t tk;
+    tokens tk;
     int st = lex(&t->arena, source ? source : "", len, &tk);
     if (!st) {
         st = parse_template(&t->arena, &t->syms, &tk, t->lim.max_depth, &t->root);
@@ -58,18 +60,18 @@ int tmpl_compile(const char *source, size_t len, const tmpl_limits *lim, tmpl_t 
     t->sym_varargs = sym_find(&t->syms, "varargs");
     t->sym_kwargs = sym_find(&t->syms, "kwargs");
     *out = t;
-    return 0;
+    return DERAS_OK;
 }
 
 /* The top frame: each symbol bound to the context's value, else to a global. */
-static int bind_context(rx_t *rx, frame_t *top, const json_t *context)
+static int bind_context(struct rx *rx, struct frame *top, const json_t *context)
 {
-    const symtab_t *syms = &rx->t->syms;
+    const symtab *syms = &rx->t->syms;
     top->n_dense = syms->n;
-    top->dense = tv_alloc(rx, (size_t)(syms->n ? syms->n : 1) * sizeof(tv_t));
+    top->dense = tv_alloc(rx, (size_t)(syms->n ? syms->n : 1) * sizeof(tv));
     if (!top->dense)
         return deras_fail_ctx(DERAS_ENOMEM, "template context: ");
-    memset(top->dense, 0, (size_t)(syms->n ? syms->n : 1) * sizeof(tv_t));
+    memset(top->dense, 0, (size_t)(syms->n ? syms->n : 1) * sizeof(tv));
     for (int i = 0; i < syms->n; i++) {
         const json_t *j = context ? json_object_get(context, syms->names[i]) : NULL;
         if (j) {
@@ -81,7 +83,7 @@ static int bind_context(rx_t *rx, frame_t *top, const json_t *context)
         bool ok;
         int g = global_find(syms->names[i], &ok);
         if (g >= 0 && ok)
-            top->dense[i] = (tv_t){.type = TV_FUNC, .sub = (uint8_t)g};
+            top->dense[i] = (tv){.type = TV_FUNC, .sub = (uint8_t)g};
     }
     return 0;
 }
@@ -96,9 +98,9 @@ int tmpl_render(const tmpl_t *t, const json_t *context, char **out, size_t *out_
         return deras_fail(DERAS_EINVAL, "template: tmpl_render needs a template and outputs");
     if (context && !json_is_object(context))
         return deras_fail(DERAS_EINVAL, "template: the context must be a JSON object");
-    rx_t rx = {.t = t, .lim = t->lim};
-    frame_t top = {0};
-    sbuf_t o;
+    struct rx rx = {.t = t, .lim = t->lim};
+    struct frame top = {0};
+    sbuf o;
     sb_init(&o, &rx);
     rx.out = &o;
     rx.top = &top;
@@ -107,7 +109,7 @@ int tmpl_render(const tmpl_t *t, const json_t *context, char **out, size_t *out_
         st = exec_body(&rx, &top, t->root);
     for (int i = 0; i < top.n_dense; i++)
         tv_release(&rx, &top.dense[i]);
-    tv_free(&rx, top.dense, (size_t)(top.n_dense ? top.n_dense : 1) * sizeof(tv_t));
+    tv_free(&rx, top.dense, (size_t)(top.n_dense ? top.n_dense : 1) * sizeof(tv));
     for (size_t i = 0; i < rx.n_ns; i++)
         tv_dict_clear(&rx, &rx.nss[i]);
     for (size_t i = 0; i < rx.n_ns; i++)

@@ -56,9 +56,11 @@ typedef struct tmpl_limits {
 /* The defaults, as a filled struct. */
 tmpl_limits tmpl_limits_default(void);
 
-/* Compile source[0..len) (UTF-8; need not be NUL-terminated). `lim` (NULL: defaults) is
- * copied and applies to every render of the template. On success *out owns the compiled
- * template; on failure *out is NULL and the status is DERAS_EFORMAT (a syntax error, or what
+/* The constructor: compile source[0..len) (UTF-8; need not be NUL-terminated). `lim` (NULL:
+ * defaults) is copied and applies to every render of the template. *out is set to NULL
+ * first; on success it owns the compiled template (end it with tmpl_destroy) and the status
+ * is DERAS_OK; on failure it stays NULL and the status is DERAS_EINVAL (a NULL `out`, or no
+ * source with len > 0), DERAS_EFORMAT (a syntax error, or what
  * Jinja2 also refuses at compile time, such as an unknown filter outside an `if`),
  * DERAS_EUNSUPPORTED (a construct this interpreter does not implement, or nesting past
  * max_depth) or DERAS_ENOMEM, with a message "template line N: ...". O(len) time and

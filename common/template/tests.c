@@ -12,7 +12,7 @@
 
 #include <string.h>
 
-static int one_arg(const args_t *a, const tv_t **x, const char *name)
+static int one_arg(const struct args *a, const tv **x, const char *name)
 {
     if (a->n_kw || a->n_pos != 1)
         return deras_fail(DERAS_EFORMAT, "test '%s' takes exactly one argument", name);
@@ -21,9 +21,9 @@ static int one_arg(const args_t *a, const tv_t **x, const char *name)
 }
 
 /* str(v).islower() / isupper(). */
-static int cased(rx_t *rx, const tv_t *v, bool upper, bool *res)
+static int cased(struct rx *rx, const tv *v, bool upper, bool *res)
 {
-    tv_t s;
+    tv s;
     int st = tv_to_str(rx, v, &s);
     if (st)
         return st;
@@ -43,9 +43,9 @@ static int cased(rx_t *rx, const tv_t *v, bool upper, bool *res)
 }
 
 /* (v % by) == want, as Python computes it (so 2.5 is neither odd nor even). */
-static int modulo_is(rx_t *rx, const tv_t *v, const tv_t *by, int64_t want, bool *res)
+static int modulo_is(struct rx *rx, const tv *v, const tv *by, int64_t want, bool *res)
 {
-    tv_t r, w = tv_int(want);
+    tv r, w = tv_int(want);
     int st = binop(rx, BIN_MOD, v, by, &r);
     if (st)
         return st;
@@ -54,9 +54,9 @@ static int modulo_is(rx_t *rx, const tv_t *v, const tv_t *by, int64_t want, bool
     return 0;
 }
 
-int test_call(rx_t *rx, int id, const tv_t *v, const args_t *a, bool *res)
+int test_call(struct rx *rx, int id, const tv *v, const struct args *a, bool *res)
 {
-    const tv_t *x = NULL;
+    const tv *x = NULL;
     int st = 0;
     bool lt;
     int t = v->type;
@@ -87,7 +87,7 @@ int test_call(rx_t *rx, int id, const tv_t *v, const args_t *a, bool *res)
     case IS_UPPER: return cased(rx, v, id == IS_UPPER, res);
     case IS_ODD:
     case IS_EVEN: {
-        tv_t two = tv_int(2);
+        tv two = tv_int(2);
         return modulo_is(rx, v, &two, id == IS_ODD, res);
     }
     case IS_DIVISIBLEBY: {

@@ -19,7 +19,7 @@
 
 /* --- memory --- */
 
-void *tv_alloc(rx_t *rx, size_t n)
+void *tv_alloc(struct rx *rx, size_t n)
 {
     if (rx) {
         if (n > rx->lim.max_memory || rx->mem_live > rx->lim.max_memory - n) {
@@ -37,7 +37,7 @@ void *tv_alloc(rx_t *rx, size_t n)
     return p;
 }
 
-void *tv_realloc(rx_t *rx, void *p, size_t old_n, size_t new_n)
+void *tv_realloc(struct rx *rx, void *p, size_t old_n, size_t new_n)
 {
     if (rx && new_n > old_n) {
         size_t more = new_n - old_n;
@@ -56,7 +56,7 @@ void *tv_realloc(rx_t *rx, void *p, size_t old_n, size_t new_n)
     return q;
 }
 
-void tv_free(rx_t *rx, void *p, size_t n)
+void tv_free(struct rx *rx, void *p, size_t n)
 {
     if (!p)
         return;
@@ -67,34 +67,34 @@ void tv_free(rx_t *rx, void *p, size_t n)
 
 /* --- references --- */
 
-tv_t tv_ref(tv_t v)
+tv tv_ref(tv v)
 {
     if (tv_is_heap(&v) && v.u.obj->refs != TV_IMMORTAL)
         v.u.obj->refs++;
     return v;
 }
 
-static void free_list(rx_t *rx, struct tlist *l)
+static void free_list(struct rx *rx, struct tlist *l)
 {
     for (size_t i = 0; i < l->n; i++)
         tv_release(rx, &l->v[i]);
-    tv_free(rx, l->v, l->cap * sizeof(tv_t));
+    tv_free(rx, l->v, l->cap * sizeof(tv));
     tv_free(rx, l, sizeof *l);
 }
 
-static void free_dict(rx_t *rx, struct tdict *d)
+static void free_dict(struct rx *rx, struct tdict *d)
 {
     for (size_t i = 0; i < d->n; i++) {
         tv_release(rx, &d->k[i]);
         tv_release(rx, &d->v[i]);
     }
-    tv_free(rx, d->k, d->cap * sizeof(tv_t));
-    tv_free(rx, d->v, d->cap * sizeof(tv_t));
+    tv_free(rx, d->k, d->cap * sizeof(tv));
+    tv_free(rx, d->v, d->cap * sizeof(tv));
     tv_free(rx, d->idx, d->idx_cap * sizeof(uint32_t));
     tv_free(rx, d, sizeof *d);
 }
 
-void tv_release(rx_t *rx, tv_t *v)
+void tv_release(struct rx *rx, tv *v)
 {
     if (tv_is_heap(v) && v->u.obj->refs != TV_IMMORTAL && --v->u.obj->refs == 0) {
         switch (v->type) {
@@ -122,7 +122,7 @@ void tv_release(rx_t *rx, tv_t *v)
 
 /* --- strings --- */
 
-int tv_str(rx_t *rx, const char *p, size_t n, tv_t *out)
+int tv_str(struct rx *rx, const char *p, size_t n, tv *out)
 {
     if (rx && n > rx->lim.max_output)
         return deras_fail(DERAS_ERANGE, "a string of %zu bytes passes max_output (%zu)", n,
@@ -139,13 +139,13 @@ int tv_str(rx_t *rx, const char *p, size_t n, tv_t *out)
     if (n)
         memcpy(s->p, p, n);
     s->p[n] = 0;
-    *out = (tv_t){.type = TV_STR, .u.s = s};
+    *out = (tv){.type = TV_STR, .u.s = s};
     return 0;
 }
 
 /* --- lists --- */
 
-static int depth_of(const tv_t *v)
+static int depth_of(const tv *v)
 {
     switch (v->type) {
     case TV_LIST:
@@ -158,7 +158,7 @@ static int depth_of(const tv_t *v)
     }
 }
 
-static int check_depth(rx_t *rx, int d)
+static int check_depth(struct rx *rx, int d)
 {
     if (rx && d > rx->lim.max_depth)
         return deras_fail(DERAS_EUNSUPPORTED, "values nested deeper than max_depth (%d)",
@@ -166,25 +166,25 @@ static int check_depth(rx_t *rx, int d)
     return 0;
 }
 
-int tv_list_new(rx_t *rx, int type, size_t cap, tv_t *out)
+int tv_list_new(struct rx *rx, int type, size_t cap, tv *out)
 {
     struct tlist *l = tv_alloc(rx, sizeof *l);
     if (!l)
         return DERAS_ENOMEM;
     *l = (struct tlist){.refs = 1, .depth = 1};
     if (cap) {
-        l->v = tv_alloc(rx, cap * sizeof(tv_t));
+        l->v = tv_alloc(rx, cap * sizeof(tv));
         if (!l->v) {
             tv_free(rx, l, sizeof *l);
             return DERAS_ENOMEM;
         }
         l->cap = cap;
     }
-    *out = (tv_t){.type = (uint8_t)type, .u.l = l};
+    *out = (tv){.type = (uint8_t)type, .u.l = l};
     return 0;
 }
 
-int tv_list_push(rx_t *rx, tv_t *list, tv_t item)
+int tv_list_push(struct rx *rx, tv *list, tv item)
 {
     struct tlist *l = list->u.l;
     int d = depth_of(&item) + 1;
@@ -195,7 +195,7 @@ int tv_list_push(rx_t *rx, tv_t *list, tv_t item)
     }
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
-        tv_t *v = tv_realloc(rx, l->v, l->cap * sizeof(tv_t), cap * sizeof(tv_t));
+        tv *v = tv_realloc(rx, l->v, l->cap * sizeof(tv), cap * sizeof(tv));
         if (!v) {
             tv_release(rx, &item);
             return DERAS_ENOMEM;
@@ -220,7 +220,7 @@ static uint64_t mix(uint64_t x)
 }
 
 /* Python-consistent hash; false for unhashable values (list, dict). */
-static bool hash_of(const tv_t *k, uint64_t *h)
+static bool hash_of(const tv *k, uint64_t *h)
 {
     switch (k->type) {
     case TV_STR: {
@@ -264,20 +264,20 @@ static bool hash_of(const tv_t *k, uint64_t *h)
     }
 }
 
-int tv_dict_new(rx_t *rx, int type, size_t cap, tv_t *out)
+int tv_dict_new(struct rx *rx, int type, size_t cap, tv *out)
 {
     struct tdict *d = tv_alloc(rx, sizeof *d);
     if (!d)
         return DERAS_ENOMEM;
     *d = (struct tdict){.refs = 1, .depth = 1};
-    *out = (tv_t){.type = (uint8_t)type, .u.d = d};
+    *out = (tv){.type = (uint8_t)type, .u.d = d};
     if (cap) { /* the known size (a JSON object, a literal): no regrowth */
-        d->k = tv_alloc(rx, cap * sizeof(tv_t));
-        d->v = d->k ? tv_alloc(rx, cap * sizeof(tv_t)) : NULL;
+        d->k = tv_alloc(rx, cap * sizeof(tv));
+        d->v = d->k ? tv_alloc(rx, cap * sizeof(tv)) : NULL;
         if (!d->v) {
-            tv_free(rx, d->k, d->k ? cap * sizeof(tv_t) : 0);
+            tv_free(rx, d->k, d->k ? cap * sizeof(tv) : 0);
             tv_free(rx, d, sizeof *d);
-            *out = (tv_t){0};
+            *out = (tv){0};
             return DERAS_ENOMEM;
         }
         d->cap = cap;
@@ -285,7 +285,7 @@ int tv_dict_new(rx_t *rx, int type, size_t cap, tv_t *out)
     return 0;
 }
 
-static const tv_t *dict_find(const struct tdict *d, const tv_t *key, size_t *pos)
+static const tv *dict_find(const struct tdict *d, const tv *key, size_t *pos)
 {
     if (!d->idx) {
         for (size_t i = 0; i < d->n; i++)
@@ -309,7 +309,7 @@ static const tv_t *dict_find(const struct tdict *d, const tv_t *key, size_t *pos
     return NULL;
 }
 
-static int reindex(rx_t *rx, struct tdict *d, size_t cap)
+static int reindex(struct rx *rx, struct tdict *d, size_t cap)
 {
     uint32_t *idx = tv_alloc(rx, cap * sizeof *idx);
     if (!idx)
@@ -329,7 +329,7 @@ static int reindex(rx_t *rx, struct tdict *d, size_t cap)
     return 0;
 }
 
-int tv_dict_set(rx_t *rx, tv_t *dict, tv_t k, tv_t v)
+int tv_dict_set(struct rx *rx, tv *dict, tv k, tv v)
 {
     struct tdict *d = dict->u.d;
     uint64_t h;
@@ -351,19 +351,19 @@ int tv_dict_set(rx_t *rx, tv_t *dict, tv_t k, tv_t v)
     } else {
         if (d->n == d->cap) {
             size_t cap = d->cap ? d->cap * 2 : 4;
-            tv_t *nk = tv_alloc(rx, cap * sizeof(tv_t));
-            tv_t *nv = nk ? tv_alloc(rx, cap * sizeof(tv_t)) : NULL;
+            tv *nk = tv_alloc(rx, cap * sizeof(tv));
+            tv *nv = nk ? tv_alloc(rx, cap * sizeof(tv)) : NULL;
             if (!nv) {
-                tv_free(rx, nk, cap * sizeof(tv_t));
+                tv_free(rx, nk, cap * sizeof(tv));
                 st = DERAS_ENOMEM;
                 goto fail;
             }
             if (d->n) {
-                memcpy(nk, d->k, d->n * sizeof(tv_t));
-                memcpy(nv, d->v, d->n * sizeof(tv_t));
+                memcpy(nk, d->k, d->n * sizeof(tv));
+                memcpy(nv, d->v, d->n * sizeof(tv));
             }
-            tv_free(rx, d->k, d->cap * sizeof(tv_t));
-            tv_free(rx, d->v, d->cap * sizeof(tv_t));
+            tv_free(rx, d->k, d->cap * sizeof(tv));
+            tv_free(rx, d->v, d->cap * sizeof(tv));
             d->k = nk;
             d->v = nv;
             d->cap = cap;
@@ -390,7 +390,7 @@ fail:
     return st;
 }
 
-void tv_dict_clear(rx_t *rx, tv_t *dict)
+void tv_dict_clear(struct rx *rx, tv *dict)
 {
     struct tdict *d = dict->u.d;
     size_t n = d->n;
@@ -403,13 +403,13 @@ void tv_dict_clear(rx_t *rx, tv_t *dict)
         memset(d->idx, 0, d->idx_cap * sizeof *d->idx);
 }
 
-const tv_t *tv_dict_get(const tv_t *dict, const tv_t *key)
+const tv *tv_dict_get(const tv *dict, const tv *key)
 {
     size_t pos;
     return dict_find(dict->u.d, key, &pos);
 }
 
-const tv_t *tv_dict_get_str(const tv_t *dict, const char *p, size_t n)
+const tv *tv_dict_get_str(const tv *dict, const char *p, size_t n)
 {
     _Alignas(struct tstr) char buf[sizeof(struct tstr) + 64]; /* short keys: no allocation */
     struct tstr *s = n < 64 ? (struct tstr *)buf : malloc(sizeof *s + n + 1);
@@ -420,8 +420,8 @@ const tv_t *tv_dict_get_str(const tv_t *dict, const char *p, size_t n)
     s->ascii = false; /* not used by lookups */
     memcpy(s->p, p, n);
     s->p[n] = 0;
-    tv_t k = {.type = TV_STR, .u.s = s};
-    const tv_t *r = tv_dict_get(dict, &k);
+    tv k = {.type = TV_STR, .u.s = s};
+    const tv *r = tv_dict_get(dict, &k);
     if (n >= 64)
         free(s);
     return r;
@@ -429,7 +429,7 @@ const tv_t *tv_dict_get_str(const tv_t *dict, const char *p, size_t n)
 
 /* --- Python semantics --- */
 
-bool tv_truthy(const tv_t *v)
+bool tv_truthy(const tv *v)
 {
     switch (v->type) {
     case TV_EMPTY:
@@ -447,7 +447,7 @@ bool tv_truthy(const tv_t *v)
 }
 
 /* Numeric value of an int, bool or float: as an int when exact. */
-static bool as_int(const tv_t *v, int64_t *i)
+static bool as_int(const tv *v, int64_t *i)
 {
     if (v->type == TV_INT) {
         *i = v->u.i;
@@ -461,7 +461,7 @@ static bool as_int(const tv_t *v, int64_t *i)
 }
 
 /* Python's exact int/float comparisons: -1, 0, 1, or 2 when unordered (NaN). */
-static int num_cmp(const tv_t *a, const tv_t *b)
+static int num_cmp(const tv *a, const tv *b)
 {
     int64_t x, y;
     bool ai = as_int(a, &x), bi = as_int(b, &y);
@@ -474,7 +474,7 @@ static int num_cmp(const tv_t *a, const tv_t *b)
     return fa < fb ? -1 : fa > fb;
 }
 
-bool tv_eq(const tv_t *a, const tv_t *b)
+bool tv_eq(const tv *a, const tv *b)
 {
     if (tv_is_num(a) && tv_is_num(b))
         return num_cmp(a, b) == 0;
@@ -503,7 +503,7 @@ bool tv_eq(const tv_t *a, const tv_t *b)
         if (x->n != b->u.d->n)
             return false;
         for (size_t i = 0; i < x->n; i++) {
-            const tv_t *w = tv_dict_get(b, &x->k[i]);
+            const tv *w = tv_dict_get(b, &x->k[i]);
             if (!w || !tv_eq(&x->v[i], w))
                 return false;
         }
@@ -518,7 +518,7 @@ bool tv_eq(const tv_t *a, const tv_t *b)
     }
 }
 
-int tv_lt(const tv_t *a, const tv_t *b, bool *lt)
+int tv_lt(const tv *a, const tv *b, bool *lt)
 {
     if (tv_is_num(a) && tv_is_num(b)) {
         *lt = num_cmp(a, b) == -1;
@@ -539,7 +539,7 @@ int tv_lt(const tv_t *a, const tv_t *b, bool *lt)
         return 0;
     }
     if (a->type == TV_UNDEF || b->type == TV_UNDEF) {
-        const tv_t *u = a->type == TV_UNDEF ? a : b;
+        const tv *u = a->type == TV_UNDEF ? a : b;
         if (u->u.name)
             return deras_fail(DERAS_EFORMAT, "'%s' is undefined", u->u.name);
         return deras_fail(DERAS_EFORMAT, "an undefined value cannot be compared");
@@ -548,7 +548,7 @@ int tv_lt(const tv_t *a, const tv_t *b, bool *lt)
                       tv_typename(a), tv_typename(b));
 }
 
-const char *tv_typename(const tv_t *v)
+const char *tv_typename(const tv *v)
 {
     switch (v->type) {
     case TV_UNDEF: return "Undefined";
@@ -577,7 +577,7 @@ const char *tv_typename(const tv_t *v)
     }
 }
 
-static int from_json(rx_t *rx, const json_t *j, int depth, tv_t *out)
+static int from_json(struct rx *rx, const json_t *j, int depth, tv *out)
 {
     int st;
     if (rx && depth > rx->lim.max_depth)
@@ -591,7 +591,7 @@ static int from_json(rx_t *rx, const json_t *j, int depth, tv_t *out)
         size_t klen;
         json_t *val;
         json_object_keylen_foreach((json_t *)j, key, klen, val) {
-            tv_t k, v;
+            tv k, v;
             if ((st = tv_str(rx, key, klen, &k)))
                 break;
             if ((st = from_json(rx, val, depth + 1, &v))) {
@@ -608,7 +608,7 @@ static int from_json(rx_t *rx, const json_t *j, int depth, tv_t *out)
         if ((st = tv_list_new(rx, TV_LIST, n, out)))
             return st;
         for (size_t i = 0; i < n && !st; i++) {
-            tv_t v;
+            tv v;
             if (!(st = from_json(rx, json_array_get(j, i), depth + 1, &v)))
                 st = tv_list_push(rx, out, v);
         }
@@ -626,7 +626,7 @@ static int from_json(rx_t *rx, const json_t *j, int depth, tv_t *out)
     return st;
 }
 
-int tv_from_json(rx_t *rx, const json_t *j, tv_t *out)
+int tv_from_json(struct rx *rx, const json_t *j, tv *out)
 {
     return from_json(rx, j, 1, out);
 }
@@ -671,7 +671,7 @@ int tv_sort(void *base, size_t n, size_t size, tv_lt_fn lt, void *ctx)
 
 #define SB_HDR offsetof(struct tstr, p)
 
-int sb_reserve(sbuf_t *b, size_t n)
+int sb_reserve(sbuf *b, size_t n)
 {
     if (b->rx && n > b->rx->lim.max_output - b->len)
         return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
@@ -688,7 +688,7 @@ int sb_reserve(sbuf_t *b, size_t n)
     return 0;
 }
 
-int sb_put(sbuf_t *b, const char *p, size_t n)
+int sb_put(sbuf *b, const char *p, size_t n)
 {
     if (b->rx && n > b->rx->lim.max_output - b->len)
         return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
@@ -711,10 +711,10 @@ int sb_put(sbuf_t *b, const char *p, size_t n)
     return 0;
 }
 
-int sb_putc(sbuf_t *b, char c) { return sb_put(b, &c, 1); }
-int sb_puts(sbuf_t *b, const char *s) { return sb_put(b, s, strlen(s)); }
+int sb_putc(sbuf *b, char c) { return sb_put(b, &c, 1); }
+int sb_puts(sbuf *b, const char *s) { return sb_put(b, s, strlen(s)); }
 
-int sb_putcp(sbuf_t *b, uint32_t cp)
+int sb_putcp(sbuf *b, uint32_t cp)
 {
     char tmp[4];
     size_t k = 0;
@@ -736,7 +736,7 @@ int sb_putcp(sbuf_t *b, uint32_t cp)
     return sb_put(b, tmp, k);
 }
 
-int sb_take(sbuf_t *b, tv_t *out)
+int sb_take(sbuf *b, tv *out)
 {
     if (!b->buf) {
         int st = sb_put(b, "", 0);
@@ -757,12 +757,12 @@ int sb_take(sbuf_t *b, tv_t *out)
     for (size_t i = 0; i < b->len && ascii; i++)
         ascii = (unsigned char)s->p[i] < 0x80;
     s->ascii = ascii;
-    *out = (tv_t){.type = TV_STR, .u.s = s};
-    *b = (sbuf_t){.rx = b->rx};
+    *out = (tv){.type = TV_STR, .u.s = s};
+    *b = (sbuf){.rx = b->rx};
     return 0;
 }
 
-char *sb_detach(sbuf_t *b, size_t *len)
+char *sb_detach(sbuf *b, size_t *len)
 {
     if (!b->buf && sb_put(b, "", 0))
         return NULL;
@@ -771,12 +771,12 @@ char *sb_detach(sbuf_t *b, size_t *len)
     *len = b->len;
     if (b->rx)
         b->rx->mem_live -= SB_HDR + b->cap;
-    *b = (sbuf_t){.rx = b->rx};
+    *b = (sbuf){.rx = b->rx};
     return r;
 }
 
-void sb_free(sbuf_t *b)
+void sb_free(sbuf *b)
 {
     tv_free(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0);
-    *b = (sbuf_t){.rx = b->rx};
+    *b = (sbuf){.rx = b->rx};
 }

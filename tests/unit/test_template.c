@@ -330,6 +330,10 @@ static void test_api(void **s)
     tmpl_destroy(NULL);
     assert_int_equal(tmpl_compile("\xff", 1, NULL, &t), DERAS_EFORMAT); /* not UTF-8 */
     assert_null(t);
+    assert_int_equal(tmpl_compile("x", 1, NULL, NULL), DERAS_EINVAL); /* the constructor form */
+    t = (tmpl_t *)1;
+    assert_int_equal(tmpl_compile(NULL, 1, NULL, &t), DERAS_EINVAL);
+    assert_null(t);
     assert_int_equal(tmpl_compile("", 0, NULL, &t), 0);
     assert_int_equal(tmpl_render(t, NULL, &out, &len), 0);
     assert_int_equal(len, 0);
