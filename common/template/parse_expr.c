@@ -42,14 +42,14 @@ int parse_tuple(struct ps *p, bool simplified, bool with_condexpr, const char *e
     bool is_tuple = false;
     int st = 0;
     for (;;) {
-        if (items.n && (st = ps_expect_op(p, OP_COMMA)))
+        if (items.n && (st = parse_expect_op(p, OP_COMMA)))
             break;
         if (tuple_end(p, extra))
             break;
         struct node *e;
         if ((st = simplified ? parse_primary(p, &e) : parse_expression(p, with_condexpr, &e)))
             break;
-        if ((st = ps_vec_push(&items, e)))
+        if ((st = parse_vec_push(&items, e)))
             break;
         if (is_op(p, OP_COMMA))
             is_tuple = true;
@@ -67,15 +67,15 @@ int parse_tuple(struct ps *p, bool simplified, bool with_condexpr, const char *e
     }
     if (!is_tuple && !explicit_parens) {
         free(items.v);
-        return ps_unexpected(p, "an expression");
+        return parse_unexpected(p, "an expression");
     }
     struct node *t;
-    if (!(t = ps_mk(p, N_TUPLE, line))) {
+    if (!(t = parse_mk(p, N_TUPLE, line))) {
         free(items.v);
         return deras_fail(DERAS_ENOMEM, "template: out of memory");
     }
     *out = t;
-    return ps_vec_finish(p, &items, t);
+    return parse_vec_finish(p, &items, t);
 }
 
 /* (args, name=value, ...) after '(' is current. */
@@ -84,20 +84,20 @@ static int parse_call_args(struct ps *p, struct node *n)
     vec args = {0};
     bool kw_seen = false, comma = false;
     int n_pos = 0, n_kw = 0;
-    int st = ps_expect_op(p, OP_LPAREN);
+    int st = parse_expect_op(p, OP_LPAREN);
     while (!st && !is_op(p, OP_RPAREN)) {
         if (comma) {
-            if ((st = ps_expect_op(p, OP_COMMA)) || is_op(p, OP_RPAREN))
+            if ((st = parse_expect_op(p, OP_COMMA)) || is_op(p, OP_RPAREN))
                 break;
         }
         if (is_op(p, OP_MUL) || is_op(p, OP_POW)) {
-            st = ps_fail(p, DERAS_EUNSUPPORTED, cur(p)->line,
+            st = parse_fail(p, DERAS_EUNSUPPORTED, cur(p)->line,
                        "*args and **kwargs in calls are not supported");
             break;
         }
         struct node *e;
         if (cur(p)->type == T_NAME && peek(p, 1)->type == T_OP && peek(p, 1)->op == OP_ASSIGN) {
-            struct node *kw = ps_mk(p, N_KEYWORD, cur(p)->line);
+            struct node *kw = parse_mk(p, N_KEYWORD, cur(p)->line);
             if (!kw) {
                 st = deras_fail(DERAS_ENOMEM, "template: out of memory");
                 break;
@@ -111,27 +111,28 @@ static int parse_call_args(struct ps *p, struct node *n)
             e = kw;
         } else {
             if (kw_seen) {
-                st = ps_fail(p, DERAS_EFORMAT, cur(p)->line, "positional argument after keyword argument");
+                st = parse_fail(p, DERAS_EFORMAT, cur(p)->line,
+                                "positional argument after keyword argument");
                 break;
             }
             if ((st = parse_expression(p, true, &e)))
                 break;
         }
         if (++*(kw_seen ? &n_kw : &n_pos) > TMPL_MAX_ARGS) {
-            st = ps_fail(p, DERAS_EUNSUPPORTED, e->line, "more than %d positional or keyword "
+            st = parse_fail(p, DERAS_EUNSUPPORTED, e->line, "more than %d positional or keyword "
                          "arguments in one call are not supported", TMPL_MAX_ARGS);
             break;
         }
-        st = ps_vec_push(&args, e);
+        st = parse_vec_push(&args, e);
         comma = true;
     }
     if (!st)
-        st = ps_expect_op(p, OP_RPAREN);
+        st = parse_expect_op(p, OP_RPAREN);
     if (st) {
         free(args.v);
         return st;
     }
-    return ps_vec_finish(p, &args, n);
+    return parse_vec_finish(p, &args, n);
 }
 
 /* A constant string argument at `idx` of a call-like node, or NULL. */
@@ -150,7 +151,7 @@ static int check_named_arg(struct ps *p, const struct node *f)
     const char *name = const_arg(f, 0);
     int id = name ? filter_find(name) : -1;
     if (id >= 0 && !filter_supported(id))
-        return ps_fail(p, DERAS_EUNSUPPORTED, f->line, "filter '%s' is not supported", name);
+        return parse_fail(p, DERAS_EUNSUPPORTED, f->line, "filter '%s' is not supported", name);
     return 0;
 }
 
@@ -162,14 +163,14 @@ int parse_filter(struct ps *p, struct node **node, bool start_inline)
         start_inline = false;
         int line = cur(p)->line;
         if (cur(p)->type != T_NAME)
-            return ps_unexpected(p, "a filter name");
+            return parse_unexpected(p, "a filter name");
         char name[256];
         snprintf(name, sizeof name, "%s", cur(p)->s);
         next(p);
         while (is_op(p, OP_DOT)) {
             next(p);
             if (cur(p)->type != T_NAME)
-                return ps_unexpected(p, "a name");
+                return parse_unexpected(p, "a name");
             size_t k = strlen(name);
             snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
             next(p);
@@ -182,9 +183,9 @@ int parse_filter(struct ps *p, struct node **node, bool start_inline)
             return deras_fail(DERAS_ENOMEM, "template: out of memory");
         int id = filter_find(name);
         if (id < 0 && !p->soft)
-            return ps_fail(p, DERAS_EFORMAT, line, "no filter named '%s'", name);
+            return parse_fail(p, DERAS_EFORMAT, line, "no filter named '%s'", name);
         if (id >= 0 && !filter_supported(id))
-            return ps_fail(p, DERAS_EUNSUPPORTED, line, "filter '%s' is not supported", name);
+            return parse_fail(p, DERAS_EUNSUPPORTED, line, "filter '%s' is not supported", name);
         f->op = (int16_t)id;
         if (is_op(p, OP_LPAREN))
             TRY(parse_call_args(p, f));
@@ -204,14 +205,14 @@ static int parse_test(struct ps *p, struct node **node)
         negated = true;
     }
     if (cur(p)->type != T_NAME)
-        return ps_unexpected(p, "a test name");
+        return parse_unexpected(p, "a test name");
     char name[256];
     snprintf(name, sizeof name, "%s", cur(p)->s);
     next(p);
     while (is_op(p, OP_DOT)) {
         next(p);
         if (cur(p)->type != T_NAME)
-            return ps_unexpected(p, "a name");
+            return parse_unexpected(p, "a name");
         size_t k = strlen(name);
         snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
         next(p);
@@ -223,7 +224,7 @@ static int parse_test(struct ps *p, struct node **node)
         return deras_fail(DERAS_ENOMEM, "template: out of memory");
     int id = test_find(name);
     if (id < 0 && !p->soft)
-        return ps_fail(p, DERAS_EFORMAT, line, "no test named '%s'", name);
+        return parse_fail(p, DERAS_EFORMAT, line, "no test named '%s'", name);
     t->op = (int16_t)id;
     const token *c = cur(p);
     if (is_op(p, OP_LPAREN)) {
@@ -233,7 +234,7 @@ static int parse_test(struct ps *p, struct node **node)
                 c->op == OP_LBRACKET || c->op == OP_LBRACE))) &&
                !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
         if (is_name(c, "is"))
-            return ps_fail(p, DERAS_EFORMAT, c->line, "You cannot chain multiple tests with is");
+            return parse_fail(p, DERAS_EFORMAT, c->line, "You cannot chain multiple tests with is");
         struct node *arg;
         TRY(parse_primary(p, &arg));
         TRY(parse_postfix(p, &arg));
@@ -296,7 +297,7 @@ static int parse_postfix(struct ps *p, struct node **node)
                 NEW(n->b, N_CONST, line);
                 n->b->val = tv_int(cur(p)->i);
             } else {
-                return ps_unexpected(p, "an attribute name");
+                return parse_unexpected(p, "an attribute name");
             }
             next(p);
             n->a = *node;
@@ -306,19 +307,19 @@ static int parse_postfix(struct ps *p, struct node **node)
             vec args = {0};
             int st = 0;
             while (!st && !is_op(p, OP_RBRACKET)) {
-                if (args.n && (st = ps_expect_op(p, OP_COMMA)))
+                if (args.n && (st = parse_expect_op(p, OP_COMMA)))
                     break;
                 struct node *a = NULL;
                 if (!(st = parse_subscript_arg(p, &a)))
-                    st = ps_vec_push(&args, a);
+                    st = parse_vec_push(&args, a);
             }
             if (!st)
-                st = ps_expect_op(p, OP_RBRACKET);
-            struct node *n = st ? NULL : ps_mk(p, N_GETITEM, line);
+                st = parse_expect_op(p, OP_RBRACKET);
+            struct node *n = st ? NULL : parse_mk(p, N_GETITEM, line);
             if (!st && !n)
                 st = deras_fail(DERAS_ENOMEM, "template: out of memory");
             if (!st && args.n == 0)
-                st = ps_fail(p, DERAS_EFORMAT, line, "expected a subscript");
+                st = parse_fail(p, DERAS_EFORMAT, line, "expected a subscript");
             if (st) {
                 free(args.v);
                 return st;
@@ -331,11 +332,11 @@ static int parse_postfix(struct ps *p, struct node **node)
                 for (int i = 0; i < args.n; i++)
                     if (args.v[i]->kind == N_SLICE) {
                         free(args.v);
-                        return ps_fail(p, DERAS_EUNSUPPORTED, line,
+                        return parse_fail(p, DERAS_EUNSUPPORTED, line,
                                        "a slice inside a tuple subscript is not supported");
                     }
                 NEW(n->b, N_TUPLE, line);
-                TRY(ps_vec_finish(p, &args, n->b));
+                TRY(parse_vec_finish(p, &args, n->b));
             }
             *node = n;
         } else if (is_op(p, OP_LPAREN)) {
@@ -344,7 +345,7 @@ static int parse_postfix(struct ps *p, struct node **node)
             c->a = *node;
             TRY(parse_call_args(p, c));
             if (c->a->kind == N_GETATTR && method_find(c->a->name) < 0)
-                return ps_fail(p, DERAS_EUNSUPPORTED, line, "method '%s' is not supported",
+                return parse_fail(p, DERAS_EUNSUPPORTED, line, "method '%s' is not supported",
                              c->a->name);
             *node = c;
         } else {
@@ -358,7 +359,7 @@ int parse_primary(struct ps *p, struct node **out)
     const token *t = cur(p);
     int line = t->line;
     struct node *n;
-    TRY(ps_enter(p));
+    TRY(parse_enter(p));
     switch (t->type) {
     case T_NAME:
         if (!strcmp(t->s, "true") || !strcmp(t->s, "True") || !strcmp(t->s, "false") ||
@@ -370,11 +371,12 @@ int parse_primary(struct ps *p, struct node **out)
             n->val = tv_none();
         } else {
             NEW(n, N_NAME, line);
-            TRY(ps_intern(p, n, t->s));
+            TRY(parse_intern(p, n, t->s));
             bool ok;
             int g = global_find(t->s, &ok);
             if (g >= 0 && !ok)
-                return ps_fail(p, DERAS_EUNSUPPORTED, line, "global '%s' is not supported", t->s);
+                return parse_fail(p, DERAS_EUNSUPPORTED, line, "global '%s' is not supported",
+                                  t->s);
             for (int i = 0; i < p->n_macros; i++)
                 p->macros[i]->op |= !strcmp(t->s, "varargs") ? MACRO_VARARGS
                                     : !strcmp(t->s, "kwargs") ? MACRO_KWARGS : 0;
@@ -395,7 +397,7 @@ int parse_primary(struct ps *p, struct node **out)
             k += p->tk[p->i].len;
         }
         NEW(n, N_CONST, line);
-        TRY(ps_const_str(p, buf, len, &n->val));
+        TRY(parse_const_str(p, buf, len, &n->val));
         break;
     }
     case T_INT:
@@ -408,7 +410,7 @@ int parse_primary(struct ps *p, struct node **out)
         if (t->op == OP_LPAREN) {
             next(p);
             TRY(parse_tuple(p, false, true, NULL, true, &n));
-            TRY(ps_expect_op(p, OP_RPAREN));
+            TRY(parse_expect_op(p, OP_RPAREN));
             break;
         }
         if (t->op == OP_LBRACKET || t->op == OP_LBRACE) {
@@ -419,36 +421,36 @@ int parse_primary(struct ps *p, struct node **out)
             vec items = {0};
             int st = 0;
             while (!st && !is_op(p, close)) {
-                if (items.n && ((st = ps_expect_op(p, OP_COMMA)) || is_op(p, close)))
+                if (items.n && ((st = parse_expect_op(p, OP_COMMA)) || is_op(p, close)))
                     break;
                 struct node *e;
                 if ((st = parse_expression(p, true, &e)))
                     break;
                 if (dict) {
-                    struct node *pair = ps_mk(p, N_PAIR, e->line);
+                    struct node *pair = parse_mk(p, N_PAIR, e->line);
                     if (!pair) {
                         st = deras_fail(DERAS_ENOMEM, "template: out of memory");
                         break;
                     }
                     pair->a = e;
-                    if ((st = ps_expect_op(p, OP_COLON)) || (st = parse_expression(p, true, &pair->b)))
+                    if ((st = parse_expect_op(p, OP_COLON)) || (st = parse_expression(p, true, &pair->b)))
                         break;
                     e = pair;
                 }
-                st = ps_vec_push(&items, e);
+                st = parse_vec_push(&items, e);
             }
             if (!st)
-                st = ps_expect_op(p, close);
+                st = parse_expect_op(p, close);
             if (st) {
                 free(items.v);
                 return st;
             }
-            TRY(ps_vec_finish(p, &items, n));
+            TRY(parse_vec_finish(p, &items, n));
             break;
         }
         /* fall through */
     default:
-        return ps_unexpected(p, "an expression");
+        return parse_unexpected(p, "an expression");
     }
     p->depth--;
     *out = n;
@@ -459,7 +461,7 @@ static int parse_unary(struct ps *p, bool with_filter, struct node **out)
 {
     int line = cur(p)->line;
     struct node *n;
-    TRY(ps_enter(p));
+    TRY(parse_enter(p));
     if (is_op(p, OP_SUB) || is_op(p, OP_ADD)) {
         NEW(n, is_op(p, OP_SUB) ? N_NEG : N_POS, line);
         next(p);
@@ -508,7 +510,7 @@ static int make_pow(struct ps *p, int line, struct node *left, struct node *righ
         c = c->a;
     }
     if (c->kind != N_CONST || !tv_is_num(&c->val))
-        return ps_fail(p, DERAS_EUNSUPPORTED, line, "'**' with a computed constant on its left "
+        return parse_fail(p, DERAS_EUNSUPPORTED, line, "'**' with a computed constant on its left "
                        "is not supported");
     bool neg = c->val.type == TV_FLOAT ? (c->val.u.f < 0) != (negs & 1)
              : ((c->val.type == TV_INT ? c->val.u.i : c->val.u.b) != 0) && (negs & 1);
@@ -558,14 +560,14 @@ static int parse_concat(struct ps *p, struct node **out)
     if (!is_op(p, OP_TILDE))
         return 0;
     vec args = {0};
-    int st = ps_vec_push(&args, *out);
+    int st = parse_vec_push(&args, *out);
     while (!st && is_op(p, OP_TILDE)) {
         next(p);
         struct node *r;
         if (!(st = parse_math2(p, &r)))
-            st = ps_vec_push(&args, r);
+            st = parse_vec_push(&args, r);
     }
-    struct node *n = st ? NULL : ps_mk(p, N_CONCAT, line);
+    struct node *n = st ? NULL : parse_mk(p, N_CONCAT, line);
     if (!st && !n)
         st = deras_fail(DERAS_ENOMEM, "template: out of memory");
     if (st) {
@@ -573,7 +575,7 @@ static int parse_concat(struct ps *p, struct node **out)
         return st;
     }
     *out = n;
-    return ps_vec_finish(p, &args, n);
+    return parse_vec_finish(p, &args, n);
 }
 
 static int parse_math1(struct ps *p, struct node **out)
@@ -614,13 +616,13 @@ static int parse_compare(struct ps *p, struct node **out)
         }
         if (op < 0)
             break;
-        struct node *o = ps_mk(p, N_OPERAND, t->line);
+        struct node *o = parse_mk(p, N_OPERAND, t->line);
         if (!o) {
             st = deras_fail(DERAS_ENOMEM, "template: out of memory");
             break;
         }
         o->op = (int16_t)op;
-        if ((st = parse_math1(p, &o->a)) || (st = ps_vec_push(&ops, o)))
+        if ((st = parse_math1(p, &o->a)) || (st = parse_vec_push(&ops, o)))
             break;
     }
     if (st) {
@@ -635,7 +637,7 @@ static int parse_compare(struct ps *p, struct node **out)
     NEW(n, N_COMPARE, line);
     n->a = first;
     *out = n;
-    return ps_vec_finish(p, &ops, n);
+    return parse_vec_finish(p, &ops, n);
 }
 
 static int parse_not(struct ps *p, struct node **out)
@@ -644,7 +646,7 @@ static int parse_not(struct ps *p, struct node **out)
         struct node *n;
         NEW(n, N_NOT, cur(p)->line);
         next(p);
-        TRY(ps_enter(p));
+        TRY(parse_enter(p));
         TRY(parse_not(p, &n->a));
         p->depth--;
         *out = n;
@@ -681,7 +683,7 @@ static int parse_or(struct ps *p, struct node **out)
 
 int parse_expression(struct ps *p, bool with_condexpr, struct node **out)
 {
-    TRY(ps_enter(p));
+    TRY(parse_enter(p));
     TRY(parse_or(p, out));
     while (with_condexpr && is_name(cur(p), "if")) {
         bool soft = p->soft;

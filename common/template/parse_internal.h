@@ -52,7 +52,7 @@ static inline bool is_name(const token *t, const char *s)
 
 #define NEW(var, kind, line)                                                                 \
     do {                                                                                     \
-        if (!((var) = ps_mk(p, (kind), (line))))                                             \
+        if (!((var) = parse_mk(p, (kind), (line))))                                             \
             return deras_fail(DERAS_ENOMEM, "template: out of memory");                      \
     } while (0)
 #define TRY(x)                                                                               \
@@ -63,17 +63,17 @@ static inline bool is_name(const token *t, const char *s)
     } while (0)
 
 /* Failures name the line: "template line N: ...". */
-int ps_fail(const struct ps *p, int code, int line, const char *fmt, ...)
+int parse_fail(const struct ps *p, int code, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-int ps_unexpected(const struct ps *p, const char *expected);
-int ps_expect_op(struct ps *p, int op);
-int ps_expect_type(struct ps *p, int type, const char *what);
-struct node *ps_mk(struct ps *p, int kind, int line); /* NULL when out of memory */
-int ps_vec_push(vec *v, struct node *n);
-int ps_vec_finish(struct ps *p, vec *v, struct node *n); /* the vector's nodes become n's kids */
-int ps_enter(struct ps *p);                       /* one nesting level; leave with depth-- */
-int ps_const_str(struct ps *p, const char *s, size_t n, tv *out); /* an immortal string */
-int ps_intern(struct ps *p, struct node *n, const char *name);
+int parse_unexpected(const struct ps *p, const char *expected);
+int parse_expect_op(struct ps *p, int op);
+int parse_expect_type(struct ps *p, int type, const char *what);
+struct node *parse_mk(struct ps *p, int kind, int line); /* NULL when out of memory */
+int parse_vec_push(vec *v, struct node *n);
+int parse_vec_finish(struct ps *p, vec *v, struct node *n); /* the vector's nodes become n's kids */
+int parse_enter(struct ps *p);                       /* one nesting level; leave with depth-- */
+int parse_const_str(struct ps *p, const char *s, size_t n, tv *out); /* an immortal string */
+int parse_intern(struct ps *p, struct node *n, const char *name);
 
 /* Expressions (parse_expr.c). */
 int parse_expression(struct ps *p, bool with_condexpr, struct node **out);

@@ -17,7 +17,7 @@
 
 static int parse_body(struct ps *p, const char *const *ends, int *which, struct node **out);
 
-static int expect_end(struct ps *p) { return ps_expect_type(p, T_BLOCK_END, "'%}'"); }
+static int expect_end(struct ps *p) { return parse_expect_type(p, T_BLOCK_END, "'%}'"); }
 
 /* A {{ }} that Jinja2 folds: its slices go through the sandbox's getitem (see
  * is_const_expr); N_SLICE's op 1 says so. */
@@ -60,21 +60,21 @@ static int parse_target(struct ps *p, const char *extra, bool with_ns, struct no
         struct node *n, *ns;
         NEW(n, N_NSREF, line);
         NEW(ns, N_NAME, line);
-        TRY(ps_intern(p, ns, cur(p)->s));
+        TRY(parse_intern(p, ns, cur(p)->s));
         next(p);
         next(p);
         if (cur(p)->type != T_NAME)
-            return ps_unexpected(p, "an attribute name");
+            return parse_unexpected(p, "an attribute name");
         n->a = ns;
         n->name = cur(p)->s;
-        TRY(ps_const_str(p, n->name, strlen(n->name), &n->val)); /* the attribute as a key */
+        TRY(parse_const_str(p, n->name, strlen(n->name), &n->val)); /* the attribute as a key */
         next(p);
         *out = n;
         return 0;
     }
     TRY(parse_tuple(p, true, true, extra, false, out));
     if (!assignable(*out))
-        return ps_fail(p, DERAS_EFORMAT, line, "can't assign to this expression");
+        return parse_fail(p, DERAS_EFORMAT, line, "can't assign to this expression");
     return 0;
 }
 
@@ -85,7 +85,7 @@ static int parse_for(struct ps *p, struct node **out)
     next(p);
     TRY(parse_target(p, "in", false, &n->a));
     if (!is_name(cur(p), "in"))
-        return ps_unexpected(p, "'in'");
+        return parse_unexpected(p, "'in'");
     next(p);
     TRY(parse_tuple(p, false, false, "recursive", false, &n->b));
     bool soft = p->soft;
@@ -95,7 +95,7 @@ static int parse_for(struct ps *p, struct node **out)
         TRY(parse_expression(p, true, &n->c));
     }
     if (is_name(cur(p), "recursive"))
-        return ps_fail(p, DERAS_EUNSUPPORTED, cur(p)->line, "recursive loops are not supported");
+        return parse_fail(p, DERAS_EUNSUPPORTED, cur(p)->line, "recursive loops are not supported");
     TRY(expect_end(p));
     static const char *const ends[] = {"endfor", "else", NULL};
     int which;
@@ -183,22 +183,22 @@ static int parse_macro(struct ps *p, struct node **out)
     NEW(n, N_MACRO, cur(p)->line);
     next(p);
     if (cur(p)->type != T_NAME)
-        return ps_unexpected(p, "a macro name");
-    TRY(ps_intern(p, n, cur(p)->s));
+        return parse_unexpected(p, "a macro name");
+    TRY(parse_intern(p, n, cur(p)->s));
     next(p);
-    TRY(ps_expect_op(p, OP_LPAREN));
+    TRY(parse_expect_op(p, OP_LPAREN));
     vec params = {0};
     bool defaults = false;
     int st = 0;
     while (!st && !is_op(p, OP_RPAREN)) {
-        if (params.n && (st = ps_expect_op(p, OP_COMMA)))
+        if (params.n && (st = parse_expect_op(p, OP_COMMA)))
             break;
         if (cur(p)->type != T_NAME) {
-            st = ps_unexpected(p, "a parameter name");
+            st = parse_unexpected(p, "a parameter name");
             break;
         }
-        struct node *a = ps_mk(p, N_NAME, cur(p)->line);
-        if (!a || (st = ps_intern(p, a, cur(p)->s))) {
+        struct node *a = parse_mk(p, N_NAME, cur(p)->line);
+        if (!a || (st = parse_intern(p, a, cur(p)->s))) {
             st = st ? st : deras_fail(DERAS_ENOMEM, "template: out of memory");
             break;
         }
@@ -209,19 +209,20 @@ static int parse_macro(struct ps *p, struct node **out)
                 break;
             defaults = true;
         } else if (defaults) {
-            st = ps_fail(p, DERAS_EFORMAT, a->line, "non-default argument follows default argument");
+            st = parse_fail(p, DERAS_EFORMAT, a->line,
+                            "non-default argument follows default argument");
             break;
         }
-        st = ps_vec_push(&params, a);
+        st = parse_vec_push(&params, a);
     }
-    if (!st && !(st = ps_expect_op(p, OP_RPAREN)) && !(st = expect_end(p)))
-        st = ps_vec_finish(p, &params, n);
+    if (!st && !(st = parse_expect_op(p, OP_RPAREN)) && !(st = expect_end(p)))
+        st = parse_vec_finish(p, &params, n);
     if (st) {
         free(params.v);
         return st;
     }
     if (p->n_macros == (int)(sizeof p->macros / sizeof p->macros[0]))
-        return ps_fail(p, DERAS_EUNSUPPORTED, n->line, "macros nested too deeply");
+        return parse_fail(p, DERAS_EUNSUPPORTED, n->line, "macros nested too deeply");
     p->macros[p->n_macros++] = n;
     int loops = p->loop_depth;
     bool soft = p->soft;
@@ -265,7 +266,7 @@ static int parse_statement(struct ps *p, struct node **out)
     const token *kw = cur(p);
     int line = kw->line;
     if (kw->type != T_NAME)
-        return ps_unexpected(p, "a statement name");
+        return parse_unexpected(p, "a statement name");
     const char *k = kw->s;
     if (!strcmp(k, "for"))
         return parse_for(p, out);
@@ -279,7 +280,7 @@ static int parse_statement(struct ps *p, struct node **out)
         return parse_scoped(p, k[0] == 'f', out);
     if (!strcmp(k, "break") || !strcmp(k, "continue")) {
         if (p->loop_depth == 0)
-            return ps_fail(p, DERAS_EFORMAT, line, "'%s' outside of a loop", k);
+            return parse_fail(p, DERAS_EFORMAT, line, "'%s' outside of a loop", k);
         NEW(*out, k[0] == 'b' ? N_BREAK : N_CONTINUE, line);
         next(p);
         return expect_end(p);
@@ -294,16 +295,16 @@ static int parse_statement(struct ps *p, struct node **out)
                                           "from", "with", "autoescape"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         if (!strcmp(k, refused[i]))
-            return ps_fail(p, DERAS_EUNSUPPORTED, line, "{%% %s %%} is not supported", k);
+            return parse_fail(p, DERAS_EUNSUPPORTED, line, "{%% %s %%} is not supported", k);
     if (!strncmp(k, "end", 3) || !strcmp(k, "else") || !strcmp(k, "elif"))
-        return ps_fail(p, DERAS_EFORMAT, line, "unexpected '%s' (no block to close)", k);
-    return ps_fail(p, DERAS_EFORMAT, line, "encountered unknown tag '%s'", k);
+        return parse_fail(p, DERAS_EFORMAT, line, "unexpected '%s' (no block to close)", k);
+    return parse_fail(p, DERAS_EFORMAT, line, "encountered unknown tag '%s'", k);
 }
 
 static int parse_body(struct ps *p, const char *const *ends, int *which, struct node **out)
 {
     struct node *body;
-    TRY(ps_enter(p));
+    TRY(parse_enter(p));
     NEW(body, N_BODY, cur(p)->line);
     vec stmts = {0};
     int st = 0;
@@ -312,22 +313,22 @@ static int parse_body(struct ps *p, const char *const *ends, int *which, struct 
         struct node *s = NULL;
         if (t->type == T_EOF) {
             if (ends)
-                st = ps_fail(p, DERAS_EFORMAT, t->line,
+                st = parse_fail(p, DERAS_EFORMAT, t->line,
                              "unexpected end of template, expected '{%% %s %%}'", ends[0]);
             break;
         }
         if (t->type == T_DATA) {
-            if (!(s = ps_mk(p, N_DATA, t->line)))
+            if (!(s = parse_mk(p, N_DATA, t->line)))
                 st = deras_fail(DERAS_ENOMEM, "template: out of memory");
             else
-                st = ps_const_str(p, t->s, t->len, &s->val);
+                st = parse_const_str(p, t->s, t->len, &s->val);
             next(p);
         } else if (t->type == T_VAR_BEGIN) {
             next(p);
-            if (!(s = ps_mk(p, N_OUTPUT, t->line)))
+            if (!(s = parse_mk(p, N_OUTPUT, t->line)))
                 st = deras_fail(DERAS_ENOMEM, "template: out of memory");
             else if (!(st = parse_tuple(p, false, true, NULL, false, &s->a)) &&
-                     !(st = ps_expect_type(p, T_VAR_END, "'}}'")) && is_const_expr(s->a))
+                     !(st = parse_expect_type(p, T_VAR_END, "'}}'")) && is_const_expr(s->a))
                 mark_folded_slices(s->a);
         } else if (t->type == T_BLOCK_BEGIN) {
             const token *kw = peek(p, 1);
@@ -342,10 +343,10 @@ static int parse_body(struct ps *p, const char *const *ends, int *which, struct 
             }
             st = parse_statement(p, &s);
         } else {
-            st = ps_unexpected(p, "template data or a tag");
+            st = parse_unexpected(p, "template data or a tag");
         }
         if (!st && s)
-            st = ps_vec_push(&stmts, s);
+            st = parse_vec_push(&stmts, s);
         if (st)
             break;
     }
@@ -355,7 +356,7 @@ static int parse_body(struct ps *p, const char *const *ends, int *which, struct 
     }
     p->depth--;
     *out = body;
-    return ps_vec_finish(p, &stmts, body);
+    return parse_vec_finish(p, &stmts, body);
 }
 
 int parse_template(struct arena *arena, symtab *syms, const tokens *tk, int max_depth,

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ps_fail(const struct ps *p, int code, int line, const char *fmt, ...)
+int parse_fail(const struct ps *p, int code, int line, const char *fmt, ...)
 {
     (void)p;
     char msg[512];
@@ -23,7 +23,7 @@ int ps_fail(const struct ps *p, int code, int line, const char *fmt, ...)
     return deras_fail(code, "template line %d: %s", line, msg);
 }
 
-static const char *ps_describe(const token *t, char *buf, size_t cap)
+static const char *parse_describe(const token *t, char *buf, size_t cap)
 {
     switch (t->type) {
     case T_EOF: return "end of template";
@@ -40,34 +40,34 @@ static const char *ps_describe(const token *t, char *buf, size_t cap)
     }
 }
 
-int ps_unexpected(const struct ps *p, const char *expected)
+int parse_unexpected(const struct ps *p, const char *expected)
 {
     char buf[300];
-    return ps_fail(p, DERAS_EFORMAT, cur(p)->line, "unexpected %s, expected %s",
-                 ps_describe(cur(p), buf, sizeof buf), expected);
+    return parse_fail(p, DERAS_EFORMAT, cur(p)->line, "unexpected %s, expected %s",
+                 parse_describe(cur(p), buf, sizeof buf), expected);
 }
 
 
-int ps_expect_op(struct ps *p, int op)
+int parse_expect_op(struct ps *p, int op)
 {
     if (!is_op(p, op)) {
         char want[16];
         snprintf(want, sizeof want, "'%s'", lex_op_text(op));
-        return ps_unexpected(p, want);
+        return parse_unexpected(p, want);
     }
     next(p);
     return 0;
 }
 
-int ps_expect_type(struct ps *p, int type, const char *what)
+int parse_expect_type(struct ps *p, int type, const char *what)
 {
     if (cur(p)->type != type)
-        return ps_unexpected(p, what);
+        return parse_unexpected(p, what);
     next(p);
     return 0;
 }
 
-struct node *ps_mk(struct ps *p, int kind, int line)
+struct node *parse_mk(struct ps *p, int kind, int line)
 {
     struct node *n = arena_alloc(p->arena, sizeof *n);
     if (n) {
@@ -79,7 +79,7 @@ struct node *ps_mk(struct ps *p, int kind, int line)
 }
 
 
-int ps_vec_push(vec *v, struct node *n)
+int parse_vec_push(vec *v, struct node *n)
 {
     if (v->n == v->cap) {
         int cap = v->cap ? v->cap * 2 : 8;
@@ -94,7 +94,7 @@ int ps_vec_push(vec *v, struct node *n)
 }
 
 /* Move the vector's nodes into the arena as n's kids. */
-int ps_vec_finish(struct ps *p, vec *v, struct node *n)
+int parse_vec_finish(struct ps *p, vec *v, struct node *n)
 {
     if (v->n) {
         n->kids = arena_alloc(p->arena, (size_t)v->n * sizeof *n->kids);
@@ -110,15 +110,15 @@ int ps_vec_finish(struct ps *p, vec *v, struct node *n)
     return 0;
 }
 
-int ps_enter(struct ps *p)
+int parse_enter(struct ps *p)
 {
     if (++p->depth > p->max_depth)
-        return ps_fail(p, DERAS_EUNSUPPORTED, cur(p)->line,
+        return parse_fail(p, DERAS_EUNSUPPORTED, cur(p)->line,
                      "nesting deeper than max_depth (%d) is not supported", p->max_depth);
     return 0;
 }
 
-int ps_const_str(struct ps *p, const char *s, size_t n, tv *out)
+int parse_const_str(struct ps *p, const char *s, size_t n, tv *out)
 {
     struct tstr *t = arena_alloc(p->arena, sizeof *t + n + 1);
     if (!t)
@@ -134,7 +134,7 @@ int ps_const_str(struct ps *p, const char *s, size_t n, tv *out)
     return 0;
 }
 
-int ps_intern(struct ps *p, struct node *n, const char *name)
+int parse_intern(struct ps *p, struct node *n, const char *name)
 {
     n->name = name;
     n->sym = sym_intern(p->arena, p->syms, name, strlen(name));
