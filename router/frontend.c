@@ -149,8 +149,31 @@ static uint64_t random_seed(void)
     return x;
 }
 
-/* Check q against the model and tokenize its prompt into rt->tok_buf (text) or leave
- * it in q (ids). Fills *ids / *n_ids. PE_NONE, or the code with msg filled. */
+/* Tokenize text into rt->tok_buf (special-token text always matched as tokens; BOS/EOS
+ * added when add_special). PE_NONE, or the code with msg filled. */
+static enum proto_error_code tokenize(router_t *rt, const char *text, size_t len,
+                                      bool add_special, const int32_t **ids, int *n_ids,
+                                      char *msg, size_t cap)
+{
+    size_t n = 0;
+    int rc = tokenizer_encode(rt->tok, text, len, add_special, true, rt->tok_buf, rt->tok_cap,
+                              &n);
+    if (rc == DERAS_EFORMAT) {
+        snprintf(msg, cap, "prompt: %s", deras_errmsg());
+        return PE_INVALID_UTF8;
+    }
+    if (rc && rc != DERAS_ERANGE) {
+        snprintf(msg, cap, "tokenizing the prompt failed: %s", deras_errmsg());
+        return PE_INTERNAL;
+    }
+    *ids = rt->tok_buf;
+    *n_ids = n > (size_t)INT32_MAX ? INT32_MAX : (int)n; /* ERANGE: too long, caught later */
+    return PE_NONE;
+}
+
+/* Check q against the model and tokenize its prompt into rt->tok_buf (text, or a chat
+ * rendered by the model's template) or leave it in q (ids). Fills *ids / *n_ids. PE_NONE,
+ * or the code with msg filled. */
 static enum proto_error_code check_request(router_t *rt, const proto_request *q,
                                            const int32_t **ids, int *n_ids, char *msg, size_t cap)
 {
@@ -182,20 +205,23 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
             }
         *ids = q->prompt_ids;
         *n_ids = q->n_prompt_ids;
+    } else if (q->messages) {
+        char *text;
+        size_t len;
+        bool add_special;
+        enum proto_error_code code = chat_render(rt->chat, q, &text, &len, &add_special, msg,
+                                                 cap);
+        if (code != PE_NONE)
+            return code;
+        code = tokenize(rt, text, len, add_special, ids, n_ids, msg, cap);
+        free(text);
+        if (code != PE_NONE)
+            return code;
     } else {
-        size_t n = 0;
-        int rc = tokenizer_encode(rt->tok, q->prompt ? q->prompt : "", q->prompt_len,
-                                  q->add_special_tokens, true, rt->tok_buf, rt->tok_cap, &n);
-        if (rc == DERAS_EFORMAT) {
-            snprintf(msg, cap, "prompt: %s", deras_errmsg());
-            return PE_INVALID_UTF8;
-        }
-        if (rc && rc != DERAS_ERANGE) {
-            snprintf(msg, cap, "tokenizing the prompt failed: %s", deras_errmsg());
-            return PE_INTERNAL;
-        }
-        *ids = rt->tok_buf;
-        *n_ids = n > (size_t)INT32_MAX ? INT32_MAX : (int)n; /* ERANGE: too long, caught below */
+        enum proto_error_code code = tokenize(rt, q->prompt ? q->prompt : "", q->prompt_len,
+                                              q->add_special_tokens, ids, n_ids, msg, cap);
+        if (code != PE_NONE)
+            return code;
     }
     if (*n_ids == 0) {
         snprintf(msg, cap, "the prompt is empty (0 tokens)");
@@ -242,6 +268,11 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
+    req_params params = q->params;
+    if (q->messages && chat_add_stops(rt->chat, &params)) {
+        refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, deras_errmsg());
+        return;
+    }
     const int32_t *ids;
     int n_ids;
     enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, sizeof msg);
@@ -277,7 +308,7 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     snprintf(r->id, sizeof r->id, "%s", q->id);
     memcpy(r->prompt, ids, (size_t)n_ids * sizeof *ids);
     r->n_prompt = n_ids;
-    r->params = q->params;
+    r->params = params;
     if (!q->has_seed)
         r->params.seed = random_seed();
     r->stream = q->stream;
@@ -300,6 +331,9 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     if (rt->o.log_prompts && q->prompt)
         log_info("request '%s': %d prompt tokens, prompt: %.*s", r->id, n_ids, (int)q->prompt_len,
                  q->prompt);
+    else if (rt->o.log_prompts && q->messages)
+        log_info("request '%s': %d prompt tokens from a chat of %zu messages", r->id, n_ids,
+                 json_array_size(q->messages));
     else if (rt->o.log_prompts)
         log_info("request '%s': %d prompt token ids", r->id, n_ids);
     else
