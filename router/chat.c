@@ -45,13 +45,13 @@ static void collect_end_ids(chat_t *c, const char *source)
 {
     for (int i = 0; i < tokenizer_n_eog(c->tok); i++)
         add_end_id(c, tokenizer_eog_at(c->tok, i));
-    for (size_t i = 0; i < sizeof turn_ends / sizeof turn_ends[0]; i++) {
-        bool used = source ? strstr(source, turn_ends[i]) != NULL
-                           : (c->builtin.style == CHAT_STYLE_CHATML && i == 0) ||
-                                 (c->builtin.style == CHAT_STYLE_LLAMA3 && i == 1);
-        if (used)
+    if (!source) /* a built-in format: the token that closes its turns */
+        source = c->builtin.style == CHAT_STYLE_CHATML   ? "<|im_end|>"
+                 : c->builtin.style == CHAT_STYLE_LLAMA3 ? "<|eot_id|>"
+                                                         : "";
+    for (size_t i = 0; i < sizeof turn_ends / sizeof turn_ends[0]; i++)
+        if (strstr(source, turn_ends[i]))
             add_end_id(c, tokenizer_find(c->tok, turn_ends[i]));
-    }
 }
 
 /* bos_token / eos_token as transformers passes them: the token's text, when there is one. */
