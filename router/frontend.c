@@ -13,8 +13,9 @@
  *
  * A request is checked completely before anything is allocated for it: the decoder's
  * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
- * tokenized here) plus max_tokens against the model's context, the client's live ids,
- * and the admission caps. A failed check is one `error` reply; the socket never blocks
+ * tokenized here; a chat's messages are first rendered by the model's chat template,
+ * chat.h) plus max_tokens against the model's context, the client's live ids, and the
+ * admission caps. A failed check is one `error` reply; the socket never blocks
  * (every send is ZMQ_DONTWAIT) and a client that is gone (EHOSTUNREACH under
  * ZMQ_ROUTER_MANDATORY) or not reading (its send queue at the high-water mark) has its
  * requests ended.
@@ -169,8 +170,37 @@ static uint64_t random_seed(void)
     return x;
 }
 
-/* Check q against the model and tokenize its prompt into rt->tok_buf (text) or leave
- * it in q (ids). Fills *ids / *n_ids. PE_NONE, or the code with msg filled. */
+/* Tokenize text into rt->tok_buf (special-token text always matched as tokens; BOS/EOS
+ * added when add_special), bounded: a text longer than the context stops being tokenized
+ * there (context_length_exceeded). PE_NONE, or the code with msg filled. */
+static enum proto_error_code tokenize(router_t *rt, const char *text, size_t len,
+                                      bool add_special, const int32_t **ids, int *n_ids,
+                                      char *msg, size_t cap)
+{
+    size_t n = 0;
+    int rc = tokenizer_encode_bounded(rt->tok, text, len, add_special, true, rt->tok_buf,
+                                      rt->tok_cap, &n);
+    if (rc == DERAS_EFORMAT) {
+        snprintf(msg, cap, "prompt: %s", deras_errmsg());
+        return PE_INVALID_UTF8;
+    }
+    if (rc && rc != DERAS_ERANGE) {
+        snprintf(msg, cap, "tokenizing the prompt failed: %s", deras_errmsg());
+        return PE_INTERNAL;
+    }
+    *ids = rt->tok_buf;
+    *n_ids = n > (size_t)INT32_MAX ? INT32_MAX : (int)n;
+    if (rc == DERAS_ERANGE) {
+        snprintf(msg, cap, "prompt (more than %d tokens) exceeds the model's context of %d "
+                 "tokens", rt->ctx_len, rt->ctx_len);
+        return PE_CONTEXT_LENGTH_EXCEEDED;
+    }
+    return PE_NONE;
+}
+
+/* Check q against the model and tokenize its prompt into rt->tok_buf (text, or a chat
+ * rendered by the model's template) or leave it in q (ids). Fills *ids / *n_ids. PE_NONE,
+ * or the code with msg filled. */
 static enum proto_error_code check_request(router_t *rt, const proto_request *q,
                                            const int32_t **ids, int *n_ids, char *msg, size_t cap)
 {
@@ -202,27 +232,23 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
             }
         *ids = q->prompt_ids;
         *n_ids = q->n_prompt_ids;
+    } else if (q->messages) {
+        char *text;
+        size_t len;
+        bool add_special;
+        enum proto_error_code code = chat_render(rt->chat, q, &text, &len, &add_special, msg,
+                                                 cap);
+        if (code != PE_NONE)
+            return code;
+        code = tokenize(rt, text, len, add_special, ids, n_ids, msg, cap);
+        free(text);
+        if (code != PE_NONE)
+            return code;
     } else {
-        /* bounded: a prompt longer than the context stops being tokenized there */
-        size_t n = 0;
-        int rc = tokenizer_encode_bounded(rt->tok, q->prompt ? q->prompt : "", q->prompt_len,
-                                          q->add_special_tokens, true, rt->tok_buf,
-                                          rt->tok_cap, &n);
-        if (rc == DERAS_EFORMAT) {
-            snprintf(msg, cap, "prompt: %s", deras_errmsg());
-            return PE_INVALID_UTF8;
-        }
-        if (rc && rc != DERAS_ERANGE) {
-            snprintf(msg, cap, "tokenizing the prompt failed: %s", deras_errmsg());
-            return PE_INTERNAL;
-        }
-        *ids = rt->tok_buf;
-        *n_ids = n > (size_t)INT32_MAX ? INT32_MAX : (int)n; /* ERANGE: too long, caught below */
-        if (rc == DERAS_ERANGE) {
-            snprintf(msg, cap, "prompt (more than %d tokens) exceeds the model's context of %d "
-                     "tokens", rt->ctx_len, rt->ctx_len);
-            return PE_CONTEXT_LENGTH_EXCEEDED;
-        }
+        enum proto_error_code code = tokenize(rt, q->prompt ? q->prompt : "", q->prompt_len,
+                                              q->add_special_tokens, ids, n_ids, msg, cap);
+        if (code != PE_NONE)
+            return code;
     }
     if (*n_ids == 0) {
         snprintf(msg, cap, "the prompt is empty (0 tokens)");
@@ -274,6 +300,11 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
+    req_params params = q->params;
+    if (q->messages && chat_add_stops(rt->chat, &params)) {
+        refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, deras_errmsg());
+        return;
+    }
     const int32_t *ids;
     int n_ids;
     enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, sizeof msg);
@@ -309,7 +340,7 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     snprintf(r->id, sizeof r->id, "%s", q->id);
     memcpy(r->prompt, ids, (size_t)n_ids * sizeof *ids);
     r->n_prompt = n_ids;
-    r->params = q->params;
+    r->params = params;
     if (!q->has_seed)
         r->params.seed = random_seed();
     r->stream = q->stream;
@@ -332,6 +363,9 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     if (rt->o.log_prompts && q->prompt)
         log_info("request '%s': %d prompt tokens, prompt: %.*s", r->id, n_ids, (int)q->prompt_len,
                  q->prompt);
+    else if (rt->o.log_prompts && q->messages)
+        log_info("request '%s': %d prompt tokens from a chat of %zu messages", r->id, n_ids,
+                 json_array_size(q->messages));
     else if (rt->o.log_prompts)
         log_info("request '%s': %d prompt token ids", r->id, n_ids);
     else

@@ -370,14 +370,17 @@ static int open_model(router_t *rt)
     rc = g ? tokenizer_from_gguf(g, &rt->tok) : tokenizer_from_hf_dir(checkpoint_hf_dir(rt->ckpt), &rt->tok);
     if (rc)
         return deras_fail_ctx(rc, "--model %s: tokenizer: ", rt->o.model);
+    if ((rc = chat_new(rt->tok, &rt->chat)))
+        return deras_fail_ctx(rc, "--model %s: ", rt->o.model);
     const model_config *cfg = checkpoint_config(rt->ckpt);
     rt->vocab_size = cfg->vocab_size;
     rt->ctx_len = cfg->max_seq_len;
     rt->tok_cap = (size_t)rt->ctx_len + 1;
     if (!(rt->tok_buf = malloc(rt->tok_cap * sizeof *rt->tok_buf)))
         return deras_fail(DERAS_ENOMEM, "out of memory");
-    log_info("model %s: vocabulary %d (tokenizer %d), context %d", rt->o.model, rt->vocab_size,
-             tokenizer_vocab_size(rt->tok), rt->ctx_len);
+    log_info("model %s: vocabulary %d (tokenizer %d), context %d; chats: %s", rt->o.model,
+             rt->vocab_size, tokenizer_vocab_size(rt->tok), rt->ctx_len,
+             chat_describe(rt->chat));
     return DERAS_OK;
 }
 
@@ -481,6 +484,7 @@ static void stop(router_t *rt)
     metrics_destroy(&rt->metrics);
     free(rt->tok_buf);
     free(rt->touched);
+    chat_destroy(&rt->chat);
     tokenizer_destroy(&rt->tok);
     checkpoint_destroy(&rt->ckpt);
 }

@@ -27,6 +27,7 @@
 #include "common/wire/protocol.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/wire/worker_proto.h"
+#include "router/chat.h"
 #include "router/dispatch.h"
 #include "router/metrics.h"
 #include "router/requests.h"
@@ -97,6 +98,7 @@ typedef struct router {
     /* the model: tokenizer and limits only, never weights */
     checkpoint_t *ckpt;
     tokenizer_t *tok;
+    chat_t *chat;              /* the model's chat template (or built-in format) */
     int vocab_size, ctx_len;
     proto_limits lim;
 

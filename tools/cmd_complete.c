@@ -2,7 +2,9 @@
 /* cmd_complete.c - `deras complete`: one completion from a running deras-router.
  *
  * Sends one request through the C client (tools/client/deras_client.h) and streams the
- * text to stdout as chunks arrive; with --n > 1 the samples interleave on the wire, so
+ * text to stdout as chunks arrive. With --chat the prompt is a user's message (after
+ * --system's, when given) that the router renders with the model's own chat template, and
+ * the answer ends at the model's end of turn; with --n > 1 the samples interleave on the wire, so
  * each is collected and printed whole, labelled, when the request ends. --no-stream asks
  * for the whole text in the final message instead. Usage and timings go to stderr: the
  * router's own (queue, time to first token, total) and what this client saw.
@@ -42,9 +44,16 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
-enum { O_NOSTREAM = 256, O_HELP };
+typedef struct complete_opts {
+    bool no_stream, chat;
+    const char *system; /* --system: with --chat */
+} complete_opts;
+
+enum { O_NOSTREAM = 256, O_CHAT, O_SYSTEM, O_HELP };
 static const struct option own_opts[] = {
     {"no-stream", no_argument, 0, O_NOSTREAM},
+    {"chat", no_argument, 0, O_CHAT},
+    {"system", required_argument, 0, O_SYSTEM},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -55,7 +64,10 @@ static void usage(FILE *f)
           "\n"
           "Stream a completion of PROMPT (\"-\": read it from stdin) from deras-router.\n"
           "\n"
-          "  --no-stream             receive the whole text at the end\n",
+          "  --no-stream             receive the whole text at the end\n"
+          "  --chat                  PROMPT is a user's message in a chat, rendered by the\n"
+          "                          model's own chat template at the router\n"
+          "  --system TEXT           a system message before it (with --chat)\n",
           f);
     client_flags_usage(f, own_opts, NULL);
     fputs("\nexit status: 0 ok, 1 server error or timeout, 2 usage, 130 interrupted\n", f);
@@ -94,13 +106,13 @@ static char *read_stdin(void)
     return buf.text;
 }
 
-static int parse_args(int argc, char **argv, client_flags *f, bool *no_stream,
+static int parse_args(int argc, char **argv, client_flags *f, complete_opts *o,
                       const char **prompt)
 {
     struct option opts[CLIENT_FLAGS_MAX_OPTIONS];
     client_flags_options(own_opts, NULL, opts);
     client_flags_init(f);
-    *no_stream = false;
+    *o = (complete_opts){0};
     *prompt = NULL;
     int c;
     optind = 1;
@@ -111,7 +123,9 @@ static int parse_args(int argc, char **argv, client_flags *f, bool *no_stream,
         if (r > 0)
             continue;
         switch (c) {
-        case O_NOSTREAM: *no_stream = true; break;
+        case O_NOSTREAM: o->no_stream = true; break;
+        case O_CHAT: o->chat = true; break;
+        case O_SYSTEM: o->system = optarg; break;
         case 'h':
         case O_HELP: usage(stdout); return -1;
         default: usage(stderr); return 2;
@@ -120,6 +134,11 @@ static int parse_args(int argc, char **argv, client_flags *f, bool *no_stream,
     if (optind != argc - 1) {
         fprintf(stderr, optind == argc ? "complete: a PROMPT is required\n\n"
                                        : "complete: one PROMPT expected (quote it)\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if (o->system && !o->chat) {
+        fprintf(stderr, "complete: --system needs --chat\n\n");
         usage(stderr);
         return 2;
     }
@@ -161,9 +180,10 @@ static void print_summary(const sample_out *s, int n, double t_send, double t_fi
     fputc('\n', stderr);
 }
 
-static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
+static int complete(client_flags *f, const complete_opts *o, const char *prompt_arg)
 {
     deras_client_t *cl = NULL;
+    json_t *messages = NULL;
     sample_out s[REQ_MAX_N] = {{0}};
     char *prompt_buf = NULL;
     int status = 1, rc = DERAS_OK, n = f->req.params.n;
@@ -179,9 +199,16 @@ static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
         goto out;
     }
     proto_request *r = &f->req;
-    r->prompt = prompt;
-    r->prompt_len = strlen(prompt);
-    r->stream = !no_stream;
+    if (o->chat) {
+        if (!(r->messages = messages = deras_client_chat_turn(o->system, prompt))) {
+            fprintf(stderr, "deras complete: %s\n", deras_errmsg());
+            goto out;
+        }
+    } else {
+        r->prompt = prompt;
+        r->prompt_len = strlen(prompt);
+    }
+    r->stream = !o->no_stream;
 
     struct sigaction sa = {.sa_handler = on_sigint}, old;
     sigemptyset(&sa.sa_mask);
@@ -270,6 +297,7 @@ out:
     for (int i = 0; i < REQ_MAX_N; i++)
         free(s[i].text);
     free(prompt_buf);
+    json_decref(messages);
     deras_client_destroy(&cl);
     return status;
 }
@@ -277,10 +305,10 @@ out:
 int cmd_complete(int argc, char **argv)
 {
     client_flags f;
-    bool no_stream;
+    complete_opts o;
     const char *prompt;
-    int rc = parse_args(argc, argv, &f, &no_stream, &prompt);
+    int rc = parse_args(argc, argv, &f, &o, &prompt);
     if (rc)
         return rc < 0 ? 0 : rc;
-    return complete(&f, no_stream, prompt);
+    return complete(&f, &o, prompt);
 }

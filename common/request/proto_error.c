@@ -25,6 +25,8 @@ static const char *const error_names[PE_N_CODES] = {
     [PE_DEADLINE_EXCEEDED] = "deadline_exceeded",
     [PE_SHUTTING_DOWN] = "shutting_down",
     [PE_INTERNAL] = "internal",
+    [PE_CHAT_UNSUPPORTED] = "chat_unsupported",
+    [PE_CHAT_TEMPLATE] = "chat_template_error",
 };
 
 const char *proto_error_name(enum proto_error_code c)

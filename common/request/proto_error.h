@@ -35,6 +35,10 @@ enum proto_error_code {
     PE_DEADLINE_EXCEEDED,       /* "deadline_exceeded": deadline_ms passed before the end */
     PE_SHUTTING_DOWN,           /* "shutting_down": the router is draining for exit */
     PE_INTERNAL,                /* "internal" */
+    PE_CHAT_UNSUPPORTED,        /* "chat_unsupported": the model has no chat template and no
+                                   built-in chat format fits it */
+    PE_CHAT_TEMPLATE,           /* "chat_template_error": the model's chat template refused
+                                   the conversation (its raise_exception) or failed on it */
     PE_N_CODES
 };
 

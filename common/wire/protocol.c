@@ -24,6 +24,7 @@
 #include <msgpack.h>
 
 #include "msgpack_scan.h"
+#include "proto_chat.h"
 #include "proto_schema.h"
 #include "wire_vocab.h"
 #include "common/base/status.h"
@@ -49,6 +50,7 @@ struct proto_decoder {
     int32_t *ids;                /* the one id array of the last message */
     size_t ids_cap, ids_retain;
     proto_worker_status workers[PROTO_MAX_WORKERS];
+    json_t *chat[3];             /* the last request's messages, tools, template kwargs */
 };
 
 int proto_decoder_new(const proto_limits *lim, proto_decoder_t **out)
@@ -82,6 +84,8 @@ void proto_decoder_destroy(proto_decoder_t **dp)
         return;
     proto_decoder_t *d = *dp;
     mp_frame_destroy(&d->frame);
+    for (int i = 0; i < 3; i++)
+        json_decref(d->chat[i]);
     free(d->bytes);
     free(d->ids);
     free(d);
@@ -104,6 +108,10 @@ static const char *keep(proto_decoder_t *d, const char *p, size_t n)
 static int prepare(proto_decoder_t *d, size_t len, proto_error *err)
 {
     d->bytes_used = 0;
+    for (int i = 0; i < 3; i++) {
+        json_decref(d->chat[i]);
+        d->chat[i] = NULL;
+    }
     if (ps_grow((void **)&d->bytes, &d->bytes_cap, len + 64, 1, STORAGE_RETAIN_BYTES) !=
         DERAS_OK) {
         ps_fail(err, PE_INTERNAL, "out of memory decoding a %zu-byte message", len);
@@ -142,14 +150,16 @@ static int id_array(proto_decoder_t *d, const msgpack_object *o, const char *fie
 enum req_field {
     RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM, RF_SEED,
     RF_STOP, RF_STOP_TOKEN_IDS, RF_IGNORE_EOS, RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS,
-    RF_NUM_SPECULATIVE_TOKENS, RF_SAMPLING, RF_N_FIELDS = RF_SAMPLING + SAMPLING_N_PARAMS
+    RF_NUM_SPECULATIVE_TOKENS, RF_MESSAGES, RF_TOOLS, RF_ADD_GENERATION_PROMPT,
+    RF_CHAT_TEMPLATE_KWARGS, RF_SAMPLING, RF_N_FIELDS = RF_SAMPLING + SAMPLING_N_PARAMS
 };
 _Static_assert(RF_N_FIELDS <= 64, "request fields fit the decoder's 64-bit masks");
 
 static const char *const req_names[RF_N_FIELDS] = {
     "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "seed", "stop",
     "stop_token_ids", "ignore_eos", "add_special_tokens", "deadline_ms",
-    "num_speculative_tokens", SAMPLING_PARAMS(SAMPLING_KEY)
+    "num_speculative_tokens", "messages", "tools", "add_generation_prompt",
+    "chat_template_kwargs", SAMPLING_PARAMS(SAMPLING_KEY)
 };
 
 static const char *const client_types[] = {"request", "cancel", "ping"};
@@ -167,6 +177,7 @@ void proto_request_default(proto_request *r)
     memset(r, 0, sizeof *r);
     req_params_init(&r->params);
     r->add_special_tokens = true;
+    r->add_generation_prompt = true;
 }
 
 static int request_stops(proto_decoder_t *d, const msgpack_object *v, proto_request *r,
@@ -257,6 +268,20 @@ static int request_field(proto_decoder_t *d, int f, const msgpack_object *v, pro
                     "num_speculative_tokens");
         q->spec_tokens = i64 == 0 ? -1 : (int)i64;
         return rc;
+    case RF_MESSAGES:
+        if ((rc = proto_chat_messages(v, &d->chat[0], err)) == DERAS_OK)
+            r->messages = d->chat[0];
+        return rc;
+    case RF_TOOLS:
+        if ((rc = proto_chat_tools(v, &d->chat[1], err)) == DERAS_OK)
+            r->tools = d->chat[1];
+        return rc;
+    case RF_ADD_GENERATION_PROMPT:
+        return ps_bool(v, &r->add_generation_prompt, err, "add_generation_prompt");
+    case RF_CHAT_TEMPLATE_KWARGS:
+        if ((rc = proto_chat_kwargs(v, &d->chat[2], err)) == DERAS_OK)
+            r->template_kwargs = d->chat[2];
+        return rc;
     case RF_SAMPLING:
     case RF_N_FIELDS:
         break;
@@ -288,7 +313,7 @@ int proto_decode_client(proto_decoder_t *d, const void *buf, size_t len, proto_c
         ps_fail(err, PE_INTERNAL, "proto_decode_client: bad arguments");
         return DERAS_EINVAL;
     }
-    mp_scan_limits lim = {.max_depth = 8,
+    mp_scan_limits lim = {.max_depth = PROTO_MAX_DEPTH,
                           .max_items = (size_t)d->lim.max_prompt_ids + 4 * RF_N_FIELDS +
                                        PROTO_MAX_STOPS + REQ_MAX_STOP_IDS + 16 +
                                        wv_sampling_max_items()};
@@ -327,11 +352,23 @@ int proto_decode_client(proto_decoder_t *d, const void *buf, size_t len, proto_c
         memcpy(out->cancel_id, r->id, sizeof out->cancel_id);
         proto_request_default(r);
     } else if (type == 0) {
-        bool has_ids = seen & BIT(RF_PROMPT_IDS);
-        if (has_prompt && has_ids)
-            rc = ps_fail(err, PE_INVALID_FIELD, "give exactly one of prompt and prompt_ids, got both");
-        else if (!has_prompt && !has_ids)
-            rc = ps_fail(err, PE_MISSING_FIELD, "prompt or prompt_ids is required");
+        bool has_ids = seen & BIT(RF_PROMPT_IDS), has_chat = seen & BIT(RF_MESSAGES);
+        const uint64_t chat_only = BIT(RF_TOOLS) | BIT(RF_ADD_GENERATION_PROMPT) |
+                                   BIT(RF_CHAT_TEMPLATE_KWARGS);
+        if (has_prompt + has_ids + has_chat > 1)
+            rc = ps_fail(err, PE_INVALID_FIELD,
+                         "give exactly one of prompt, prompt_ids and messages, got %s",
+                         has_chat ? (has_prompt ? "prompt and messages" : "prompt_ids and messages")
+                                  : "prompt and prompt_ids");
+        else if (!has_prompt && !has_ids && !has_chat)
+            rc = ps_fail(err, PE_MISSING_FIELD, "prompt, prompt_ids or messages is required");
+        else if (!has_chat && (seen & chat_only))
+            rc = ps_fail(err, PE_INVALID_FIELD,
+                         "tools, add_generation_prompt and chat_template_kwargs need messages");
+        else if (has_chat && (seen & BIT(RF_ADD_SPECIAL_TOKENS)))
+            rc = ps_fail(err, PE_INVALID_FIELD,
+                         "add_special_tokens applies to prompt; a chat's special tokens are "
+                         "the template's");
         else if (req_params_validate(&r->params, 0) != DERAS_OK) /* the rules across fields */
             rc = ps_fail(err, PE_VALUE_OUT_OF_RANGE, "%s", deras_errmsg());
     } else {

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/request/finish_reason.h"
 #include "common/request/proto_error.h"
 #include "common/request/req_params.h"
@@ -37,6 +39,14 @@
 #define PROTO_MAX_ID 64          /* bytes in a request id */
 #define PROTO_MAX_STOPS 16
 #define PROTO_MAX_STOP_BYTES 256
+#define PROTO_MAX_DEPTH 16       /* containers nested in a client frame (a chat's tool calls) */
+/* Chat requests (docs/protocol.md, "Chat"). */
+#define PROTO_MAX_MESSAGES 1024        /* messages in one conversation */
+#define PROTO_MAX_CONTENT_PARTS 64     /* text parts of one message's content */
+#define PROTO_MAX_TOOL_CALLS 64        /* tool calls of one assistant message */
+#define PROTO_MAX_TOOLS 128            /* tool definitions */
+#define PROTO_MAX_TEMPLATE_KWARGS 32   /* keys of chat_template_kwargs */
+#define PROTO_MAX_CHAT_NAME 256        /* bytes of a name, tool_call_id or kwargs key */
 
 
 typedef struct proto_error {
@@ -62,8 +72,10 @@ enum proto_client_type { PROTO_REQUEST = 1, PROTO_CANCEL = 2, PROTO_PING = 3 };
 
 /* A decoded request. Defaults: req_params_init's (max_tokens 256, n 1, the sampling
  * table's defaults, no stop ids, the worker's speculation), stream false, no seed, no
- * deadline, add_special_tokens true. Pointers point into the decoder and stay valid until
- * its next decode. Exactly one of prompt / prompt_ids is set. */
+ * deadline, add_special_tokens true, add_generation_prompt true. Pointers point into the
+ * decoder and stay valid until its next decode (the JSON values too: the decoder owns
+ * them). Exactly one of prompt / prompt_ids / messages is set. For encoding (the C
+ * client) the JSON values are the caller's, borrowed. */
 typedef struct proto_request {
     char id[PROTO_MAX_ID + 1];
     const char *prompt;          /* UTF-8, not NUL-terminated */
@@ -77,6 +89,11 @@ typedef struct proto_request {
     int64_t deadline_ms;         /* 0: none; else relative to the router's receipt */
     req_params params;           /* what the worker's engine gets; on the wire
                                     "num_speculative_tokens" 0 is params.spec_tokens -1 */
+    /* a chat: the router renders the model's chat template with these */
+    json_t *messages;            /* array of {role, content, ...}; NULL: not a chat */
+    json_t *tools;               /* array of tool definitions; NULL: none */
+    json_t *template_kwargs;     /* object of extra template variables; NULL: none */
+    bool add_generation_prompt;
 } proto_request;
 
 /* Reset *r to the defaults above (no prompt, empty id). O(sizeof *r). */

@@ -14,6 +14,7 @@
 
 #include <msgpack.h>
 
+#include "proto_chat.h"
 #include "proto_schema.h"
 #include "wire_vocab.h"
 #include "common/base/status.h"
@@ -183,19 +184,31 @@ int proto_encode_request(proto_encoder_t *e, const proto_request *r, const void 
                            r->n_stops <= PROTO_MAX_STOPS && q->n_stop_ids >= 0 &&
                            q->n_stop_ids <= REQ_MAX_STOP_IDS);
     msgpack_packer *pk = &e->out.pk;
-    bool ids = r->prompt_ids != NULL && !r->prompt;
+    bool chat = r->messages != NULL;
+    bool ids = !chat && r->prompt_ids != NULL && !r->prompt;
     unsigned n = 4u + (q->max_tokens != REQ_DEFAULT_MAX_TOKENS) + (q->n != 1) + r->stream +
                  r->has_seed + (r->n_stops > 0) + (q->n_stop_ids > 0) + q->ignore_eos +
                  !r->add_special_tokens + (r->deadline_ms != 0) + (q->spec_tokens != 0) +
                  wv_sampling_count(&q->sp, false);
+    if (chat)
+        n += (r->tools != NULL) + (r->template_kwargs != NULL) + !r->add_generation_prompt;
     int rc = msgpack_pack_map(pk, n);
     rc |= KEY(pk, "type") | KEY(pk, "request");
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
     rc |= KEY(pk, "id") | pack_cstr(pk, r->id);
-    if (ids)
+    if (chat) {
+        rc |= KEY(pk, "messages") | proto_chat_pack(pk, r->messages);
+        if (r->tools)
+            rc |= KEY(pk, "tools") | proto_chat_pack(pk, r->tools);
+        if (r->template_kwargs)
+            rc |= KEY(pk, "chat_template_kwargs") | proto_chat_pack(pk, r->template_kwargs);
+        if (!r->add_generation_prompt)
+            rc |= KEY(pk, "add_generation_prompt") | msgpack_pack_false(pk);
+    } else if (ids) {
         rc |= KEY(pk, "prompt_ids") | pack_ids(pk, r->prompt_ids, r->n_prompt_ids);
-    else
+    } else {
         rc |= KEY(pk, "prompt") | pack_str(pk, r->prompt, r->prompt_len);
+    }
     if (q->max_tokens != REQ_DEFAULT_MAX_TOKENS)
         rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, q->max_tokens);
     if (q->n != 1)

@@ -71,6 +71,31 @@ static void client_corpus(void)
     strcpy(q.id, "req-2");
     OK(proto_encode_request(e, &q, &buf, &len));
     put(t, "request_ids", buf, len);
+    proto_request c;
+    proto_request_default(&c);
+    strcpy(c.id, "req-3");
+    json_error_t jerr;
+    c.messages = json_loads("[{\"role\": \"system\", \"content\": \"Be brief.\"},"
+                            "{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
+                            "\"text\": \"Add 2 and 2.\"}]},"
+                            "{\"role\": \"assistant\", \"tool_calls\": [{\"type\": "
+                            "\"function\", \"function\": {\"name\": \"add\", "
+                            "\"arguments\": {\"a\": 2, \"b\": 2.5, \"c\": [true, null]}}}]},"
+                            "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"4\"}]",
+                            0, &jerr);
+    c.tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"add\"}}]", 0,
+                         &jerr);
+    c.template_kwargs = json_loads("{\"enable_thinking\": false}", 0, &jerr);
+    c.add_generation_prompt = false;
+    if (!c.messages || !c.tools || !c.template_kwargs) {
+        fprintf(stderr, "make_proto_corpus: a chat seed's JSON: %s\n", jerr.text);
+        exit(1);
+    }
+    OK(proto_encode_request(e, &c, &buf, &len));
+    put(t, "request_chat", buf, len);
+    json_decref(c.messages);
+    json_decref(c.tools);
+    json_decref(c.template_kwargs);
     OK(proto_encode_cancel(e, "req-1", &buf, &len));
     put(t, "cancel", buf, len);
     msgpack_sbuffer sb;

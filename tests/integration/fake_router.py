@@ -31,8 +31,9 @@ INT_FIELDS = {"max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms", "v"
               "num_speculative_tokens", "min_tokens"}
 FLOAT_FIELDS = {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                 "frequency_penalty"}
-BOOL_FIELDS = {"stream", "ignore_eos", "add_special_tokens"}
-OTHER_FIELDS = {"type", "id", "prompt", "prompt_ids", "stop", "stop_token_ids", "logit_bias"}
+BOOL_FIELDS = {"stream", "ignore_eos", "add_special_tokens", "add_generation_prompt"}
+OTHER_FIELDS = {"type", "id", "prompt", "prompt_ids", "stop", "stop_token_ids", "logit_bias",
+                "messages", "tools", "chat_template_kwargs"}
 REQUEST_FIELDS = INT_FIELDS | FLOAT_FIELDS | BOOL_FIELDS | OTHER_FIELDS
 
 
@@ -44,7 +45,12 @@ class _Req:
         self.stream = msg.get("stream", False)
         self.logprobs = msg.get("logprobs", 0)
         prompt = msg.get("prompt")
-        self.prompt_tokens = len(msg["prompt_ids"]) if "prompt_ids" in msg else len(prompt.split())
+        if "messages" in msg:  # a chat: one prompt token per message, as a stand-in
+            self.prompt_tokens = len(msg["messages"])
+        elif "prompt_ids" in msg:
+            self.prompt_tokens = len(msg["prompt_ids"])
+        else:
+            self.prompt_tokens = len(prompt.split())
         self.limit, self.finish = self.max_tokens, "length"
         if prompt and prompt.startswith("stop:"):
             self.limit, self.finish = min(int(prompt[5:]), self.max_tokens), "stop"
@@ -131,8 +137,8 @@ class FakeRouter(threading.Thread):
             return "unsupported_version", "v: expected 1"
         if not isinstance(msg.get("id"), str) or not msg["id"] or len(msg["id"]) > 64:
             return "missing_field" if "id" not in msg else "invalid_field", "id: 1..64 bytes"
-        if ("prompt" in msg) == ("prompt_ids" in msg):
-            return "missing_field", "exactly one of prompt, prompt_ids"
+        if sum(k in msg for k in ("prompt", "prompt_ids", "messages")) != 1:
+            return "missing_field", "exactly one of prompt, prompt_ids, messages"
         if not 1 <= msg.get("n", 1) <= 16:
             return "limit_exceeded", "n: at most 16"
         return None

@@ -116,6 +116,29 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(sent["logit_bias"], {5: 1.5, 7: -100.0},
                          "logit_bias goes out as a map of int token ids to floats")
 
+    def test_a_chat_goes_out_as_messages_with_its_options(self):
+        messages = [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+        tools = [{"type": "function", "function": {"name": "f"}}]
+        c = self.client.chat(messages, tools=tools, add_generation_prompt=False,
+                             chat_template_kwargs={"enable_thinking": False}, max_tokens=3)
+        self.assertEqual(c.text, expected_text(3))
+        list(self.client.chat_stream(messages, max_tokens=2))
+        sent, streamed = self.requests_received()
+        self.assertEqual(sent["messages"], messages)
+        self.assertEqual(sent["tools"], tools)
+        self.assertIs(sent["add_generation_prompt"], False)
+        self.assertEqual(sent["chat_template_kwargs"], {"enable_thinking": False})
+        self.assertNotIn("prompt", sent)
+        self.assertIs(streamed["stream"], True)
+        for k in ("tools", "add_generation_prompt", "chat_template_kwargs", "prompt"):
+            self.assertNotIn(k, streamed, "defaults are not sent")
+        for bad in ([], ["hi"], "hi"):
+            with self.assertRaises(TypeError):
+                self.client.chat(bad)
+        with self.assertRaises(TypeError):
+            self.client.chat(messages, add_generation_prompt=1)
+
     def test_unknown_or_mistyped_parameter_is_refused_before_sending(self):
         with self.assertRaises(TypeError):
             self.client.complete("p", max_token=4)

@@ -398,8 +398,8 @@ static const vcase request_cases[] = {
     {"{type: \"request\", id: \"a\\xffb\", prompt: \"x\"}", PE_INVALID_UTF8, "id is not valid UTF-8 (byte 1)"},
     {"{type: \"request\", prompt: \"x\"}", PE_MISSING_FIELD, "id is required"},
     /* the prompt */
-    {"{" REQ "prompt: \"x\", prompt_ids: [1]}", PE_INVALID_FIELD, "exactly one of prompt and prompt_ids"},
-    {"{" REQ "max_tokens: 5}", PE_MISSING_FIELD, "prompt or prompt_ids is required"},
+    {"{" REQ "prompt: \"x\", prompt_ids: [1]}", PE_INVALID_FIELD, "exactly one of prompt, prompt_ids and messages, got prompt and prompt_ids"},
+    {"{" REQ "max_tokens: 5}", PE_MISSING_FIELD, "prompt, prompt_ids or messages is required"},
     {"{" REQ "prompt: \"ok \\xc3\\x28\"}", PE_INVALID_UTF8, "prompt is not valid UTF-8 (byte 3)"},
     {"{" REQ "prompt: \"\\xed\\xa0\\x80\"}", PE_INVALID_UTF8, "prompt"}, /* a surrogate */
     {"{" REQ "prompt: \"\\xc0\\xaf\"}", PE_INVALID_UTF8, "prompt"},      /* overlong */
@@ -443,7 +443,7 @@ static const vcase request_cases[] = {
     /* not a message at all */
     {"[1, 2]", PE_MALFORMED, "a message must be a map, got array"},
     {"\"request\"", PE_MALFORMED, "got str"},
-    {"{" REQ "prompt: \"x\", stop: [[[[[[[[[[\"a\"]]]]]]]]]]}", PE_MALFORMED, "nested deeper than 8"},
+    {"{" REQ "prompt: \"x\", stop: [[[[[[[[[[[[[[[[[\"a\"]]]]]]]]]]]]]]]]]}", PE_MALFORMED, "nested deeper than 16"},
 };
 
 static void every_request_rule_has_its_code_and_message(void **state)
@@ -664,7 +664,7 @@ static void error_names_are_stable(void **state)
         "missing_field", "message_too_large", "limit_exceeded", "value_out_of_range",
         "token_out_of_range", "invalid_utf8", "context_length_exceeded", "duplicate_id",
         "unknown_request", "busy", "no_workers", "worker_failed", "deadline_exceeded",
-        "shutting_down", "internal"};
+        "shutting_down", "internal", "chat_unsupported", "chat_template_error"};
     for (int c = 0; c < PE_N_CODES; c++)
         assert_string_equal(proto_error_name(c), want[c]);
     assert_string_equal(proto_error_name(PE_N_CODES), "internal");

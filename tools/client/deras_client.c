@@ -215,12 +215,28 @@ static int send_frame(deras_client_t *c, const void *buf, size_t len)
     return rc;
 }
 
+json_t *deras_client_chat_turn(const char *system, const char *user)
+{
+    if (!user)
+        return NULL;
+    json_t *m = system ? json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content",
+                                   system, "role", "user", "content", user)
+                       : json_pack("[{s:s, s:s}]", "role", "user", "content", user);
+    if (!m)
+        deras_fail(DERAS_ENOMEM, "out of memory (or text that is not UTF-8)");
+    return m;
+}
+
 int deras_client_send(deras_client_t *c, proto_request *r, void *user)
 {
     if (!c || !r)
         return deras_fail(DERAS_EINVAL, "deras_client_send: NULL argument");
-    if (!r->prompt == !r->prompt_ids)
-        return deras_fail(DERAS_EINVAL, "request: give exactly one of prompt, prompt_ids");
+    if ((r->prompt != NULL) + (r->prompt_ids != NULL) + (r->messages != NULL) != 1)
+        return deras_fail(DERAS_EINVAL, "request: give exactly one of prompt, prompt_ids, "
+                          "messages");
+    if (r->messages && !r->add_special_tokens)
+        return deras_fail(DERAS_EINVAL, "request: add_special_tokens applies to a prompt; a "
+                          "chat's special tokens are its template's");
     if (r->params.n < 1 || r->params.n > REQ_MAX_N)
         return deras_fail(DERAS_EINVAL, "request: n %d outside [1, %d]", r->params.n, REQ_MAX_N);
     if (memchr(r->id, '\0', sizeof r->id) == NULL)

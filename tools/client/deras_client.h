@@ -14,6 +14,8 @@
  *   proto_request r;
  *   deras_client_request_init(&r);
  *   r.prompt = "Hello"; r.prompt_len = 5; r.stream = true;
+ *   // or a chat, rendered by the model's own template at the router:
+ *   //   r.messages = deras_client_chat_turn("Be brief.", "Hello");  (json_decref it after)
  *   r.params.sp.min_tokens = 8;                   // r.params: common/request/req_params.h
  *   logit_bias_add(&r.params.sp.logit_bias, 13, -100);
  *   deras_client_send(c, &r, my_state);          // r.id is filled in
@@ -85,9 +87,17 @@ void deras_client_destroy(deras_client_t **c);
  * afterwards are sent. */
 void deras_client_request_init(proto_request *r);
 
+/* The messages of a one-turn chat for r->messages: a system message (when system is not
+ * NULL) and the user's, as a new JSON array the caller releases with json_decref once the
+ * request is sent. Longer conversations, tools and chat_template_kwargs are JSON values
+ * set on r directly (docs/protocol.md, "Chat"). NULL (deras_errmsg set) when out of memory
+ * or a text is not UTF-8. O(text). */
+json_t *deras_client_chat_turn(const char *system, const char *user);
+
 /* Send a request. An empty r->id is filled with a fresh id unique to this client (32 hex
  * digits); a given id must not be in flight. `user` comes back with each of its events.
- * Returns DERAS_OK, DERAS_EINVAL (no prompt or both, bad n, id in flight or too long),
+ * Exactly one of r->prompt, r->prompt_ids and r->messages is set.
+ * Returns DERAS_OK, DERAS_EINVAL (no prompt or more than one, bad n, id in flight or too long),
  * DERAS_EBUSY (max_in_flight requests in flight), DERAS_ETIMEOUT (the socket's queue
  * stayed full for send_timeout_ms) or DERAS_EIO. Cost: O(request size). */
 int deras_client_send(deras_client_t *c, proto_request *r, void *user);

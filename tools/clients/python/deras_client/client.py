@@ -90,6 +90,40 @@ def _build_params(params):
     return out
 
 
+def _prompt_fields(prompt, prompt_ids):
+    """The request's prompt as the wire has it: {"prompt": str} or {"prompt_ids": [...]}."""
+    if (prompt is None) == (prompt_ids is None):
+        raise ValueError("give exactly one of prompt (str) or prompt_ids (list of ints)")
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise TypeError("prompt: expected a str (use prompt_ids for token ids)")
+        return {"prompt": prompt}
+    ids = list(prompt_ids)
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise TypeError("prompt_ids: expected a list of ints")
+    return {"prompt_ids": ids}
+
+
+def _chat_fields(messages, tools, add_generation_prompt, chat_template_kwargs):
+    """A chat's fields on the wire. The shapes are checked by the router (its error names
+    the place); here only what Python would otherwise pack as something else."""
+    messages = list(messages)
+    if not messages or not all(isinstance(m, dict) for m in messages):
+        raise TypeError("messages: expected a non-empty list of dicts")
+    out = {"messages": messages}
+    if tools is not None:
+        out["tools"] = list(tools)
+    if not isinstance(add_generation_prompt, bool):
+        raise TypeError("add_generation_prompt: expected a bool")
+    if not add_generation_prompt:
+        out["add_generation_prompt"] = False
+    if chat_template_kwargs is not None:
+        if not isinstance(chat_template_kwargs, dict):
+            raise TypeError("chat_template_kwargs: expected a dict")
+        out["chat_template_kwargs"] = dict(chat_template_kwargs)
+    return out
+
+
 def _logit_bias(v):
     """{token id: bias} with int keys (the wire's) and float values."""
     if not isinstance(v, dict):
@@ -266,18 +300,29 @@ class Client:
         """Run one request to the end and return its Completion (texts, token ids, finish
         reasons, usage per sample). Raises DerasError(code, message) when the router
         refuses or fails it and DerasTimeout when the router stays silent for `timeout`."""
-        rid, n = self._send_request(prompt, prompt_ids, id, False, params)
-        t = self.timeout if timeout is None else timeout
-        events = _RequestEvents(self, rid, t)
-        try:
-            return _collect(rid, n, _events_until_finals(events, n))
-        finally:
-            self._forget(rid)
+        return self._complete(_prompt_fields(prompt, prompt_ids), id, timeout, params)
 
     def stream(self, prompt=None, *, prompt_ids=None, id=None, timeout=None, **params):
         """Start a streaming request; returns its Stream (iterate it for Chunk and Final
         events). Several streams may be open at once on one client."""
-        rid, n = self._send_request(prompt, prompt_ids, id, True, params)
+        rid, n = self._send_request(_prompt_fields(prompt, prompt_ids), id, True, params)
+        return Stream(self, rid, n, self.timeout if timeout is None else timeout)
+
+    def chat(self, messages, *, tools=None, add_generation_prompt=True,
+             chat_template_kwargs=None, id=None, timeout=None, **params):
+        """A chat: the router renders `messages` ([{"role": "system" | "user" |
+        "assistant" | "tool", "content": str or [{"type": "text", "text": str}], ...}])
+        with the model's own chat template (with `tools`, `add_generation_prompt` and
+        `chat_template_kwargs` as transformers' apply_chat_template takes them) and the
+        answer ends at the model's end of turn. Otherwise as complete()."""
+        fields = _chat_fields(messages, tools, add_generation_prompt, chat_template_kwargs)
+        return self._complete(fields, id, timeout, params)
+
+    def chat_stream(self, messages, *, tools=None, add_generation_prompt=True,
+                    chat_template_kwargs=None, id=None, timeout=None, **params):
+        """chat() as a Stream."""
+        fields = _chat_fields(messages, tools, add_generation_prompt, chat_template_kwargs)
+        rid, n = self._send_request(fields, id, True, params)
         return Stream(self, rid, n, self.timeout if timeout is None else timeout)
 
     def cancel(self, id):
@@ -323,9 +368,16 @@ class Client:
             raise DerasTimeout("timeout", "could not queue a message to %s within 5 s"
                                % self.address) from None
 
-    def _send_request(self, prompt, prompt_ids, rid, stream, params):
-        if (prompt is None) == (prompt_ids is None):
-            raise ValueError("give exactly one of prompt (str) or prompt_ids (list of ints)")
+    def _complete(self, fields, rid, timeout, params):
+        rid, n = self._send_request(fields, rid, False, params)
+        t = self.timeout if timeout is None else timeout
+        events = _RequestEvents(self, rid, t)
+        try:
+            return _collect(rid, n, _events_until_finals(events, n))
+        finally:
+            self._forget(rid)
+
+    def _send_request(self, fields, rid, stream, params):
         if "stream" in params:
             raise TypeError("use complete() or stream() instead of the stream parameter")
         msg = {"type": "request", "v": PROTOCOL_VERSION}
@@ -336,15 +388,7 @@ class Client:
         if rid in self._queues:
             raise ValueError("id %r is already in flight on this client" % rid)
         msg["id"] = rid
-        if prompt is not None:
-            if not isinstance(prompt, str):
-                raise TypeError("prompt: expected a str (use prompt_ids for token ids)")
-            msg["prompt"] = prompt
-        else:
-            ids = list(prompt_ids)
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise TypeError("prompt_ids: expected a list of ints")
-            msg["prompt_ids"] = ids
+        msg.update(fields)
         msg.update(_build_params(params))
         if stream:
             msg["stream"] = True
