@@ -49,6 +49,8 @@ def commands(readme):
 
 def port_free(port):
     with socket.socket() as s:
+        # as the router binds: connections of an earlier run in TIME_WAIT do not count
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True

@@ -342,7 +342,7 @@ static const vcase request_cases[] = {
     {"{" REQ "prompt: \"x\", top_k: 1.0}", PE_INVALID_FIELD, "top_k must be an integer, got float"},
     {"{" REQ "prompt: \"x\", min_p: 1.5}", PE_VALUE_OUT_OF_RANGE, "min_p must be in [0, 1]"},
     {"{" REQ "prompt: \"x\", repetition_penalty: 0}", PE_VALUE_OUT_OF_RANGE,
-     "repetition_penalty must be in (0, 10], got 0"},
+     "repetition_penalty must be in [0.01, 10], got 0"},
     {"{" REQ "prompt: \"x\", repetition_penalty: 10.5}", PE_VALUE_OUT_OF_RANGE,
      "repetition_penalty"},
     {"{" REQ "prompt: \"x\", presence_penalty: 2.5}", PE_VALUE_OUT_OF_RANGE,
