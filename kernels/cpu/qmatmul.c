@@ -25,6 +25,8 @@
 #define CHUNKS_PER_THREAD 4
 #define MIN_WORK (64 * 1024)
 #define UNIT 256 /* elements per activation conversion unit */
+#define PREFETCH 4096     /* bytes of weights asked for ahead of the tile */
+#define PREFETCH_ROW 4096 /* longer rows: the hardware prefetcher does it */
 
 /* Bytes of one row of activations in layout `act`, rounded up to 64. */
 static size_t act_row_bytes(int act, int n_in)
@@ -102,10 +104,16 @@ static void run_chunk(const qmm_kern *tab, const qmm_args *a, const uint8_t *xa,
         t.rt = k->rt;
         for (int r = 0; r < k->rt; r++)
             t.x[r] = xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * xa_row;
+        const uint8_t *pf = (const uint8_t *)a->w + (size_t)o0 * w_row;
+        const uint8_t *const end = (const uint8_t *)a->w + (size_t)a->n_out * w_row;
         for (int o = o0; o < o1; o += k->ot) {
             const int no = k->ot < o1 - o ? k->ot : o1 - o;
             for (int i = 0; i < k->ot; i++)
                 t.w[i] = (const uint8_t *)a->w + (size_t)(o + (i < no ? i : no - 1)) * w_row;
+            /* the tile's rows are PREFETCH bytes behind what has been asked for */
+            const uint8_t *want = t.w[0] + (size_t)no * w_row + PREFETCH;
+            for (want = want < end ? want : end; w_row <= PREFETCH_ROW && pf < want; pf += 64)
+                __builtin_prefetch(pf, 0, 3);
             k->fn(&t);
             for (int r = 0; r < nr; r++)
                 for (int i = 0; i < no; i++)

@@ -228,29 +228,28 @@ INL void tile_legacy(qmm_tile *t, const int f, const int OT, const int RT)
 typedef struct kw {
     uint8_t c[256];     /* codes, element order */
     __m256i sc[8];      /* sub-block j's scales as s16: elements 0..15 | 16..31 */
-    __m256i mins;       /* s16 per 16-element group (Q4_K/Q5_K) or the scales (Q6_K) */
+    __m256i mins;       /* s16 per 16-element group: mins (Q4_K/Q5_K) or the scales (Q6_K) */
     float d, dmin;
 } kw;
 
-INL void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+/* s16 vector: group g0's value in lanes 0..7 (elements 0..15 of a 32-element step), g1's in
+ * lanes 8..15; v holds 16 s16 values, g0 and g1 in the same half of it. */
+INL __m256i pick_pair(__m256i v, int g0, int g1)
 {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
+    const __m256i half = _mm256_permute4x64_epi64(v, g0 < 8 ? 0x44 : 0xee);
+    const short c0 = (short)((2 * (g0 & 7)) | ((2 * (g0 & 7) + 1) << 8));
+    const short c1 = (short)((2 * (g1 & 7)) | ((2 * (g1 & 7) + 1) << 8));
+    return _mm256_shuffle_epi8(half, _mm256_set_m128i(_mm_set1_epi16(c1), _mm_set1_epi16(c0)));
 }
 
 INL void k_unpack(int f, const uint8_t *p, kw *k)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
-    int16_t sc16[16], mn16[16];
     if (f == QF_Q6_K) {
         k->d = half_at(p + 208), k->dmin = 0.0f;
-        for (int g = 0; g < 16; g++)
-            sc16[g] = (int8_t)p[192 + g];
+        k->mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
+        UNROLL for (int j = 0; j < 8; j++)
+            k->sc[j] = pick_pair(k->mins, 2 * j, 2 * j + 1);
         const __m256i m2 = _mm256_set1_epi8(3);
         for (int hf = 0; hf < 2; hf++) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(p + 64 * hf));
@@ -264,32 +263,29 @@ INL void k_unpack(int f, const uint8_t *p, kw *k)
             _mm256_storeu_si256(c + 3, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), HB(6)));
 #undef HB
         }
-        k->mins = _mm256_loadu_si256((const __m256i *)sc16);
-    } else {
-        k->d = half_at(p), k->dmin = half_at(p + 2);
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            scale_min_k4(j, p + 4, &sc, &m);
-            sc16[2 * j] = sc16[2 * j + 1] = (int16_t)sc;
-            mn16[2 * j] = mn16[2 * j + 1] = (int16_t)m;
-        }
-        const uint8_t *ql = p + (f == QF_Q5_K ? 48 : 16);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
-        for (int i = 0; i < 4; i++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * i));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (f == QF_Q5_K) {
-                const __m256i one = _mm256_set1_epi8(1);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
-            }
-            _mm256_storeu_si256((__m256i *)(k->c + 64 * i), lo);
-            _mm256_storeu_si256((__m256i *)(k->c + 64 * i + 32), hi);
-        }
-        k->mins = _mm256_loadu_si256((const __m256i *)mn16);
+        return;
     }
-    for (int j = 0; j < 8; j++)
-        k->sc[j] = _mm256_set_m128i(_mm_set1_epi16(sc16[2 * j + 1]), _mm_set1_epi16(sc16[2 * j]));
+    k->d = half_at(p), k->dmin = half_at(p + 2);
+    uint8_t s[16];
+    qmm_k4_scales(p + 4, s);
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
+    UNROLL for (int j = 0; j < 8; j++)
+        k->sc[j] = pick_pair(sm, j, j);
+    const __m128i mn = _mm_loadl_epi64((const __m128i *)(s + 8));
+    k->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+    const uint8_t *ql = p + (f == QF_Q5_K ? 48 : 16);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+    for (int i = 0; i < 4; i++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * i));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (f == QF_Q5_K) {
+            const __m256i one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
+        }
+        _mm256_storeu_si256((__m256i *)(k->c + 64 * i), lo);
+        _mm256_storeu_si256((__m256i *)(k->c + 64 * i + 32), hi);
+    }
 }
 
 INL void tile_k(qmm_tile *t, const int f, const int OT, const int RT)

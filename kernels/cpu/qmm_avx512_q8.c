@@ -58,7 +58,8 @@ INL __m256i nibbles32(const uint8_t *p)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
-/* Block b's 32 codes (signed for Q8_0/Q4_0/Q5_0), scale and offset. */
+/* Block b's 32 codes, unsigned (Q8_0's w + 128, by flipping the sign bit), scale and
+ * offset; the code offset the format subtracts is QMM_OFF below. */
 INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
 {
     uint32_t qh;
@@ -67,11 +68,11 @@ INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
     case QF_Q8_0:
         p = w + 34 * (size_t)b;
         *d = half_at(p);
-        return _mm256_loadu_si256((const __m256i *)(p + 2));
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), _mm256_set1_epi8(-128));
     case QF_Q4_0:
         p = w + 18 * (size_t)b;
         *d = half_at(p);
-        return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
+        return nibbles32(p + 2);
     case QF_Q4_1:
         p = w + 20 * (size_t)b;
         *d = half_at(p), *m = half_at(p + 2);
@@ -80,8 +81,7 @@ INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
         p = w + 22 * (size_t)b;
         *d = half_at(p);
         memcpy(&qh, p + 2, 4);
-        return _mm256_sub_epi8(_mm256_or_si256(nibbles32(p + 6), bits_to_bytes(qh)),
-                               _mm256_set1_epi8(16));
+        return _mm256_or_si256(nibbles32(p + 6), bits_to_bytes(qh));
     default: /* QF_Q5_1 */
         p = w + 24 * (size_t)b;
         *d = half_at(p), *m = half_at(p + 2);
@@ -89,6 +89,7 @@ INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
         return _mm256_or_si256(nibbles32(p + 8), bits_to_bytes(qh));
     }
 }
+#define QMM_OFF(f) ((f) == QF_Q8_0 ? 128 : (f) == QF_Q4_0 ? 8 : (f) == QF_Q5_0 ? 16 : 0)
 
 /* Blocks b and b + 1 (if `two`; zeros otherwise) as one zmm. */
 INL __m512i codes64(int f, const uint8_t *w, int b, int two, float *d, float *m)
@@ -106,28 +107,34 @@ INL __m512 halves(float a, float b)
     return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b));
 }
 
+/* a in lane 0, b in lane 8, zeros elsewhere: one value per block of a pair. */
+INL __m512i lanes0_8(int a, int b)
+{
+    return _mm512_inserti32x4(_mm512_zextsi128_si512(_mm_cvtsi32_si128(a)), _mm_cvtsi32_si128(b), 2);
+}
+
+INL __m512 lanes0_8f(float a, float b)
+{
+    return _mm512_insertf32x4(_mm512_zextps128_ps512(_mm_set_ss(a)), _mm_set_ss(b), 2);
+}
+
 INL void tile_legacy(qmm_tile *t, const int f, const int OT, const int RT)
 {
-    const int has_m = f == QF_Q4_1 || f == QF_Q5_1;
+    const int has_m = f == QF_Q4_1 || f == QF_Q5_1, off = QMM_OFF(f);
     __m512 acc[QMM_MAX_OT][QMM_MAX_RT];
-    float macc[QMM_MAX_OT][QMM_MAX_RT];
     UNROLL for (int o = 0; o < OT; o++)
         UNROLL for (int r = 0; r < RT; r++)
-            acc[o][r] = _mm512_setzero_ps(), macc[o][r] = 0.0f;
+            acc[o][r] = _mm512_setzero_ps();
     const int nb = t->n_in / 32;
     for (int b = 0; b < nb; b += 2) {
         const int two = b + 1 < nb;
         __m512i wc[QMM_MAX_OT];
-        __mmask64 neg[QMM_MAX_OT];
-        __m512 dw[QMM_MAX_OT];
-        float d[QMM_MAX_OT][2], mw[QMM_MAX_OT][2];
+        __m512 dw[QMM_MAX_OT], mw[QMM_MAX_OT];
         UNROLL for (int o = 0; o < OT; o++) {
-            wc[o] = codes64(f, t->w[o], b, two, d[o], mw[o]);
-            dw[o] = halves(d[o][0], d[o][1]);
-            if (!has_m) {
-                neg[o] = _mm512_movepi8_mask(wc[o]);
-                wc[o] = _mm512_abs_epi8(wc[o]);
-            }
+            float d[2], m[2];
+            wc[o] = codes64(f, t->w[o], b, two, d, m);
+            dw[o] = halves(d[0], d[1]);
+            mw[o] = has_m ? halves(m[0], m[1]) : dw[o];
         }
         UNROLL for (int r = 0; r < RT; r++) {
             const qmm_q8_32 *xb = (const qmm_q8_32 *)t->x[r] + b;
@@ -135,92 +142,95 @@ INL void tile_legacy(qmm_tile *t, const int f, const int OT, const int RT)
             xq = _mm512_inserti64x4(xq, two ? _mm256_loadu_si256((const __m256i *)xb[1].q)
                                             : _mm256_setzero_si256(), 1);
             const float dx1 = two ? xb[1].d : 0.0f;
+            const int s1 = two ? xb[1].sum : 0;
             const __m512 dx = halves(xb[0].d, dx1);
+            /* the codes' offset, - off * S per block, starts the integer sum */
+            const __m512i start = off ? lanes0_8(-off * xb[0].sum, -off * s1) : _mm512_setzero_si512();
+            /* the _1 formats' offsets: m * (dx * S) per block, in lanes 0 and 8 */
+            const __m512 sx = has_m ? lanes0_8f(xb[0].d * (float)xb[0].sum, dx1 * (float)s1) : dx;
             UNROLL for (int o = 0; o < OT; o++) {
-                const __m512i xs = has_m ? xq : _mm512_mask_sub_epi8(xq, neg[o], _mm512_setzero_si512(), xq);
-                const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wc[o], xs);
+                const __m512i s = _mm512_dpbusd_epi32(start, wc[o], xq);
                 acc[o][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[o], dx), acc[o][r]);
-                if (has_m) {
-                    macc[o][r] += mw[o][0] * (xb[0].d * (float)xb[0].sum);
-                    if (two)
-                        macc[o][r] += mw[o][1] * (xb[1].d * (float)xb[1].sum);
-                }
+                if (has_m)
+                    acc[o][r] = _mm512_fmadd_ps(mw[o], sx, acc[o][r]);
             }
         }
     }
     UNROLL for (int o = 0; o < OT; o++)
         UNROLL for (int r = 0; r < RT; r++)
-            t->res[o][r] = hsum(acc[o][r]) + macc[o][r];
+            t->res[o][r] = hsum(acc[o][r]);
 }
 
 /* ---- K formats ---- */
 
 typedef struct kw {
-    uint8_t c[256];  /* codes, element order */
-    __m512i sc[4];   /* s16 scale of each 16-element group, per 64 elements */
-    __m256i mins;    /* s16 per group: mins (Q4_K/Q5_K) or the scales (Q6_K) */
+    __m512i c[4];   /* codes, 64 elements each */
+    __m512i sc[4];  /* s16 scale of each maddubs lane (two elements) of c[i] */
+    __m256i mins;   /* s16 per 16-element group: mins (Q4_K/Q5_K) or the scales (Q6_K) */
     float d, dmin;
 } kw;
 
-INL void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
+/* vpermw indices: lane l of 64-element step i takes group (element / 16) 4i + l / 8 (Q6_K),
+ * or sub-block 2i + l / 16 (Q4_K/Q5_K, whose table holds 8 scales then 8 mins). */
+static const struct {
+    _Alignas(64) int16_t g16[4][32], g32[4][32];
+} lanes = {
+#define G16(i) {4*i, 4*i, 4*i, 4*i, 4*i, 4*i, 4*i, 4*i, 4*i+1, 4*i+1, 4*i+1, 4*i+1, 4*i+1, 4*i+1, \
+    4*i+1, 4*i+1, 4*i+2, 4*i+2, 4*i+2, 4*i+2, 4*i+2, 4*i+2, 4*i+2, 4*i+2, 4*i+3, 4*i+3, 4*i+3, \
+    4*i+3, 4*i+3, 4*i+3, 4*i+3, 4*i+3}
+#define G32(i) {2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, 2*i, \
+    2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, 2*i+1, \
+    2*i+1, 2*i+1, 2*i+1}
+    {G16(0), G16(1), G16(2), G16(3)},
+    {G32(0), G32(1), G32(2), G32(3)},
+#undef G16
+#undef G32
+};
 
 INL void k_unpack(int f, const uint8_t *p, kw *k)
 {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    int16_t sc16[16], mn16[16];
+    const __m512i m4 = _mm512_set1_epi8(15);
     if (f == QF_Q6_K) {
         k->d = half_at(p + 208), k->dmin = 0.0f;
-        for (int g = 0; g < 16; g++)
-            sc16[g] = (int8_t)p[192 + g];
-        const __m256i m2 = _mm256_set1_epi8(3);
+        const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
+        for (int i = 0; i < 4; i++)
+            k->sc[i] = _mm512_permutexvar_epi16(_mm512_load_si512(lanes.g16[i]), _mm512_castsi256_si512(sc));
+        k->mins = sc;
+        const __m512i m2 = _mm512_set1_epi8(3);
         for (int hf = 0; hf < 2; hf++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(p + 64 * hf));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(p + 64 * hf + 32));
+            const __m512i l = _mm512_loadu_si512(p + 64 * hf);
             const __m256i h = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * hf));
-            __m256i *c = (__m256i *)(k->c + 128 * hf);
-#define HB(s) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, s), m2), 4)
-            _mm256_storeu_si256(c + 0, _mm256_or_si256(_mm256_and_si256(l0, m4), HB(0)));
-            _mm256_storeu_si256(c + 1, _mm256_or_si256(_mm256_and_si256(l1, m4), HB(2)));
-            _mm256_storeu_si256(c + 2, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), HB(4)));
-            _mm256_storeu_si256(c + 3, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), HB(6)));
-#undef HB
+            const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+            k->c[2 * hf] = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(h2, m2), 4));
+            k->c[2 * hf + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h2, 4), m2), 4));
         }
-        k->mins = _mm256_loadu_si256((const __m256i *)sc16);
-    } else {
-        k->d = half_at(p), k->dmin = half_at(p + 2);
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            scale_min_k4(j, p + 4, &sc, &m);
-            sc16[2 * j] = sc16[2 * j + 1] = (int16_t)sc;
-            mn16[2 * j] = mn16[2 * j + 1] = (int16_t)m;
-        }
-        const uint8_t *ql = p + (f == QF_Q5_K ? 48 : 16);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
-        for (int i = 0; i < 4; i++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * i));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (f == QF_Q5_K) {
-                lo = _mm256_or_si256(lo, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << (2 * i)))), _mm256_set1_epi8(16)));
-                hi = _mm256_or_si256(hi, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(2 << (2 * i)))), _mm256_set1_epi8(16)));
-            }
-            _mm256_storeu_si256((__m256i *)(k->c + 64 * i), lo);
-            _mm256_storeu_si256((__m256i *)(k->c + 64 * i + 32), hi);
-        }
-        k->mins = _mm256_loadu_si256((const __m256i *)mn16);
+        return;
     }
+    k->d = half_at(p), k->dmin = half_at(p + 2);
+    uint8_t s[16];
+    qmm_k4_scales(p + 4, s);
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
     for (int i = 0; i < 4; i++)
-        k->sc[i] = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc16[4 * i + 1]), _mm_set1_epi16(sc16[4 * i]))),
-            _mm256_set_m128i(_mm_set1_epi16(sc16[4 * i + 3]), _mm_set1_epi16(sc16[4 * i + 2])), 1);
+        k->sc[i] = _mm512_permutexvar_epi16(_mm512_load_si512(lanes.g32[i]), _mm512_castsi256_si512(sm));
+    k->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(s + 8)),
+                                                     _mm_loadl_epi64((const __m128i *)(s + 8))));
+    const uint8_t *ql = p + (f == QF_Q5_K ? 48 : 16);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+    const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+    for (int i = 0; i < 4; i++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(ql + 32 * i));
+        __m512i c = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), m4);
+        if (f == QF_Q5_K) { /* bit 2i of qh for the low nibbles, 2i + 1 for the high */
+            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * i))),
+                                                   _mm256_set1_epi8((char)(2 << (2 * i))), 1);
+            c = _mm512_mask_add_epi8(c, _mm512_test_epi8_mask(qh2, bit), c, _mm512_set1_epi8(16));
+        }
+        k->c[i] = c;
+    }
 }
 
 INL void tile_k(qmm_tile *t, const int f, const int OT, const int RT)
@@ -239,11 +249,10 @@ INL void tile_k(qmm_tile *t, const int f, const int OT, const int RT)
             const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
             UNROLL for (int o = 0; o < OT; o++) {
                 __m512i is = _mm512_setzero_si512();
-                UNROLL for (int i = 0; i < 4; i++) {
-                    const __m512i p = _mm512_maddubs_epi16(
-                        _mm512_loadu_si512(k[o].c + 64 * i), _mm512_loadu_si512(xb->q + 64 * i));
-                    is = _mm512_dpwssd_epi32(is, p, k[o].sc[i]);
-                }
+                UNROLL for (int i = 0; i < 4; i++)
+                    is = _mm512_dpwssd_epi32(
+                        is, _mm512_maddubs_epi16(k[o].c[i], _mm512_loadu_si512(xb->q + 64 * i)),
+                        k[o].sc[i]);
                 const __m256i mb = _mm256_madd_epi16(k[o].mins, bs);
                 if (f == QF_Q6_K)
                     is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(mb, 5)));

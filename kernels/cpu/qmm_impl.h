@@ -19,6 +19,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/base/dtype.h"
 
@@ -141,6 +142,21 @@ static inline float qmm_q8_quant_ref(const float *x, int8_t *q, int n)
     for (int i = 0; i < n; i++)
         q[i] = (int8_t)lrintf(x[i] * id);
     return d;
+}
+
+/* Q4_K/Q5_K's 12-byte table of 6-bit scales and mins unpacked with 32-bit word operations
+ * (llama.cpp's trick): out[0..7] = the sub-blocks' scales, out[8..15] their mins, equal
+ * to dtype.c's scale_min_k4 for j = 0..7. */
+static inline void qmm_k4_scales(const uint8_t *q, uint8_t out[16])
+{
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3f;
+    memcpy(out, u, 16);
 }
 
 #endif
