@@ -6,7 +6,11 @@
  * multiply-add or a multiply gives the reference's value, offsets included. The decoded
  * vector then meets each activation row of the tile with one FMA into that pair's single
  * 8-lane accumulator; the lanes are summed in a fixed order at the end. The order of
- * additions is thus fixed by n_in alone, whatever the tile.
+ * additions is thus fixed by n_in alone, whatever the tile. Q4_0/Q4_1/Q8_0 widen bytes
+ * straight from the block; Q5_0/Q5_1 and the K formats are first decoded to byte codes
+ * (qmm_avx2_blocks.h: a K super-block's 256 codes and scales once per weight row), then
+ * widened, converted and scaled; Q6_K's d * sc * (q - 32) is one fmsub of d * sc and
+ * 32 * d * sc, exact like the rest.
  *
  * Tile shapes (weight rows x activation rows): 4x1, 4x2, 2x4 - at most 8 accumulators plus
  * the decoded vectors in the 16 ymm registers. Cost per 8 weights: 3 to 8 decode
@@ -16,25 +20,28 @@
 #include "kernels/cpu/qmm_impl.h"
 
 #ifdef QMM_X86
-#include <immintrin.h>
-#include <string.h>
+#include "kernels/cpu/qmm_avx2_blocks.h"
 
-#define T2 __attribute__((target("avx2,fma,f16c")))
-#define INL static inline __attribute__((always_inline)) T2
-#define UNROLL _Pragma("GCC unroll 8")
+/* A K super-block of one weight row: codes and per-group f32 scale and subtracted
+ * offset (Q4_K/Q5_K: a[j] = d * sc_j, a[8 + j] = dmin * m_j per 32-element sub-block j;
+ * Q6_K: a[g] = d * sc_g, b[g] = 32 a[g] per 16-element group g). */
+typedef struct kx {
+    kw k;
+    _Alignas(32) float a[16], b[16];
+} kx;
 
-/* Per-32-element-block state of one weight row: scale, offset (or the second 16
- * elements' scale for Q6_K), high bits broadcast. */
-typedef struct st2 {
-    __m256 a, b;
-    __m256i h;
-} st2;
-
-INL float half_at(const uint8_t *p)
+INL void kx_unpack(int f, const uint8_t *p, kx *x)
 {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
+    k_unpack(f, p, &x->k);
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(x->k.raw)));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(x->k.raw, 1)));
+    const __m256 d = _mm256_set1_ps(x->k.d);
+    _mm256_store_ps(x->a, _mm256_mul_ps(lo, d));
+    _mm256_store_ps(x->a + 8, _mm256_mul_ps(hi, f == QF_Q6_K ? d : _mm256_set1_ps(x->k.dmin)));
+    if (f == QF_Q6_K) {
+        _mm256_store_ps(x->b, _mm256_mul_ps(_mm256_load_ps(x->a), _mm256_set1_ps(32.0f)));
+        _mm256_store_ps(x->b + 8, _mm256_mul_ps(_mm256_load_ps(x->a + 8), _mm256_set1_ps(32.0f)));
+    }
 }
 
 INL __m256i bytes8(const uint8_t *p)
@@ -49,23 +56,17 @@ INL __m256i nib8(const uint8_t *p, int hi)
     return hi ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(15));
 }
 
-INL void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
+/* Per-32-element-block state of one weight row: scale, offset, byte codes. */
+typedef struct st2 {
+    __m256 a, b;
+    __m256i c;
+} st2;
 
 INL st2 prep(int f, const uint8_t *w, int b)
 {
     st2 s = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_si256()};
-    uint32_t qh;
-    int sc, m;
     const uint8_t *p;
+    float d, m = 0.0f;
     switch (f) {
     case QF_Q8_0: s.a = _mm256_set1_ps(half_at(w + 34 * (size_t)b)); break;
     case QF_Q4_0: s.a = _mm256_set1_ps(half_at(w + 18 * (size_t)b)); break;
@@ -73,42 +74,20 @@ INL st2 prep(int f, const uint8_t *w, int b)
         p = w + 20 * (size_t)b;
         s.a = _mm256_set1_ps(half_at(p)), s.b = _mm256_set1_ps(half_at(p + 2));
         break;
-    case QF_Q5_0:
-        p = w + 22 * (size_t)b;
-        memcpy(&qh, p + 2, 4);
-        s.a = _mm256_set1_ps(half_at(p)), s.h = _mm256_set1_epi32((int)qh);
-        break;
+    case QF_Q5_0: /* signed codes (offset removed) */
     case QF_Q5_1:
-        p = w + 24 * (size_t)b;
-        memcpy(&qh, p + 4, 4);
-        s.a = _mm256_set1_ps(half_at(p)), s.b = _mm256_set1_ps(half_at(p + 2));
-        s.h = _mm256_set1_epi32((int)qh);
+        s.c = legacy_codes(f, w, b, &d, &m);
+        s.a = _mm256_set1_ps(d), s.b = _mm256_set1_ps(m);
         break;
-    case QF_Q4_K:
-    case QF_Q5_K:
-        p = w + (f == QF_Q4_K ? 144 : 176) * (size_t)(b >> 3);
-        scale_min_k4(b & 7, p + 4, &sc, &m);
-        s.a = _mm256_set1_ps(half_at(p) * (float)sc);
-        s.b = _mm256_set1_ps(half_at(p + 2) * (float)m);
-        break;
-    case QF_Q6_K: {
-        p = w + 210 * (size_t)(b >> 3);
-        const int8_t *scs = (const int8_t *)p + 192 + 8 * ((b & 7) >> 2) + 2 * (b & 3);
-        const float d = half_at(p + 208);
-        s.a = _mm256_set1_ps(d * (float)scs[0]), s.b = _mm256_set1_ps(d * (float)scs[1]);
-        break;
-    }
     default: break;
     }
     return s;
 }
 
-/* Elements 8v .. 8v + 7 of 32-element block b of row w (f32 lanes, the reference values). */
-INL __m256 vec(int f, const uint8_t *w, int b, const st2 *s, int v)
+/* Elements 8v .. 8v + 7 of 32-element block b of row w (or of K sub-block j of x), the
+ * reference values. */
+INL __m256 vec(int f, const uint8_t *w, int b, const st2 *s, const kx *x, int j, int v)
 {
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const uint8_t *p;
     __m256i c;
     switch (f) {
     case QF_F32: return _mm256_loadu_ps((const float *)w + 32 * (size_t)b + 8 * v);
@@ -128,33 +107,17 @@ INL __m256 vec(int f, const uint8_t *w, int b, const st2 *s, int v)
         return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), s->a, s->b);
     case QF_Q5_0:
     case QF_Q5_1: {
-        p = w + (f == QF_Q5_0 ? 22 * (size_t)b + 6 : 24 * (size_t)b + 8);
-        const __m256i sh = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * v));
-        const __m256i h = _mm256_and_si256(_mm256_srlv_epi32(s->h, sh), one);
-        c = _mm256_or_si256(nib8(p + 8 * (v & 1), v >> 1), _mm256_slli_epi32(h, 4));
-        if (f == QF_Q5_1)
-            return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), s->a, s->b);
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, _mm256_set1_epi32(16))), s->a);
+        const __m128i h = v >> 1 ? _mm256_extracti128_si256(s->c, 1) : _mm256_castsi256_si128(s->c);
+        const __m128i q = v & 1 ? _mm_unpackhi_epi64(h, h) : h;
+        if (f == QF_Q5_0)
+            return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s->a);
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), s->a, s->b);
     }
-    case QF_Q4_K:
-        p = w + 144 * (size_t)(b >> 3) + 16 + 32 * ((b & 7) >> 1);
-        c = nib8(p + 8 * v, b & 1);
-        return _mm256_fmsub_ps(_mm256_cvtepi32_ps(c), s->a, s->b);
-    case QF_Q5_K: {
-        p = w + 176 * (size_t)(b >> 3);
-        const __m256i h = _mm256_srl_epi32(bytes8(p + 16 + 8 * v), _mm_cvtsi32_si128(b & 7));
-        c = nib8(p + 48 + 32 * ((b & 7) >> 1) + 8 * v, b & 1);
-        c = _mm256_or_si256(c, _mm256_slli_epi32(_mm256_and_si256(h, one), 4));
-        return _mm256_fmsub_ps(_mm256_cvtepi32_ps(c), s->a, s->b);
-    }
-    default: { /* QF_Q6_K: quarter q of half hf */
-        const int hf = (b & 7) >> 2, q = b & 3;
-        p = w + 210 * (size_t)(b >> 3);
-        c = nib8(p + 64 * hf + 32 * (q & 1) + 8 * v, q >> 1);
-        const __m256i h = _mm256_srl_epi32(bytes8(p + 128 + 32 * hf + 8 * v), _mm_cvtsi32_si128(2 * q));
-        c = _mm256_or_si256(c, _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(3)), 4));
-        c = _mm256_sub_epi32(c, _mm256_set1_epi32(32));
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(c), v < 2 ? s->a : s->b);
+    default: { /* K formats */
+        const int g = f == QF_Q6_K ? 2 * j + (v >> 1) : j;
+        c = bytes8(x->k.c + 32 * j + 8 * v);
+        return _mm256_fmsub_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(x->a[g]),
+                               _mm256_set1_ps(f == QF_Q6_K ? x->b[g] : x->a[8 + g]));
     }
     }
 }
@@ -173,32 +136,34 @@ INL __m256 float_tail(int f, const uint8_t *w, int e, int k)
     return _mm256_castsi256_ps(_mm256_slli_epi32(c, 16));
 }
 
-INL float hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 INL void tile(qmm_tile *t, const int f, const int OT, const int RT)
 {
+    const int is_k = f == QF_Q4_K || f == QF_Q5_K || f == QF_Q6_K;
+    const int per = is_k ? 8 : 1; /* 32-element blocks per step */
+    const size_t kb = f == QF_Q4_K ? 144 : f == QF_Q5_K ? 176 : 210;
     __m256 acc[QMM_MAX_OT][QMM_MAX_RT];
     UNROLL for (int o = 0; o < OT; o++)
         UNROLL for (int r = 0; r < RT; r++)
             acc[o][r] = _mm256_setzero_ps();
     const int nb = t->n_in / 32;
-    for (int b = 0; b < nb; b++) {
-        st2 s[QMM_MAX_OT];
-        UNROLL for (int o = 0; o < OT; o++)
-            s[o] = prep(f, t->w[o], b);
-        UNROLL for (int v = 0; v < 4; v++) {
-            __m256 wv[QMM_MAX_OT];
+    kx x[QMM_MAX_OT];
+    for (int b0 = 0; b0 < nb; b0 += per) {
+        if (is_k)
             UNROLL for (int o = 0; o < OT; o++)
-                wv[o] = vec(f, t->w[o], b, &s[o], v);
-            UNROLL for (int r = 0; r < RT; r++) {
-                const __m256 xv = _mm256_loadu_ps((const float *)t->x[r] + 32 * b + 8 * v);
+                kx_unpack(f, t->w[o] + (size_t)(b0 / 8) * kb, &x[o]);
+        for (int j = 0; j < per; j++) {
+            st2 s[QMM_MAX_OT];
+            UNROLL for (int o = 0; o < OT; o++)
+                s[o] = prep(f, t->w[o], b0 + j);
+            UNROLL for (int v = 0; v < 4; v++) {
+                __m256 wv[QMM_MAX_OT];
                 UNROLL for (int o = 0; o < OT; o++)
-                    acc[o][r] = _mm256_fmadd_ps(wv[o], xv, acc[o][r]);
+                    wv[o] = vec(f, t->w[o], b0 + j, &s[o], &x[o], j, v);
+                UNROLL for (int r = 0; r < RT; r++) {
+                    const __m256 xv = _mm256_loadu_ps((const float *)t->x[r] + 32 * (b0 + j) + 8 * v);
+                    UNROLL for (int o = 0; o < OT; o++)
+                        acc[o][r] = _mm256_fmadd_ps(wv[o], xv, acc[o][r]);
+                }
             }
         }
     }

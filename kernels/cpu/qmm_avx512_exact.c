@@ -4,7 +4,10 @@
  * decoded sixteen elements at a time into f32 lanes, bit for bit as dtype_to_f32 does,
  * and meets each activation row of the tile with one FMA into that pair's single 16-lane
  * accumulator; lanes are summed in a fixed order at the end, so the order of additions is
- * fixed by n_in alone. F32/F16/BF16 rows ending in a partial vector use masked loads (no
+ * fixed by n_in alone. Q4_0/Q4_1/Q8_0 widen bytes straight from the block; Q5_0/Q5_1 and
+ * the K formats are first decoded to byte codes (qmm_avx512_blocks.h: a K super-block's
+ * 256 codes and its scales once per weight row), then widened, converted and scaled;
+ * Q6_K's d * sc * (q - 32) is one fmsub of d * sc and 32 * d * sc, exact like the rest. F32/F16/BF16 rows ending in a partial vector use masked loads (no
  * padding copies). Tile shapes: 4x1, 4x2, 4x4, 2x8 - up to 16 accumulators in the 32 zmm
  * registers. Every function carries the AVX-512 target attribute and is reached only
  * through the table, after qmm_isa.c has checked the CPU.
@@ -12,53 +15,47 @@
 #include "kernels/cpu/qmm_impl.h"
 
 #ifdef QMM_X86
-#include <immintrin.h>
-#include <string.h>
+#include "kernels/cpu/qmm_avx512_blocks.h"
 
-#define T5 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define INL static inline __attribute__((always_inline)) T5
-#define UNROLL _Pragma("GCC unroll 8")
+/* A K super-block of one weight row: codes and per-group f32 scale and subtracted
+ * offset (Q4_K/Q5_K: a[j] = d * sc_j, a[8 + j] = dmin * m_j per 32-element sub-block j;
+ * Q6_K: a[g] = d * sc_g, b[g] = 32 a[g] per 16-element group g). */
+typedef struct kx {
+    kw k;
+    _Alignas(64) float a[16], b[16];
+} kx;
 
-typedef struct st5 {
-    __m512 a, b;
-    __m512i h;
-} st5;
-
-INL float half_at(const uint8_t *p)
+INL void kx_unpack(int f, const uint8_t *p, kx *x)
 {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-INL __m512i bytes16(const uint8_t *p)
-{
-    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    k_unpack(f, p, &x->k);
+    const __m512 raw = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(x->k.raw));
+    if (f == QF_Q6_K) {
+        const __m512 a = _mm512_mul_ps(raw, _mm512_set1_ps(x->k.d));
+        _mm512_store_ps(x->a, a);
+        _mm512_store_ps(x->b, _mm512_mul_ps(a, _mm512_set1_ps(32.0f)));
+    } else {
+        const __m512 d = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(x->k.d), _mm512_set1_ps(x->k.dmin));
+        _mm512_store_ps(x->a, _mm512_mul_ps(raw, d));
+    }
 }
 
 INL __m512i nib16(const uint8_t *p, int hi)
 {
-    __m512i v = bytes16(p);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
     return hi ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(15));
 }
 
-INL void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
+/* Per-32-element-block state of one weight row: scale, offset, byte codes. */
+typedef struct st5 {
+    __m512 a, b;
+    __m256i c;
+} st5;
 
 INL st5 prep(int f, const uint8_t *w, int b)
 {
-    st5 s = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_si512()};
-    uint32_t qh;
-    int sc, m;
+    st5 s = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm256_setzero_si256()};
     const uint8_t *p;
+    float d, m = 0.0f;
     switch (f) {
     case QF_Q8_0: s.a = _mm512_set1_ps(half_at(w + 34 * (size_t)b)); break;
     case QF_Q4_0: s.a = _mm512_set1_ps(half_at(w + 18 * (size_t)b)); break;
@@ -67,40 +64,19 @@ INL st5 prep(int f, const uint8_t *w, int b)
         s.a = _mm512_set1_ps(half_at(p)), s.b = _mm512_set1_ps(half_at(p + 2));
         break;
     case QF_Q5_0:
-        p = w + 22 * (size_t)b;
-        memcpy(&qh, p + 2, 4);
-        s.a = _mm512_set1_ps(half_at(p)), s.h = _mm512_set1_epi32((int)qh);
-        break;
     case QF_Q5_1:
-        p = w + 24 * (size_t)b;
-        memcpy(&qh, p + 4, 4);
-        s.a = _mm512_set1_ps(half_at(p)), s.b = _mm512_set1_ps(half_at(p + 2));
-        s.h = _mm512_set1_epi32((int)qh);
+        s.c = legacy_codes(f, w, b, &d, &m);
+        s.a = _mm512_set1_ps(d), s.b = _mm512_set1_ps(m);
         break;
-    case QF_Q4_K:
-    case QF_Q5_K:
-        p = w + (f == QF_Q4_K ? 144 : 176) * (size_t)(b >> 3);
-        scale_min_k4(b & 7, p + 4, &sc, &m);
-        s.a = _mm512_set1_ps(half_at(p) * (float)sc);
-        s.b = _mm512_set1_ps(half_at(p + 2) * (float)m);
-        break;
-    case QF_Q6_K: {
-        p = w + 210 * (size_t)(b >> 3);
-        const int8_t *scs = (const int8_t *)p + 192 + 8 * ((b & 7) >> 2) + 2 * (b & 3);
-        const float d = half_at(p + 208);
-        s.a = _mm512_set1_ps(d * (float)scs[0]), s.b = _mm512_set1_ps(d * (float)scs[1]);
-        break;
-    }
     default: break;
     }
     return s;
 }
 
-/* Elements 16v .. 16v + 15 of 32-element block b of row w, the reference values. */
-INL __m512 vec(int f, const uint8_t *w, int b, const st5 *s, int v)
+/* Elements 16v .. 16v + 15 of 32-element block b of row w (or of K sub-block j of x),
+ * the reference values. */
+INL __m512 vec(int f, const uint8_t *w, int b, const st5 *s, const kx *x, int j, int v)
 {
-    const __m512i one = _mm512_set1_epi32(1);
-    const uint8_t *p;
     __m512i c;
     switch (f) {
     case QF_F32: return _mm512_loadu_ps((const float *)w + 32 * (size_t)b + 16 * v);
@@ -113,40 +89,21 @@ INL __m512 vec(int f, const uint8_t *w, int b, const st5 *s, int v)
         c = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 34 * (size_t)b + 2 + 16 * v)));
         return _mm512_mul_ps(_mm512_cvtepi32_ps(c), s->a);
     case QF_Q4_0:
-        c = nib16(w + 18 * (size_t)b + 2, v);
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(8))), s->a);
+        c = _mm512_sub_epi32(nib16(w + 18 * (size_t)b + 2, v), _mm512_set1_epi32(8));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(c), s->a);
     case QF_Q4_1:
         return _mm512_fmadd_ps(_mm512_cvtepi32_ps(nib16(w + 20 * (size_t)b + 4, v)), s->a, s->b);
     case QF_Q5_0:
-    case QF_Q5_1: {
-        p = w + (f == QF_Q5_0 ? 22 * (size_t)b + 6 : 24 * (size_t)b + 8);
-        const __m512i sh = _mm512_add_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(16 * v));
-        const __m512i h = _mm512_and_si512(_mm512_srlv_epi32(s->h, sh), one);
-        c = _mm512_or_si512(nib16(p, v), _mm512_slli_epi32(h, 4));
+    case QF_Q5_1:
+        c = _mm512_cvtepu8_epi32(v ? _mm256_extracti128_si256(s->c, 1) : _mm256_castsi256_si128(s->c));
         if (f == QF_Q5_1)
             return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), s->a, s->b);
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(16))), s->a);
-    }
-    case QF_Q4_K:
-        p = w + 144 * (size_t)(b >> 3) + 16 + 32 * ((b & 7) >> 1);
-        return _mm512_fmsub_ps(_mm512_cvtepi32_ps(nib16(p + 16 * v, b & 1)), s->a, s->b);
-    case QF_Q5_K: {
-        p = w + 176 * (size_t)(b >> 3);
-        const __m512i h = _mm512_srl_epi32(bytes16(p + 16 + 16 * v), _mm_cvtsi32_si128(b & 7));
-        c = nib16(p + 48 + 32 * ((b & 7) >> 1) + 16 * v, b & 1);
-        c = _mm512_or_si512(c, _mm512_slli_epi32(_mm512_and_si512(h, one), 4));
-        return _mm512_fmsub_ps(_mm512_cvtepi32_ps(c), s->a, s->b);
-    }
-    default: { /* QF_Q6_K: quarter q of half hf */
-        const int hf = (b & 7) >> 2, q = b & 3;
-        p = w + 210 * (size_t)(b >> 3);
-        c = nib16(p + 64 * hf + 32 * (q & 1) + 16 * v, q >> 1);
-        const __m512i h = _mm512_srl_epi32(bytes16(p + 128 + 32 * hf + 16 * v), _mm_cvtsi32_si128(2 * q));
-        c = _mm512_or_si512(c, _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(3)), 4));
-        c = _mm512_sub_epi32(c, _mm512_set1_epi32(32));
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(c), v ? s->b : s->a);
+    default: { /* K formats */
+        const int g = f == QF_Q6_K ? 2 * j + v : j;
+        c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)x->k.c + 32 * j + 16 * v)));
+        return _mm512_fmsub_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(x->a[g]),
+                               _mm512_set1_ps(f == QF_Q6_K ? x->b[g] : x->a[8 + g]));
     }
     }
 }
@@ -162,34 +119,34 @@ INL __m512 float_masked(int f, const uint8_t *w, int e, __mmask16 m)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-INL float hsum(__m512 v)
-{
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 INL void tile(qmm_tile *t, const int f, const int OT, const int RT)
 {
+    const int is_k = f == QF_Q4_K || f == QF_Q5_K || f == QF_Q6_K;
+    const int per = is_k ? 8 : 1; /* 32-element blocks per step */
+    const size_t kb = f == QF_Q4_K ? 144 : f == QF_Q5_K ? 176 : 210;
     __m512 acc[QMM_MAX_OT][QMM_MAX_RT];
     UNROLL for (int o = 0; o < OT; o++)
         UNROLL for (int r = 0; r < RT; r++)
             acc[o][r] = _mm512_setzero_ps();
     const int nb = t->n_in / 32;
-    for (int b = 0; b < nb; b++) {
-        st5 s[QMM_MAX_OT];
-        UNROLL for (int o = 0; o < OT; o++)
-            s[o] = prep(f, t->w[o], b);
-        UNROLL for (int v = 0; v < 2; v++) {
-            __m512 wv[QMM_MAX_OT];
+    kx x[QMM_MAX_OT];
+    for (int b0 = 0; b0 < nb; b0 += per) {
+        if (is_k)
             UNROLL for (int o = 0; o < OT; o++)
-                wv[o] = vec(f, t->w[o], b, &s[o], v);
-            UNROLL for (int r = 0; r < RT; r++) {
-                const __m512 xv = _mm512_loadu_ps((const float *)t->x[r] + 32 * b + 16 * v);
+                kx_unpack(f, t->w[o] + (size_t)(b0 / 8) * kb, &x[o]);
+        for (int j = 0; j < per; j++) {
+            st5 s[QMM_MAX_OT];
+            UNROLL for (int o = 0; o < OT; o++)
+                s[o] = prep(f, t->w[o], b0 + j);
+            UNROLL for (int v = 0; v < 2; v++) {
+                __m512 wv[QMM_MAX_OT];
                 UNROLL for (int o = 0; o < OT; o++)
-                    acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+                    wv[o] = vec(f, t->w[o], b0 + j, &s[o], &x[o], j, v);
+                UNROLL for (int r = 0; r < RT; r++) {
+                    const __m512 xv = _mm512_loadu_ps((const float *)t->x[r] + 32 * (b0 + j) + 16 * v);
+                    UNROLL for (int o = 0; o < OT; o++)
+                        acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+                }
             }
         }
     }
