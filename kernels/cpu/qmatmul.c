@@ -25,6 +25,7 @@
 #define CHUNKS_PER_THREAD 4
 #define MIN_WORK (64 * 1024)
 #define UNIT 256 /* elements per activation conversion unit */
+#define CONVERT_HERE 4096 /* activations converted before the parallel region */
 #define PREFETCH 4096     /* bytes of weights asked for ahead of the tile */
 #define PREFETCH_ROW 4096 /* longer rows: the hardware prefetcher does it */
 
@@ -159,20 +160,28 @@ int qmm_matmul(const qmm_args *a)
     rows = rows < QMM_MAX_OT ? QMM_MAX_OT : rows / QMM_MAX_OT * QMM_MAX_OT;
     const int n_chunks = (a->n_out + rows - 1) / rows;
     const int units = (a->n_in + UNIT - 1) / UNIT;
-
-#pragma omp parallel num_threads(nt) if (nt > 1)
+    const long n_units = (long)a->n * units;
+    /* a few rows of activations cost less to convert here than a barrier in the region */
+    const int convert_here = act != QA_F32 && (nt == 1 || (long)a->n * a->n_in <= CONVERT_HERE);
+    for (long i = 0; convert_here && i < n_units; i++)
+        convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
+                     (int)(i % units));
+    if (nt == 1) {
+        for (int c = 0; c < n_chunks; c++)
+            run_chunk(tab, a, xa, xa_row, w_row, c * rows, c * rows + rows < a->n_out ? c * rows + rows : a->n_out);
+        return DERAS_OK;
+    }
+#pragma omp parallel num_threads(nt)
     {
-        if (act != QA_F32) {
+        if (act != QA_F32 && !convert_here) {
 #pragma omp for schedule(static)
-            for (long i = 0; i < (long)a->n * units; i++)
+            for (long i = 0; i < n_units; i++)
                 convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
                              (int)(i % units));
         }
-#pragma omp for schedule(dynamic, 1)
-        for (int c = 0; c < n_chunks; c++) {
-            const int o0 = c * rows, o1 = o0 + rows < a->n_out ? o0 + rows : a->n_out;
-            run_chunk(tab, a, xa, xa_row, w_row, o0, o1);
-        }
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int c = 0; c < n_chunks; c++)
+            run_chunk(tab, a, xa, xa_row, w_row, c * rows, c * rows + rows < a->n_out ? c * rows + rows : a->n_out);
     }
     return DERAS_OK;
 }
