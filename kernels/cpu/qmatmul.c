@@ -2,16 +2,19 @@
  * the threads.
  *
  * One OpenMP parallel region per call. In it, Q8 mode first quantizes x (units of 256
- * elements spread statically over the threads; a barrier), then the threads take chunks
- * of weight rows dynamically (a preempted thread on a shared machine delays only its
+ * elements spread statically over the threads, then a barrier; a few rows are converted
+ * before the region instead, cheaper than the barrier), then the threads take chunks of
+ * weight rows dynamically (a preempted thread on a shared machine delays only its
  * chunk). A chunk holds about CHUNK_BYTES of weights, so within it every tile of
  * activation rows re-reads the weights from L2, not from memory, and there are at least
  * four chunks per thread. Within a chunk: for each tile of rt activation rows (8, 4, 2 or
  * 1, as many as are left, the last tile padded with a repeated row), the kernel of that
- * level walks the chunk ot weight rows at a time. Tiny products run on the calling thread
- * alone: below MIN_WORK multiply-adds per thread a fork would cost more than it saves.
- * Cost per call beyond the arithmetic: the region's fork and join (microseconds; see
- * bench/bench_qmatmul.c) and one atomic per chunk.
+ * level walks the chunk ot weight rows at a time, asking for short rows ahead of use
+ * (software prefetch: the hardware prefetcher loses track of many short streams). Small
+ * products run on the calling thread with no region at all: below MIN_WORK multiply-adds
+ * per thread a fork would cost more than it saves. Cost per call beyond the arithmetic:
+ * the region's fork and join (1-2 us on 2 cores; bench/bench_qmatmul.c measures it) and
+ * one atomic per chunk.
  */
 #include <omp.h>
 #include <stdint.h>
@@ -88,10 +91,23 @@ static void convert_unit(const qmm_act_fns *f, int act, const float *x, uint8_t 
         f->q8_256(src, (qmm_q8_256 *)dst + e0 / 256, 1);
 }
 
-/* Weight rows [o0, o1) against every activation row. */
-static void run_chunk(const qmm_kern *tab, const qmm_args *a, const uint8_t *xa, size_t xa_row,
-                      size_t w_row, int o0, int o1)
+/* One call's plan. */
+typedef struct job {
+    const qmm_args *a;
+    const qmm_kern *tab; /* the kernels of the format and mode, per level */
+    const uint8_t *xa;   /* activation rows (x itself, or the scratch) */
+    size_t xa_row, w_row;
+    int rows;            /* weight rows per chunk */
+} job;
+
+/* Chunk c of weight rows against every activation row. */
+static void run_chunk(const job *j, int c)
 {
+    const qmm_args *a = j->a;
+    const qmm_kern *tab = j->tab;
+    const uint8_t *xa = j->xa;
+    const size_t xa_row = j->xa_row, w_row = j->w_row;
+    const int o0 = c * j->rows, o1 = a->n_out - o0 < j->rows ? a->n_out : o0 + j->rows;
     qmm_tile t;
     t.n_in = a->n_in;
     for (int r0 = 0; r0 < a->n;) {
@@ -145,7 +161,6 @@ int qmm_matmul(const qmm_args *a)
     const qmm_path *p;
     if ((rc = qmm_path_active(&p)))
         return rc;
-    const qmm_kern *tab = act == QA_F32 ? p->exact[fmt] : p->q8[fmt];
     const size_t w_row = (size_t)(a->n_in / dtype_block_elems(a->dtype)) * dtype_block_bytes(a->dtype);
     const size_t xa_row = act == QA_F32 ? (size_t)a->n_in * sizeof(float) : need / (size_t)a->n;
     const uint8_t *xa = act == QA_F32 ? (const uint8_t *)a->x : a->scratch;
@@ -166,9 +181,10 @@ int qmm_matmul(const qmm_args *a)
     for (long i = 0; convert_here && i < n_units; i++)
         convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
                      (int)(i % units));
+    const job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows};
     if (nt == 1) {
         for (int c = 0; c < n_chunks; c++)
-            run_chunk(tab, a, xa, xa_row, w_row, c * rows, c * rows + rows < a->n_out ? c * rows + rows : a->n_out);
+            run_chunk(&j, c);
         return DERAS_OK;
     }
 #pragma omp parallel num_threads(nt)
@@ -181,7 +197,7 @@ int qmm_matmul(const qmm_args *a)
         }
 #pragma omp for schedule(dynamic, 1) nowait
         for (int c = 0; c < n_chunks; c++)
-            run_chunk(tab, a, xa, xa_row, w_row, c * rows, c * rows + rows < a->n_out ? c * rows + rows : a->n_out);
+            run_chunk(&j, c);
     }
     return DERAS_OK;
 }

@@ -1,8 +1,9 @@
 /* qmm_avx2_blocks.h - the GGUF blocks decoded to integer codes and scales in AVX2
  * registers, for the exact and Q8 kernels of that path (private to kernels/cpu/).
  *
- * Legacy blocks become 32 byte codes, signed with the offset removed for Q8_0/Q4_0/Q5_0
- * (for the sign trick), unsigned for Q4_1/Q5_1; a K super-block becomes 256 unsigned byte
+ * Legacy blocks become 32 byte codes, Q8_0's signed (for the sign trick: maddubs would
+ * saturate on w + 128), the others unsigned with the offset the format subtracts
+ * (QMM_OFF) left to the caller; a K super-block becomes 256 unsigned byte
  * codes in element order in a stack buffer plus its scales as s16 vectors (maddubs/madd
  * in Q8 mode, f32 in exact mode). Everything here is always_inline with the path's
  * target attribute, so it exists only inside the kernels that use it.
@@ -57,12 +58,12 @@ INL __m256i nibbles32(const uint8_t *p)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
-/* Block b's codes (signed for Q8_0/Q4_0/Q5_0, unsigned for Q4_1/Q5_1), scale, offset. */
+/* Block b's 32 codes (Q8_0's signed, the others unsigned: Q4_0 and Q5_0 subtract
+ * QMM_OFF from them), scale, offset. */
 INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
 {
     uint32_t qh;
     const uint8_t *p;
-    __m256i c;
     switch (f) {
     case QF_Q8_0:
         p = w + 34 * (size_t)b;
@@ -71,7 +72,7 @@ INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
     case QF_Q4_0:
         p = w + 18 * (size_t)b;
         *d = half_at(p);
-        return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
+        return nibbles32(p + 2);
     case QF_Q4_1:
         p = w + 20 * (size_t)b;
         *d = half_at(p), *m = half_at(p + 2);
@@ -80,9 +81,8 @@ INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
         p = w + 22 * (size_t)b;
         *d = half_at(p);
         memcpy(&qh, p + 2, 4);
-        c = _mm256_or_si256(nibbles32(p + 6),
-                            _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
-        return _mm256_sub_epi8(c, _mm256_set1_epi8(16));
+        return _mm256_or_si256(nibbles32(p + 6),
+                               _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
     default: /* QF_Q5_1 */
         p = w + 24 * (size_t)b;
         *d = half_at(p), *m = half_at(p + 2);
@@ -91,6 +91,8 @@ INL __m256i legacy_codes(int f, const uint8_t *w, int b, float *d, float *m)
                                _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
     }
 }
+
+#define QMM_OFF(f) ((f) == QF_Q4_0 ? 8 : (f) == QF_Q5_0 ? 16 : 0)
 
 typedef struct kw {
     uint8_t c[256];     /* codes, element order */

@@ -74,7 +74,7 @@ INL st2 prep(int f, const uint8_t *w, int b)
         p = w + 20 * (size_t)b;
         s.a = _mm256_set1_ps(half_at(p)), s.b = _mm256_set1_ps(half_at(p + 2));
         break;
-    case QF_Q5_0: /* signed codes (offset removed) */
+    case QF_Q5_0:
     case QF_Q5_1:
         s.c = legacy_codes(f, w, b, &d, &m);
         s.a = _mm256_set1_ps(d), s.b = _mm256_set1_ps(m);
@@ -109,9 +109,10 @@ INL __m256 vec(int f, const uint8_t *w, int b, const st2 *s, const kx *x, int j,
     case QF_Q5_1: {
         const __m128i h = v >> 1 ? _mm256_extracti128_si256(s->c, 1) : _mm256_castsi256_si128(s->c);
         const __m128i q = v & 1 ? _mm_unpackhi_epi64(h, h) : h;
+        c = _mm256_cvtepu8_epi32(q);
         if (f == QF_Q5_0)
-            return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s->a);
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), s->a, s->b);
+            return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, _mm256_set1_epi32(16))), s->a);
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), s->a, s->b);
     }
     default: { /* K formats */
         const int g = f == QF_Q6_K ? 2 * j + (v >> 1) : j;

@@ -3,10 +3,12 @@
  *
  * Integer products with maddubs (u8 x s8 -> pairs summed in s16) and madd (s16 pairs ->
  * s32), as llama.cpp's AVX2 paths do:
- *   Q8_0, Q4_0, Q5_0  signed codes w (offset removed), |w| x sign(q, w) (the sign trick;
- *                     |w| <= 128 and |q| <= 127 keep each pair below 2^15); one s32 vector
- *                     per block, scaled by dw * dx into the pair's f32 accumulator.
- *   Q4_1, Q5_1        unsigned codes (<= 31) x q directly; the offset adds mw * dx * S.
+ *   Q8_0              |w| x sign(q, w) (the sign trick: |w| <= 128 and |q| <= 127 keep
+ *                     each pair below 2^15); one s32 vector per block, scaled by dw * dx
+ *                     into the pair's f32 accumulator.
+ *   Q4_0, Q5_0, Q4_1, Q5_1  unsigned codes (<= 31) x q directly; Q4_0/Q5_0's offset takes
+ *                     off * S from lane 0 of the s32 sum, the _1 formats add mw * dx * S
+ *                     to lane 0 of the accumulator.
  *   Q4_K, Q5_K, Q6_K  per super-block the codes of each weight row are unpacked once into a
  *                     stack buffer (L1) with its sub-block scales as s16 vectors; each pair
  *                     then sums sc * (codes . q) in s32 over the super-block (madd by the
@@ -112,37 +114,41 @@ const qmm_act_fns qmm_avx2_act = {act_q8_32, act_q8_256, act_bf16};
 
 INL void tile_legacy(qmm_tile *t, const int f, const int OT, const int RT)
 {
-    const int has_m = f == QF_Q4_1 || f == QF_Q5_1;
+    const int has_m = f == QF_Q4_1 || f == QF_Q5_1, off = QMM_OFF(f);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[QMM_MAX_OT][QMM_MAX_RT];
-    float macc[QMM_MAX_OT][QMM_MAX_RT];
     UNROLL for (int o = 0; o < OT; o++)
         UNROLL for (int r = 0; r < RT; r++)
-            acc[o][r] = _mm256_setzero_ps(), macc[o][r] = 0.0f;
+            acc[o][r] = _mm256_setzero_ps();
     for (int b = 0; b < t->n_in / 32; b++) {
         __m256i wc[QMM_MAX_OT], wa[QMM_MAX_OT];
         float dw[QMM_MAX_OT], mw[QMM_MAX_OT];
         UNROLL for (int o = 0; o < OT; o++) {
             wc[o] = legacy_codes(f, t->w[o], b, &dw[o], &mw[o]);
-            wa[o] = has_m ? wc[o] : _mm256_sign_epi8(wc[o], wc[o]);
+            wa[o] = f == QF_Q8_0 ? _mm256_sign_epi8(wc[o], wc[o]) : wc[o];
         }
         UNROLL for (int r = 0; r < RT; r++) {
             const qmm_q8_32 *xb = (const qmm_q8_32 *)t->x[r] + b;
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->q);
-            const float dx = xb->d, sx = dx * (float)xb->sum;
+            const float dx = xb->d;
+            /* lane 0 carries the block's offset terms: - off * S (integer), m * dx * S */
+            const __m256i corr = _mm256_zextsi128_si256(_mm_cvtsi32_si128(off * xb->sum));
+            const __m256 sx = _mm256_zextps128_ps256(_mm_set_ss(dx * (float)xb->sum));
             UNROLL for (int o = 0; o < OT; o++) {
-                const __m256i p = has_m ? _mm256_maddubs_epi16(wc[o], xq)
-                                        : _mm256_maddubs_epi16(wa[o], _mm256_sign_epi8(xq, wc[o]));
-                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                acc[o][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw[o] * dx), acc[o][r]);
+                const __m256i p = f == QF_Q8_0 ? _mm256_maddubs_epi16(wa[o], _mm256_sign_epi8(xq, wc[o]))
+                                               : _mm256_maddubs_epi16(wc[o], xq);
+                __m256i s = _mm256_madd_epi16(p, ones);
+                if (off)
+                    s = _mm256_sub_epi32(s, corr);
+                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[o] * dx), acc[o][r]);
                 if (has_m)
-                    macc[o][r] += mw[o] * sx;
+                    acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(mw[o]), sx, acc[o][r]);
             }
         }
     }
     UNROLL for (int o = 0; o < OT; o++)
         UNROLL for (int r = 0; r < RT; r++)
-            t->res[o][r] = hsum(acc[o][r]) + macc[o][r];
+            t->res[o][r] = hsum(acc[o][r]);
 }
 
 /* ---- K formats ---- */

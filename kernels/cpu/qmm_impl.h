@@ -23,7 +23,7 @@
 
 #include "common/base/dtype.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 #define QMM_X86 1
 #endif
 
