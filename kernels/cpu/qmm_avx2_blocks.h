@@ -106,7 +106,7 @@ typedef struct kw {
  * lanes 8..15; v holds 16 s16 values, g0 and g1 in the same half of it. */
 INL __m256i pick_pair(__m256i v, int g0, int g1)
 {
-    const __m256i half = _mm256_permute4x64_epi64(v, g0 < 8 ? 0x44 : 0xee);
+    const __m256i half = g0 < 8 ? _mm256_permute4x64_epi64(v, 0x44) : _mm256_permute4x64_epi64(v, 0xee);
     const short c0 = (short)((2 * (g0 & 7)) | ((2 * (g0 & 7) + 1) << 8));
     const short c1 = (short)((2 * (g1 & 7)) | ((2 * (g1 & 7) + 1) << 8));
     return _mm256_shuffle_epi8(half, _mm256_set_m128i(_mm_set1_epi16(c1), _mm_set1_epi16(c0)));
