@@ -4,13 +4,14 @@
  * The integer products of qmm_avx2_q8.c, 64 elements per instruction:
  *   legacy formats  two blocks per zmm (an odd last block pairs with zeros, which add
  *                   nothing); vpdpbusd (u8 x s8, four products summed into s32 with no
- *                   16-bit step) on unsigned codes (Q4_1, Q5_1) or, for the signed formats,
- *                   on |w| against q negated where w < 0 (a masked subtract: AVX-512 has no
- *                   vpsignb); one f32 scale per block half.
- *   K formats       per super-block the codes of each weight row unpacked once to a stack
- *                   buffer; per pair, maddubs then vpdpwssd by the s16 scale of each
- *                   16-element group (one instruction for llama.cpp's madd + add), Q6_K's
- *                   offset and Q4_K/Q5_K's mins from the activations' per-16 sums.
+ *                   16-bit step, so no saturation) on unsigned codes (Q8_0's w + 128), the
+ *                   sum started at - off * S in lanes 0 and 8 (the codes' offset: 128, 8,
+ *                   16), the _1 formats' m * dx * S added to those lanes of the f32
+ *                   accumulator; one f32 scale per block half.
+ *   K formats       per super-block the codes of each weight row unpacked once
+ *                   (qmm_avx512_blocks.h); per pair, maddubs then vpdpwssd by the s16 scale
+ *                   of each 16-element group (one instruction for llama.cpp's madd + add),
+ *                   Q6_K's offset and Q4_K/Q5_K's mins from the activations' per-16 sums.
  *   BF16            vdpbf16ps on the weights and the bf16 activations: 32 products per
  *                   instruction, summed in f32 (the instruction flushes bf16 subnormals).
  * Integer parts are exact, so results differ from the scalar path's only in the order of
