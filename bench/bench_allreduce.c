@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_allreduce.c - the shared-memory all-reduce (engine/comm.h) against memcpy.
  *
  *   bench_allreduce [--ranks 2] [--min 4096] [--max 67108864] [--chunk 1048576]
@@ -52,11 +53,12 @@ static double memcpy_gbps(size_t bytes)
 }
 
 /* One rank's run over every size; rank 0 prints. Returns a process exit status. */
-static int run_rank(void *region, int rank, int ranks, size_t min, size_t max)
+static int run_rank(void *region, size_t region_bytes, int rank, int ranks, size_t min,
+                    size_t max)
 {
     comm_shm_opts o = {.timeout_s = 60};
     comm_t *c = NULL;
-    if (comm_shm_new(region, rank, ranks, &o, &c)) {
+    if (comm_shm_new(region, region_bytes, rank, ranks, &o, &c)) {
         fprintf(stderr, "rank %d: %s\n", rank, deras_errmsg());
         return 1;
     }
@@ -133,9 +135,9 @@ int main(int argc, char **argv)
     for (int r = 1; r < ranks; r++) {
         pids[r] = fork();
         if (pids[r] == 0)
-            _exit(run_rank(region, r, ranks, min, max));
+            _exit(run_rank(region, bytes, r, ranks, min, max));
     }
-    int rc = run_rank(region, 0, ranks, min, max);
+    int rc = run_rank(region, bytes, 0, ranks, min, max);
     for (int r = 1; r < ranks; r++) {
         int st;
         if (rc)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_batching.c - continuous batching against static batching on one engine.
  *
  *   bench_batching [--model PATH] [--requests 32] [--max-seqs 16] [--max-batch-tokens 256]
@@ -100,9 +101,10 @@ static int run_mode(loader_t *l, run *x, bool static_mode, int max_seqs, result 
         double now = cli_now() - x->t0;
         while (next < x->n && x->r[next].arrival <= now) {
             engine_request q = {.id = (uint64_t)next, .prompt = x->r[next].prompt,
-                                .n_prompt = x->r[next].n_prompt, .max_tokens = x->r[next].n_out,
-                                .n = 1, .ignore_eos = true};
-            sampling_params_default(&q.sp);
+                                .n_prompt = x->r[next].n_prompt,
+                                .params.max_tokens = x->r[next].n_out,
+                                .params.n = 1, .params.ignore_eos = true};
+            sampling_params_default(&q.params.sp);
             if ((rc = engine_add(e, &q)))
                 goto out;
             total_out += x->r[next].n_out;

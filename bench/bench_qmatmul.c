@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_qmatmul.c - the quantized matrix products (kernels/cpu/qmatmul.h) against this
  * machine's floors, and their error against a double-precision reference.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_spec.c - speculative decoding: tokens/s and acceptance per proposer.
  *
  *   bench_spec [--model PATH] [--proposers none,ngram,self:12] [--batches 1,16]
@@ -91,7 +92,7 @@ static int make_prompt(const tokenizer_t *tok, const char *task, int i, prompt *
 typedef struct result {
     double wall, tok_s;
     uint64_t generated, steps;
-    spec_stats sp;
+    spec_counters sp;
 } result;
 
 /* One engine over the loader's model with proposer so (and the draft model it needs). */
@@ -118,8 +119,8 @@ static int run_one(loader_t *l, const spec_opts *so, const prompt *ps, int batch
     double t0 = cli_now();
     for (int i = 0; i < batch; i++) {
         engine_request q = {.id = (uint64_t)i, .prompt = ps[i].ids, .n_prompt = ps[i].n,
-                            .max_tokens = max_out, .n = 1};
-        sampling_params_default(&q.sp);
+                            .params.max_tokens = max_out, .params.n = 1};
+        sampling_params_default(&q.params.sp);
         if ((rc = engine_add(e, &q)))
             goto out;
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.c - requests, sequences and the step loop (see engine.h).
  *
  * Records. A request owns n sequences (samples). Sequences live in a pool of
@@ -29,8 +30,6 @@
 #include "engine/speculative.h"
 #include "engine/step_plan.h"
 
-#define MAX_STOP_IDS 16
-
 typedef struct ereq ereq;
 
 typedef struct eseq {
@@ -42,7 +41,7 @@ typedef struct eseq {
     sampler_rng rng;
     sampler_rng draft_rng; /* the proposer's draws (speculative.h) */
     spec_adapt adapt;
-    spec_stats spec;       /* this sample's drafts verified, accepted, verifications */
+    spec_counters spec;    /* this sample's speculation */
     const float *q;        /* this step's draft distributions, NULL: point masses */
     bool live, parked, done;
     int next_free;         /* free-stack link */
@@ -50,13 +49,12 @@ typedef struct eseq {
 
 struct ereq {
     uint64_t id;
-    int n_prompt, max_tokens, n, n_done;
-    sampling_params sp;
-    int32_t stop_ids[MAX_STOP_IDS];
-    int n_stop_ids;
-    bool ignore_eos;
-    int spec_k;
-    int seq[ENGINE_MAX_N]; /* slots of its samples */
+    int n_prompt, n_done;
+    req_params params;
+    int32_t *stops;        /* the tokens that end its samples: stop ids, then end of
+                              generation unless ignore_eos; in engine.stops */
+    int n_stops;
+    int seq[REQ_MAX_N];    /* slots of its samples */
     bool live;
 };
 
@@ -64,10 +62,11 @@ struct engine {
     model_t *m;
     engine_opts o;
     int32_t *eog;
+    int32_t *stops;        /* (max_live_seqs, REQ_MAX_STOP_IDS + n_eog) each request's stops */
     int vocab;
     kv_manager_t *kv;
     sched_t *sched;
-    step_plan *plan;
+    step_plan_t *plan;
     sampler_t *sampler;
     float *logits;         /* (max_seqs * rows, vocab), rows = 1 + spec.k (1 without) */
     int rows;              /* logits rows per sequence at most */
@@ -84,16 +83,6 @@ struct engine {
     int free_head, n_free;
     engine_stats st;
 };
-
-const char *engine_finish_name(engine_finish f)
-{
-    switch (f) {
-    case ENGINE_FINISH_STOP: return "stop";
-    case ENGINE_FINISH_LENGTH: return "length";
-    case ENGINE_FINISH_ABORT: return "abort";
-    default: return "unknown";
-    }
-}
 
 static int check_opts(const model_t *m, engine_opts *o)
 {
@@ -157,19 +146,21 @@ int engine_new(model_t *m, const engine_opts *opts, engine_t **out)
         goto fail;
     sched_opts so = {.max_seqs = o.max_seqs, .max_batch_tokens = o.max_batch_tokens,
                      .static_batching = o.static_batching};
-    e->sched = sched_new(e->kv, &so);
     e->rows = o.spec.kind == SPEC_NONE ? 1 : 1 + o.spec.k;
     const size_t S = (size_t)o.max_seqs;
-    e->plan = step_plan_new(o.max_batch_tokens, o.max_seqs, mo->max_blocks_per_seq,
-                            o.max_seqs * e->rows, o.max_seqs);
-    e->sampler = sampler_new(e->vocab);
+    if ((rc = sched_new(e->kv, &so, &e->sched)) ||
+        (rc = step_plan_new(o.max_batch_tokens, o.max_seqs, mo->max_blocks_per_seq,
+                            o.max_seqs * e->rows, o.max_seqs, &e->plan)) ||
+        (rc = sampler_new(e->vocab, &e->sampler)))
+        goto fail;
     e->logits = malloc(S * e->rows * e->vocab * sizeof(float));
     e->seqs = calloc((size_t)o.max_live_seqs, sizeof *e->seqs);
     e->reqs = calloc((size_t)o.max_live_seqs, sizeof *e->reqs);
     e->eog = malloc((size_t)(o.n_eog + 1) * sizeof(int32_t));
+    e->stops = malloc((size_t)o.max_live_seqs * (REQ_MAX_STOP_IDS + o.n_eog) * sizeof(int32_t));
     e->row0 = calloc(S, sizeof *e->row0);
-    if (!e->sched || !e->plan || !e->sampler || !e->logits || !e->seqs || !e->reqs || !e->eog ||
-        !e->row0) {
+    if (!e->logits || !e->seqs || !e->reqs || !e->eog ||
+        !e->stops || !e->row0) {
         rc = deras_fail(DERAS_ENOMEM, "engine_new: out of memory");
         goto fail;
     }
@@ -219,6 +210,7 @@ void engine_destroy(engine_t **ep)
     free(e->reqs);
     free(e->logits);
     free(e->eog);
+    free(e->stops);
     spec_proposer_destroy(&e->spec);
     free(e->cand);
     free(e->cand_seq);
@@ -245,33 +237,22 @@ static ereq *find_req(engine_t *e, uint64_t id)
 
 static int validate_request(const engine_t *e, const engine_request *r)
 {
+    const req_params *p = &r->params;
     if (!r->prompt || r->n_prompt < 1)
         return deras_fail(DERAS_EINVAL, "request %llu: empty prompt", (unsigned long long)r->id);
-    if (r->n < 1 || r->n > ENGINE_MAX_N)
-        return deras_fail(DERAS_ERANGE, "request %llu: n must be in [1, %d], got %d",
-                          (unsigned long long)r->id, ENGINE_MAX_N, r->n);
-    if (r->max_tokens < 1)
-        return deras_fail(DERAS_ERANGE, "request %llu: max_tokens must be >= 1, got %d",
-                          (unsigned long long)r->id, r->max_tokens);
-    if ((long)r->n_prompt + r->max_tokens > e->o.max_model_len)
-        return deras_fail(DERAS_ERANGE,
+    int rc = req_params_validate(p, e->vocab);
+    if (rc)
+        return rc;
+    if ((long)r->n_prompt + p->max_tokens > e->o.max_model_len)
+        return deras_fail(DERAS_ECONTEXT,
                           "context_length_exceeded: prompt %d + max_tokens %d = %ld tokens exceeds "
                           "the limit of %d",
-                          r->n_prompt, r->max_tokens, (long)r->n_prompt + r->max_tokens,
+                          r->n_prompt, p->max_tokens, (long)r->n_prompt + p->max_tokens,
                           e->o.max_model_len);
-    if (r->n_stop_ids < 0 || r->n_stop_ids > MAX_STOP_IDS || (r->n_stop_ids && !r->stop_ids))
-        return deras_fail(DERAS_ERANGE, "request %llu: at most %d stop token ids",
-                          (unsigned long long)r->id, MAX_STOP_IDS);
     for (int i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= e->vocab)
             return deras_fail(DERAS_ERANGE, "request %llu: prompt token %d is %d, outside [0, %d)",
                               (unsigned long long)r->id, i, r->prompt[i], e->vocab);
-    int rc = sampling_params_validate(&r->sp, e->vocab);
-    if (rc)
-        return rc;
-    if (r->spec_k < -1 || r->spec_k > SPEC_MAX_K)
-        return deras_fail(DERAS_ERANGE, "request %llu: num_speculative_tokens must be in [0, %d] "
-                          "(or -1: off), got %d", (unsigned long long)r->id, SPEC_MAX_K, r->spec_k);
     if (find_req((engine_t *)e, r->id))
         return deras_fail(DERAS_EINVAL, "request %llu is already live", (unsigned long long)r->id);
     return DERAS_OK;
@@ -284,9 +265,10 @@ int engine_add(engine_t *e, const engine_request *r)
     int rc = validate_request(e, r);
     if (rc)
         return rc;
-    if (e->n_free < r->n)
+    const req_params *p = &r->params;
+    if (e->n_free < p->n)
         return deras_fail(DERAS_EBUSY, "engine: %d sequences live, no room for %d more",
-                          e->o.max_live_seqs - e->n_free, r->n);
+                          e->o.max_live_seqs - e->n_free, p->n);
     ereq *q = NULL;
     for (int i = 0; i < e->o.max_live_seqs && !q; i++)
         if (!e->reqs[i].live)
@@ -294,18 +276,16 @@ int engine_add(engine_t *e, const engine_request *r)
     memset(q, 0, sizeof *q);
     q->id = r->id;
     q->n_prompt = r->n_prompt;
-    q->max_tokens = r->max_tokens;
-    q->n = r->n;
-    q->sp = r->sp;
-    q->n_stop_ids = r->n_stop_ids;
-    if (r->n_stop_ids)
-        memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof(int32_t));
-    q->ignore_eos = r->ignore_eos;
-    q->spec_k = r->spec_k;
+    q->params = *p;
+    q->stops = e->stops + (size_t)(q - e->reqs) * (REQ_MAX_STOP_IDS + e->o.n_eog);
+    memcpy(q->stops, p->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
+    q->n_stops = p->n_stop_ids;
+    for (int i = 0; !p->ignore_eos && i < e->o.n_eog; i++)
+        q->stops[q->n_stops++] = e->eog[i];
 
-    size_t cap = (size_t)r->n_prompt + (size_t)r->max_tokens;
-    int taken[ENGINE_MAX_N];
-    for (int i = 0; i < r->n; i++) {
+    size_t cap = (size_t)r->n_prompt + (size_t)p->max_tokens;
+    int taken[REQ_MAX_N];
+    for (int i = 0; i < p->n; i++) {
         int slot = e->free_head;
         eseq *s = &e->seqs[slot];
         int32_t *buf = realloc(s->tokens, cap * sizeof(int32_t));
@@ -334,10 +314,10 @@ int engine_add(engine_t *e, const engine_request *r)
         s->live = true;
         s->done = false;
         s->parked = i > 0;
-        sampler_rng_seed(&s->rng, r->seed + (uint64_t)i);
-        sampler_rng_seed(&s->draft_rng, (r->seed + (uint64_t)i) ^ SPEC_DRAFT_STREAM);
+        sampler_rng_seed(&s->rng, p->seed + (uint64_t)i);
+        sampler_rng_seed(&s->draft_rng, (p->seed + (uint64_t)i) ^ SPEC_DRAFT_STREAM);
         spec_adapt_reset(&s->adapt);
-        s->spec = (spec_stats){0};
+        s->spec = (spec_counters){0};
         s->q = NULL;
         q->seq[i] = slot;
     }
@@ -358,7 +338,7 @@ static void release_seq(engine_t *e, eseq *s)
 
 /* End sample s (not done yet): leave the scheduler, free blocks, report, and retire the
  * request once all its samples ended. */
-static void finish_seq(engine_t *e, eseq *s, engine_finish why)
+static void finish_seq(engine_t *e, eseq *s, finish_reason why)
 {
     ereq *q = s->req;
     sched_remove(e->sched, &s->sq);
@@ -370,8 +350,8 @@ static void finish_seq(engine_t *e, eseq *s, engine_finish why)
         engine_sample_end end = {why, q->n_prompt, s->n_generated, s->spec};
         e->o.cb.on_finish(e->o.cb.ctx, q->id, s->index, &end);
     }
-    if (q->n_done == q->n) {
-        for (int i = 0; i < q->n; i++)
+    if (q->n_done == q->params.n) {
+        for (int i = 0; i < q->params.n; i++)
             release_seq(e, &e->seqs[q->seq[i]]);
         q->live = false;
         e->st.n_requests--;
@@ -383,24 +363,28 @@ int engine_abort(engine_t *e, uint64_t id)
     ereq *q = e ? find_req(e, id) : NULL;
     if (!q)
         return deras_fail(DERAS_ENOTFOUND, "request %llu is not live", (unsigned long long)id);
-    int n = q->n, slots[ENGINE_MAX_N];
+    int n = q->params.n, slots[REQ_MAX_N];
     memcpy(slots, q->seq, sizeof slots);
     for (int i = 0; i < n; i++)
         if (!e->seqs[slots[i]].done)
-            finish_seq(e, &e->seqs[slots[i]], ENGINE_FINISH_ABORT);
+            finish_seq(e, &e->seqs[slots[i]], FINISH_ABORT);
     return DERAS_OK;
 }
 
-static bool is_stop(const engine_t *e, const ereq *q, int32_t t)
+static bool is_stop(const ereq *q, int32_t t)
 {
-    for (int i = 0; i < q->n_stop_ids; i++)
-        if (q->stop_ids[i] == t)
+    for (int i = 0; i < q->n_stops; i++)
+        if (q->stops[i] == t)
             return true;
-    if (!q->ignore_eos)
-        for (int i = 0; i < e->o.n_eog; i++)
-            if (e->eog[i] == t)
-                return true;
     return false;
+}
+
+/* What the sampler sees of s before its output token j (0: the next one). */
+static sample_history history(const eseq *s, int j)
+{
+    const ereq *q = s->req;
+    return (sample_history){s->tokens, q->n_prompt, s->tokens + q->n_prompt,
+                            s->n_generated + j, q->stops, q->n_stops};
 }
 
 /* Report s's next token (appending it to s's tokens unless it is there already, as an
@@ -414,10 +398,12 @@ static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
     e->st.generated_tokens++;
     if (e->o.cb.on_token)
         e->o.cb.on_token(e->o.cb.ctx, q->id, s->index, r);
-    if (is_stop(e, q, r->token))
-        finish_seq(e, s, ENGINE_FINISH_STOP);
-    else if (s->n_generated == q->max_tokens || q->n_prompt + s->n_generated >= e->o.max_model_len)
-        finish_seq(e, s, ENGINE_FINISH_LENGTH);
+    /* min_tokens: the sampler kept stop tokens away until then; a stop is no end before */
+    if (s->n_generated > q->params.sp.min_tokens && is_stop(q, r->token))
+        finish_seq(e, s, FINISH_STOP);
+    else if (s->n_generated == q->params.max_tokens ||
+             q->n_prompt + s->n_generated >= e->o.max_model_len)
+        finish_seq(e, s, FINISH_LENGTH);
     return s->done;
 }
 
@@ -425,9 +411,9 @@ static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
 static int sample_into(engine_t *e, eseq *s, const float *logits)
 {
     ereq *q = s->req;
-    sample_history h = {s->tokens, q->n_prompt, s->tokens + q->n_prompt, s->n_generated};
+    sample_history h = history(s, 0);
     sample_result r;
-    int rc = sampler_sample(e->sampler, logits, &q->sp, &s->rng, &h, &r);
+    int rc = sampler_sample(e->sampler, logits, &q->params.sp, &s->rng, &h, &r);
     if (rc)
         return rc;
     emit(e, s, &r, true);
@@ -438,7 +424,7 @@ static int sample_into(engine_t *e, eseq *s, const float *logits)
 static int fork_parked(engine_t *e, eseq *s0, const float *logits)
 {
     ereq *q = s0->req;
-    for (int i = 1; i < q->n; i++) {
+    for (int i = 1; i < q->params.n; i++) {
         eseq *c = &e->seqs[q->seq[i]];
         if (!c->parked)
             continue;
@@ -469,16 +455,18 @@ static int propose(engine_t *e, int *n_cand)
             s->n_generated == 0 || s->sq.n_tokens - s->sq.n_computed != 1)
             continue;
         ereq *q = s->req;
-        if (q->spec_k < 0 || (q->sp.temperature == 0.0f && !greedy_ok))
+        if (q->params.spec_tokens < 0 || (q->params.sp.temperature == 0.0f && !greedy_ok))
             continue;
-        int k_max = q->spec_k > 0 && q->spec_k < e->o.spec.k ? q->spec_k : e->o.spec.k;
-        int left = q->max_tokens - s->n_generated - 1; /* the step adds drafts + 1 */
+        int k_max = q->params.spec_tokens > 0 && q->params.spec_tokens < e->o.spec.k
+                        ? q->params.spec_tokens
+                        : e->o.spec.k;
+        int left = q->params.max_tokens - s->n_generated - 1; /* the step adds drafts + 1 */
         k_max = left < k_max ? left : k_max;
         int k = k_max > 0 ? spec_adapt_k(&s->adapt, k_max) : 0;
         if (k <= 0)
             continue;
         e->cand[n] = (spec_seq){.slot = i, .tokens = s->tokens, .n_tokens = s->sq.n_tokens,
-                                .n_prompt = q->n_prompt, .k = k, .sp = &q->sp,
+                                .n_prompt = q->n_prompt, .k = k, .sp = &q->params.sp,
                                 .rng = &s->draft_rng,
                                 .q = e->spec_q ? e->spec_q + (size_t)n * qstride : NULL};
         e->cand_seq[n++] = s;
@@ -508,11 +496,11 @@ static int verify(engine_t *e, eseq *s, const float *lg, sample_result *res, int
     int a = 0, rc = DERAS_OK;
     for (int j = 0; j <= k; j++) {
         const float *row = lg + (size_t)j * V;
-        sample_history h = {s->tokens, q->n_prompt, s->tokens + q->n_prompt, s->n_generated + j};
+        sample_history h = history(s, j);
         sample_result *r = &res[j];
-        if (j == k || q->sp.temperature == 0.0f) {
+        if (j == k || q->params.sp.temperature == 0.0f) {
             /* the target's own choice: greedy, or the position after the last draft */
-            if ((rc = sampler_sample(e->sampler, row, &q->sp, &s->rng, &h, r)))
+            if ((rc = sampler_sample(e->sampler, row, &q->params.sp, &s->rng, &h, r)))
                 return rc;
             if (j < k && r->token == s->tokens[base + j]) {
                 a++;
@@ -520,12 +508,12 @@ static int verify(engine_t *e, eseq *s, const float *lg, sample_result *res, int
             }
             break;
         }
-        if ((rc = sampler_probs(e->sampler, row, &q->sp, &h, e->p_buf)))
+        if ((rc = sampler_probs(e->sampler, row, &q->params.sp, &h, e->p_buf)))
             return rc;
         bool accepted;
         int32_t t = spec_accept_or_resample(e->p_buf, s->q ? s->q + (size_t)j * V : NULL, V,
                                             s->tokens[base + j], &s->rng, &accepted);
-        sampler_logprobs(e->sampler, row, q->sp.n_logprobs, t, r);
+        sampler_logprobs(e->sampler, row, q->params.sp.n_logprobs, t, r);
         if (!accepted)
             break;
         a++;
@@ -556,7 +544,7 @@ int engine_step(engine_t *e, int *n_tokens)
         if (e->cand_seq[c]->sq.n_scheduled == 0)
             sched_spec_drop(&e->cand_seq[c]->sq);
     e->st.preemptions += (uint64_t)preempted;
-    step_plan *p = e->plan;
+    step_plan_t *p = e->plan;
     if (p->n_seqs > 0) {
         model_batch bt;
         step_plan_batch(p, &bt);
@@ -605,7 +593,7 @@ int engine_step(engine_t *e, int *n_tokens)
                 ;
             continue;
         }
-        bool first = s->index == 0 && s->n_generated == 0 && s->req->n > 1;
+        bool first = s->index == 0 && s->n_generated == 0 && s->req->params.n > 1;
         if (first && (rc = fork_parked(e, s, lg)))
             return rc;
         if ((rc = sample_into(e, s, lg)))

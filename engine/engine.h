@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.h - one worker's inference engine: requests in, tokens out, one step at a time.
  *
  * engine_add() queues a request (token ids, sampling parameters, n samples, limits);
@@ -10,7 +11,9 @@
  * Stop conditions handled here: the request's stop token ids, the model's end-of-
  * generation ids (unless ignore_eos), max_tokens and the context limit. Stop strings are
  * text and live with the detokenizer (router, `deras generate`), which aborts the request
- * when one matches.
+ * when one matches. min_tokens (vLLM's): before a sample has that many tokens the sampler
+ * cannot draw a stop or end-of-generation token, and none would end it; the detokenizer
+ * side looks for stop strings only after them.
  *
  * Speculative decoding (engine_opts.spec, see speculative.h): before scheduling, each
  * decoding sequence may get k drafts from the proposer; the step verifies them with the
@@ -29,42 +32,28 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/request/finish_reason.h"
+#include "common/request/req_params.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 
 struct step_plan;
 
-#define ENGINE_MAX_N 16
-
-typedef enum engine_finish {
-    ENGINE_FINISH_STOP = 0,   /* a stop token or end-of-generation token */
-    ENGINE_FINISH_LENGTH = 1, /* max_tokens or the context limit */
-    ENGINE_FINISH_ABORT = 2,  /* engine_abort() */
-} engine_finish;
-
-/* Stable lowercase name: "stop", "length", "abort". */
-const char *engine_finish_name(engine_finish f);
-
 typedef struct engine_request {
     uint64_t id;              /* caller's id, unique among live requests */
     const int32_t *prompt;    /* copied */
     int n_prompt;
-    sampling_params sp;
-    uint64_t seed;            /* sample i draws from seed + i */
-    int max_tokens;
-    int n;                    /* samples, 1 .. ENGINE_MAX_N */
-    const int32_t *stop_ids;  /* copied; at most 16 */
-    int n_stop_ids;
-    bool ignore_eos;
-    int spec_k;               /* drafts per step at most: 0 the engine's k, -1 no speculation */
+    req_params params;        /* samples, limits, stops, seed, sampling (copied); its
+                                 spec_tokens 0 means the engine's k */
 } engine_request;
 
 /* How a sample ended, as on_finish reports it. */
 typedef struct engine_sample_end {
-    engine_finish why;
+    finish_reason why;        /* FINISH_STOP (a stop or end-of-generation token),
+                                 FINISH_LENGTH (max_tokens, the context), FINISH_ABORT */
     int n_prompt, n_generated;
-    spec_stats spec;          /* this sample's drafts verified, drafts accepted, verifications */
+    spec_counters spec;       /* this sample's drafts verified, drafts accepted, verifications */
 } engine_sample_end;
 
 typedef struct engine_callbacks {
@@ -108,7 +97,7 @@ typedef struct engine_stats {
     uint64_t computed_tokens;  /* tokens run through the model (prefill + recompute + decode) */
     uint64_t generated_tokens;
     uint64_t prefix_query_tokens, prefix_hit_tokens;
-    spec_stats spec;           /* drafts verified, drafts accepted, verifications */
+    spec_counters spec;        /* drafts verified, drafts accepted, verifications */
 } engine_stats;
 
 typedef struct engine engine_t;
@@ -118,13 +107,13 @@ typedef struct engine engine_t;
 int engine_new(model_t *m, const engine_opts *o, engine_t **out);
 void engine_destroy(engine_t **e);
 
-/* Queue a request. DERAS_ERANGE (message starting "context_length_exceeded") if prompt +
- * max_tokens exceeds max_model_len; DERAS_EBUSY if n more sequences do not fit in
- * max_live_seqs; DERAS_EINVAL / DERAS_ERANGE for bad ids or parameters; DERAS_EINVAL for an
- * id already live. O(n_prompt). */
+/* Queue a request. DERAS_ECONTEXT if prompt + max_tokens exceeds max_model_len;
+ * DERAS_EBUSY if n more sequences do not fit in max_live_seqs; DERAS_EINVAL /
+ * DERAS_ERANGE for bad ids or parameters; DERAS_EINVAL for an id already live.
+ * O(n_prompt). */
 int engine_add(engine_t *e, const engine_request *r);
 
-/* End every sample of request `id` with ENGINE_FINISH_ABORT (callbacks run) and free its
+/* End every sample of request `id` with FINISH_ABORT (callbacks run) and free its
  * blocks at once. DERAS_ENOTFOUND if it is not live. */
 int engine_abort(engine_t *e, uint64_t id);
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampler.c - logits processors and sampling (see sampler.h for the pipeline and costs).
  *
  * Candidate sets are index arrays into a working copy of the logits. Selection of the k
@@ -26,37 +27,8 @@ struct sampler {
 
 void sampling_params_default(sampling_params *p)
 {
-    memset(p, 0, sizeof *p);
-    p->top_p = 1.0f;
-    p->repetition_penalty = 1.0f;
-}
-
-#define RANGE(cond, ...)                                    \
-    do {                                                    \
-        if (!(cond))                                        \
-            return deras_fail(DERAS_ERANGE, __VA_ARGS__);   \
-    } while (0)
-
-int sampling_params_validate(const sampling_params *p, int vocab)
-{
-    RANGE(isfinite(p->temperature) && p->temperature >= 0.0f && p->temperature <= 100.0f,
-          "temperature must be in [0, 100], got %g", p->temperature);
-    RANGE(p->top_k >= 0 && p->top_k <= vocab, "top_k must be in [0, %d] (0: off), got %d", vocab,
-          p->top_k);
-    RANGE(isfinite(p->top_p) && p->top_p > 0.0f && p->top_p <= 1.0f,
-          "top_p must be in (0, 1], got %g", p->top_p);
-    RANGE(isfinite(p->min_p) && p->min_p >= 0.0f && p->min_p <= 1.0f,
-          "min_p must be in [0, 1], got %g", p->min_p);
-    RANGE(isfinite(p->repetition_penalty) && p->repetition_penalty > 0.0f &&
-              p->repetition_penalty <= 10.0f,
-          "repetition_penalty must be in (0, 10], got %g", p->repetition_penalty);
-    RANGE(isfinite(p->presence_penalty) && fabsf(p->presence_penalty) <= 2.0f,
-          "presence_penalty must be in [-2, 2], got %g", p->presence_penalty);
-    RANGE(isfinite(p->frequency_penalty) && fabsf(p->frequency_penalty) <= 2.0f,
-          "frequency_penalty must be in [-2, 2], got %g", p->frequency_penalty);
-    RANGE(p->n_logprobs >= 0 && p->n_logprobs <= SAMPLER_MAX_LOGPROBS,
-          "logprobs must be in [0, %d], got %d", SAMPLER_MAX_LOGPROBS, p->n_logprobs);
-    return DERAS_OK;
+    sampling_params_init(p);
+    p->temperature = 0.0f;
 }
 
 static uint64_t splitmix64(uint64_t *x)
@@ -92,21 +64,28 @@ double sampler_rng_uniform(sampler_rng *r)
     return (double)(result >> 11) * 0x1.0p-53;
 }
 
-sampler_t *sampler_new(int vocab)
+int sampler_new(int vocab, sampler_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "sampler_new: NULL out");
+    *out = NULL;
     if (vocab <= 0)
-        return NULL;
+        return deras_fail(DERAS_EINVAL, "sampler_new: vocab %d must be positive", vocab);
     sampler_t *s = calloc(1, sizeof *s);
     if (!s)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "sampler_new: out of memory");
     s->vocab = vocab;
     s->work = malloc((size_t)vocab * sizeof(float));
     s->idx = malloc((size_t)vocab * sizeof(int32_t));
     s->counts = calloc((size_t)vocab, sizeof(int32_t));
     s->seen = calloc((size_t)vocab, 1);
-    if (!s->work || !s->idx || !s->counts || !s->seen)
+    if (!s->work || !s->idx || !s->counts || !s->seen) {
         sampler_destroy(&s);
-    return s;
+        return deras_fail(DERAS_ENOMEM, "sampler_new: out of memory for a vocabulary of %d",
+                          vocab);
+    }
+    *out = s;
+    return DERAS_OK;
 }
 
 void sampler_destroy(sampler_t **sp)
@@ -249,20 +228,37 @@ static int32_t draw(const float *w, const int32_t *idx, int n, float mx, double 
     return idx[n - 1]; /* u landed on the rounding slack at the very top */
 }
 
-/* Penalties into the working copy, then at temperature > 0 the candidate set: temperature,
- * min-p, top-k, top-p. Leaves s->idx[0..*n) holding the candidates, *mx the largest
- * scaled logit and *z the candidates' mass sum(exp(w - mx)). */
+/* The logit bias, then min_tokens: the stop tokens at -inf while the output is short. */
+static void apply_bias_and_min_tokens(sampler_t *s, const sampling_params *p,
+                                      const sample_history *h)
+{
+    float *w = s->work;
+    const logit_bias *b = &p->logit_bias;
+    for (int i = 0; i < b->n; i++)
+        if (b->ids[i] >= 0 && b->ids[i] < s->vocab)
+            w[b->ids[i]] += b->bias[i];
+    if (h && h->n_output < p->min_tokens)
+        for (int i = 0; i < h->n_stops; i++)
+            if (h->stops[i] >= 0 && h->stops[i] < s->vocab)
+                w[h->stops[i]] = -INFINITY;
+}
+
+/* Bias and penalties into the working copy, then (unless greedy) the candidate set:
+ * temperature, min-p, top-k, top-p. Leaves s->idx[0..*n) holding the candidates, *mx the
+ * largest scaled logit and *z the candidates' mass sum(exp(w - mx)). */
 static void process(sampler_t *s, const float *logits, const sampling_params *p,
-                    const sample_history *hist, int *n_out, float *mx_out, double *z_out)
+                    const sample_history *hist, bool greedy, int *n_out, float *mx_out,
+                    double *z_out)
 {
     const int V = s->vocab;
     float *w = s->work;
     memcpy(w, logits, (size_t)V * sizeof(float));
+    apply_bias_and_min_tokens(s, p, hist);
     bool penalties = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
                      p->frequency_penalty != 0.0f;
     if (penalties && hist)
         apply_penalties(s, p, hist);
-    if (p->temperature == 0.0f)
+    if (greedy || p->temperature == 0.0f)
         return;
     const float inv_t = 1.0f / p->temperature;
     float mx = -INFINITY;
@@ -273,8 +269,8 @@ static void process(sampler_t *s, const float *logits, const sampling_params *p,
     /* min-p: keep p_i >= min_p * p_max, i.e. w_i >= mx + log(min_p) */
     const float floor_w = p->min_p > 0.0f ? mx + logf(p->min_p) : -INFINITY;
     int n = 0;
-    for (int i = 0; i < V; i++)
-        if (w[i] >= floor_w)
+    for (int i = 0; i < V; i++) /* a token at -inf (min_tokens, a bias) is never a candidate */
+        if (w[i] >= floor_w && w[i] > -INFINITY)
             s->idx[n++] = i;
     if (p->top_k > 0 && p->top_k < n) {
         select_top(w, s->idx, n, p->top_k);
@@ -332,7 +328,7 @@ int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, 
     int n = 0;
     float mx = 0.0f;
     double z = 0.0;
-    process(s, logits, p, hist, &n, &mx, &z);
+    process(s, logits, p, hist, false, &n, &mx, &z);
     if (p->temperature == 0.0f)
         out->token = argmax(s->work, s->vocab);
     else
@@ -349,7 +345,7 @@ int sampler_probs(sampler_t *s, const float *logits, const sampling_params *p,
     int n = 0;
     float mx = 0.0f;
     double z = 0.0;
-    process(s, logits, p, hist, &n, &mx, &z);
+    process(s, logits, p, hist, false, &n, &mx, &z);
     memset(probs, 0, (size_t)s->vocab * sizeof(float));
     for (int i = 0; i < n; i++)
         probs[s->idx[i]] = (float)(exp((double)(s->work[s->idx[i]] - mx)) / z);
@@ -359,12 +355,10 @@ int sampler_probs(sampler_t *s, const float *logits, const sampling_params *p,
 int32_t sampler_greedy(sampler_t *s, const float *logits, const sampling_params *p,
                        const sample_history *hist)
 {
-    sampling_params g = *p;
-    g.temperature = 0.0f;
     int n = 0;
     float mx = 0.0f;
     double z = 0.0;
-    process(s, logits, &g, hist, &n, &mx, &z);
+    process(s, logits, p, hist, true, &n, &mx, &z);
     return argmax(s->work, s->vocab);
 }
 

@@ -1,6 +1,9 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampler.h - turning a row of logits into the next token, per request's sampling parameters.
  *
- * The pipeline, in this order (vLLM's): repetition penalty (prompt and output tokens;
+ * The pipeline, in this order (vLLM's): the logit bias (OpenAI's: added to the raw
+ * logits), min_tokens (the tokens that would end the sample cannot be drawn before
+ * min_tokens outputs), repetition penalty (prompt and output tokens;
  * positive logits divided, negative multiplied), presence and frequency penalties (output
  * tokens only, OpenAI semantics), then either greedy argmax (temperature 0; ties go to the
  * lowest id), or temperature scaling, top-k, top-p (nucleus), min-p, and a draw from the
@@ -9,7 +12,8 @@
  * depend on sampling settings; the chosen token's logprob and the top-N are reported.
  *
  * A sampler_t holds scratch sized for the vocabulary and is reused for every row: sampling
- * allocates nothing. Cost per row: O(vocab) plus O(k log k) for the k candidates kept;
+ * allocates nothing (the bias and the stop tokens are applied in place, O(entries)). Cost
+ * per row: O(vocab) plus O(k log k) for the k candidates kept;
  * top-p without top-k first tries the 1,024 most likely tokens and sorts the whole
  * vocabulary only if they hold less than top_p of the mass.
  */
@@ -19,24 +23,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SAMPLER_MAX_LOGPROBS 20
+#include "common/request/sampling.h"
 
-typedef struct sampling_params {
-    float temperature;        /* 0: greedy; else > 0 */
-    int top_k;                /* 0: off */
-    float top_p;              /* 1: off; (0, 1] */
-    float min_p;              /* 0: off; [0, 1] */
-    float repetition_penalty; /* 1: off; > 0 */
-    float presence_penalty;   /* 0: off; [-2, 2] */
-    float frequency_penalty;  /* 0: off; [-2, 2] */
-    int n_logprobs;           /* top-N logprobs to report, 0 .. SAMPLER_MAX_LOGPROBS */
-} sampling_params;
-
-/* Greedy with every processor off. */
+/* Greedy with every processor off: the table's defaults (common/request/sampling.h, which
+ * also validates) at temperature 0. */
 void sampling_params_default(sampling_params *p);
-
-/* Check ranges and finiteness; DERAS_ERANGE naming the field and its bounds. */
-int sampling_params_validate(const sampling_params *p, int vocab);
 
 /* A request's random stream (xoshiro256**). The same seed gives the same draws, whatever
  * else runs in the batch. */
@@ -52,25 +43,30 @@ typedef struct sample_result {
     int32_t token;
     float logprob;                              /* of token, raw distribution */
     int n_top;
-    int32_t top_ids[SAMPLER_MAX_LOGPROBS];      /* most likely first */
-    float top_logprobs[SAMPLER_MAX_LOGPROBS];
+    int32_t top_ids[SAMPLING_MAX_LOGPROBS];     /* most likely first */
+    float top_logprobs[SAMPLING_MAX_LOGPROBS];
 } sample_result;
 
-/* Token history the penalties look at. */
+/* Token history the penalties look at, and the tokens that would end the sample (stop ids,
+ * end of generation) that min_tokens holds back while n_output < min_tokens. */
 typedef struct sample_history {
     const int32_t *prompt;
     int n_prompt;
     const int32_t *output;
     int n_output;
+    const int32_t *stops;     /* NULL: none */
+    int n_stops;
 } sample_history;
 
 typedef struct sampler sampler_t;
 
-sampler_t *sampler_new(int vocab);
+/* A sampler for `vocab` logits, its scratch sized once: DERAS_EINVAL for vocab < 1,
+ * DERAS_ENOMEM. O(vocab). */
+int sampler_new(int vocab, sampler_t **out);
 void sampler_destroy(sampler_t **s);
 
 /* Sample one token from `logits` (vocab entries, left unchanged: processing happens in the
- * sampler's scratch). `hist` may be NULL when no penalty is set. */
+ * sampler's scratch). `hist` may be NULL when no penalty and no min_tokens is set. */
 int sampler_sample(sampler_t *s, const float *logits, const sampling_params *p, sampler_rng *rng,
                    const sample_history *hist, sample_result *out);
 

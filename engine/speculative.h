@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* speculative.h - speculative decoding: draft proposers and the verification rule.
  *
  * A proposer guesses the next k tokens of a sequence cheaply; the target model scores the
@@ -48,6 +49,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/request/spec_counters.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 
@@ -131,10 +133,6 @@ typedef struct spec_seq {
     int n_drafts;                /* out: drafts written (0 .. k) */
     bool q_valid;                /* out: q holds the draft distributions (else point masses) */
 } spec_seq;
-
-typedef struct spec_stats {
-    uint64_t proposed, accepted, verifications;
-} spec_stats;
 
 typedef struct spec_proposer spec_proposer_t;
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frontend.c - the client socket: frames in, validation, admission, replies out.
  *
  * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,
@@ -153,10 +154,18 @@ static uint64_t random_seed(void)
 static enum proto_error_code check_request(router_t *rt, const proto_request *q,
                                            const int32_t **ids, int *n_ids, char *msg, size_t cap)
 {
-    for (int i = 0; i < q->n_stop_ids; i++)
-        if (q->stop_ids[i] < 0 || q->stop_ids[i] >= rt->vocab_size) {
+    const req_params *p = &q->params;
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= rt->vocab_size) {
             snprintf(msg, cap, "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
-                     (int)q->stop_ids[i], rt->vocab_size);
+                     (int)p->stop_ids[i], rt->vocab_size);
+            return PE_TOKEN_OUT_OF_RANGE;
+        }
+    const logit_bias *b = &p->sp.logit_bias;
+    for (int i = 0; i < b->n; i++)
+        if (b->ids[i] >= rt->vocab_size) { /* the decoder refused negative ids */
+            snprintf(msg, cap, "logit_bias token %d is outside the vocabulary [0, %d)",
+                     (int)b->ids[i], rt->vocab_size);
             return PE_TOKEN_OUT_OF_RANGE;
         }
     for (int i = 0; i < q->n_stops; i++)
@@ -192,12 +201,12 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
         snprintf(msg, cap, "the prompt is empty (0 tokens)");
         return PE_INVALID_FIELD;
     }
-    int64_t need = (int64_t)*n_ids + q->max_tokens;
+    int64_t need = (int64_t)*n_ids + p->max_tokens;
     if (need > rt->ctx_len) {
         snprintf(msg, cap,
                  "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model's context of %d "
                  "tokens",
-                 *n_ids, q->max_tokens, (long long)need, rt->ctx_len);
+                 *n_ids, p->max_tokens, (long long)need, rt->ctx_len);
         return PE_CONTEXT_LENGTH_EXCEEDED;
     }
     return PE_NONE;
@@ -228,7 +237,8 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         return;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */
-    if (q->n <= rt->o.max_queued_requests && dispatch_check(rt->disp, q->n, 0)) {
+    const int n = q->params.n;
+    if (n <= rt->o.max_queued_requests && dispatch_check(rt->disp, n, 0)) {
         refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
@@ -239,8 +249,8 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         refuse(rt, ident, ident_len, delim, q->id, code, msg);
         return;
     }
-    if (q->n > rt->o.max_queued_requests) {
-        snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", q->n,
+    if (n > rt->o.max_queued_requests) {
+        snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", n,
                  rt->o.max_queued_requests);
         refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
@@ -251,13 +261,13 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
         return;
     }
-    if (dispatch_check(rt->disp, q->n, n_ids)) {
+    if (dispatch_check(rt->disp, n, n_ids)) {
         refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
         return;
     }
 
-    rq *r = rq_new(rt->rqs);
-    if (!r || rq_reserve_prompt(r, n_ids))
+    rq_t *r;
+    if (rq_acquire(rt->rqs, &r) || rq_reserve_prompt(r, n_ids))
         goto nomem;
     int64_t now = router_now_us();
     memcpy(r->ident, ident, (size_t)ident_len);
@@ -267,23 +277,10 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     snprintf(r->id, sizeof r->id, "%s", q->id);
     memcpy(r->prompt, ids, (size_t)n_ids * sizeof *ids);
     r->n_prompt = n_ids;
-    r->max_tokens = q->max_tokens;
-    r->n = q->n;
-    r->top_k = q->top_k;
-    r->logprobs = q->logprobs;
-    r->temperature = q->temperature;
-    r->top_p = q->top_p;
-    r->min_p = q->min_p;
-    r->repetition_penalty = q->repetition_penalty;
-    r->presence_penalty = q->presence_penalty;
-    r->frequency_penalty = q->frequency_penalty;
-    r->has_seed = q->has_seed;
-    r->seed = q->has_seed ? q->seed : random_seed();
+    r->params = q->params;
+    if (!q->has_seed)
+        r->params.seed = random_seed();
     r->stream = q->stream;
-    r->ignore_eos = q->ignore_eos;
-    r->spec_tokens = q->num_speculative_tokens;
-    r->n_stop_ids = q->n_stop_ids;
-    memcpy(r->stop_ids, q->stop_ids, (size_t)q->n_stop_ids * sizeof q->stop_ids[0]);
     r->n_stops = q->n_stops;
     for (int i = 0; i < q->n_stops; i++) {
         memcpy(r->stops[i], q->stops[i], q->stop_lens[i]);
@@ -306,8 +303,8 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     else if (rt->o.log_prompts)
         log_info("request '%s': %d prompt token ids", r->id, n_ids);
     else
-        log_debug("request '%s': %d prompt tokens, n %d, max_tokens %d%s", r->id, n_ids, r->n,
-                  r->max_tokens, r->stream ? ", stream" : "");
+        log_debug("request '%s': %d prompt tokens, n %d, max_tokens %d%s", r->id, n_ids,
+                  r->params.n, r->params.max_tokens, r->stream ? ", stream" : "");
     dispatch_run(rt->disp, now);
     return;
 nomem:
@@ -321,7 +318,7 @@ static void handle_cancel(router_t *rt, const uint8_t *ident, int ident_len, boo
                           const char *id)
 {
     rt->st.cancels++;
-    rq *r = rq_find_key(rt->rqs, ident, ident_len, id);
+    rq_t *r = rq_find_key(rt->rqs, ident, ident_len, id);
     if (!r) {
         char msg[160];
         snprintf(msg, sizeof msg, "no live request '%s' on this connection", id);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - deras-router: options, signals, start-up, the event loop, shutdown.
  *
  * One thread, one zmq_poll loop over the client socket, the worker socket, their
@@ -131,29 +132,16 @@ static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int
     return DERAS_OK;
 }
 
-/* Is this tcp:// address bound to loopback only? */
-static bool tcp_loopback(const char *addr)
-{
-    char host[ROUTER_ADDR_MAX];
-    snprintf(host, sizeof host, "%s", addr + 6);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = '\0';
-    char *h = host;
-    size_t n = strlen(h);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h[n - 1] = '\0';
-        h++;
-    }
-    return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1") || !strcmp(h, "lo");
-}
-
 static int check_addr(const router_opts *o, const char *what, const char *addr, bool curve)
 {
     if (strncmp(addr, "tcp://", 6) && strncmp(addr, "ipc://", 6))
         return deras_fail(DERAS_EINVAL, "%s %s: only tcp:// and ipc:// addresses are served", what,
                           addr);
-    if (!strncmp(addr, "tcp://", 6) && !tcp_loopback(addr) && !curve && !o->allow_insecure_bind)
+    bool loopback = true;
+    int rc;
+    if (!strncmp(addr, "tcp://", 6) && (rc = endpoint_tcp_loopback(addr, &loopback)))
+        return deras_fail_ctx(rc, "%s: ", what);
+    if (!loopback && !curve && !o->allow_insecure_bind)
         return deras_fail(DERAS_EINVAL,
                           "%s %s: binding tcp beyond loopback without CURVE lets anyone on the "
                           "network in; use --curve-secret-key/--curve-allow, or "
@@ -174,6 +162,10 @@ static int check_admin(const router_opts *o)
     if (strncmp(o->admin, "tcp://", 6))
         return deras_fail(DERAS_EINVAL, "--admin %s: only tcp:// and ipc:// addresses are served",
                           o->admin);
+    char host[256];
+    int port, rc = endpoint_tcp_parse(o->admin, host, sizeof host, &port);
+    if (rc)
+        return deras_fail_ctx(rc, "--admin: ");
     if (!o->curve_secret_file || !o->admin_curve_allow_file)
         return deras_fail(DERAS_EINVAL,
                           "--admin %s: a tcp admin socket needs CURVE: --curve-secret-key "
@@ -381,17 +373,17 @@ static int start(router_t *rt)
         (rc = curve_load(rt->o.curve_secret_file, rt->o.admin_curve_allow_file, "deras-admin",
                          &rt->admin_curve)))
         return rc;
-    if (!(rt->pdec = proto_decoder_new(&rt->lim)) || !(rt->penc = proto_encoder_new()) ||
-        !(rt->wdec = wp_decoder_new(16u << 20)) || !(rt->wenc = wp_encoder_new()) ||
-        !(rt->rqs = rq_table_new(rt->tok)) || !(rt->metrics = metrics_new()) ||
-        !(rt->workers = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms,
-                                    rt->o.stuck_timeout_ms)))
-        return deras_fail(DERAS_ENOMEM, "out of memory at start-up");
+    if ((rc = proto_decoder_new(&rt->lim, &rt->pdec)) || (rc = proto_encoder_new(&rt->penc)) ||
+        (rc = wp_decoder_new(16u << 20, &rt->wdec)) || (rc = wp_encoder_new(&rt->wenc)) ||
+        (rc = rq_table_new(rt->tok, &rt->rqs)) || (rc = metrics_new(&rt->metrics)) ||
+        (rc = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms,
+                          rt->o.stuck_timeout_ms, &rt->workers)))
+        return rc;
     dispatch_opts d = {.max_queued_requests = rt->o.max_queued_requests,
                        .max_queued_tokens = rt->o.max_queued_tokens,
                        .no_workers_wait_ms = rt->o.no_workers_wait_ms};
-    if (!(rt->disp = dispatch_new(rt->workers, rt->rqs, &d, wlink_submit, relay_fail_cb, rt)))
-        return DERAS_ENOMEM;
+    if ((rc = dispatch_new(rt->workers, rt->rqs, &d, wlink_submit, relay_fail_cb, rt, &rt->disp)))
+        return rc;
     if ((rc = prepare_ipc(rt->o.listen, ipc_files[0])) ||
         (rc = prepare_ipc(rt->o.workers, ipc_files[1])) ||
         (rc = prepare_ipc(rt->o.admin, ipc_files[2])))
@@ -483,7 +475,7 @@ static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
     for (int i = 0; i < 4; i++)
         if (timers[i] < t)
             t = timers[i];
-    rq *r = rq_next_deadline(rt->rqs);
+    rq_t *r = rq_next_deadline(rt->rqs);
     if (r && r->deadline_us < t)
         t = r->deadline_us;
     if (rt->draining && rt->drain_deadline_us < t)
@@ -497,8 +489,8 @@ static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
 /* End every live request with shutting_down (the drain ran out, or a second signal). */
 static void end_all(router_t *rt, const char *msg)
 {
-    rq *next;
-    for (rq *r = rq_first(rt->rqs); r; r = next) {
+    rq_t *next;
+    for (rq_t *r = rq_first(rt->rqs); r; r = next) {
         next = rq_next(rt->rqs, r);
         relay_fail(rt, r, PE_SHUTTING_DOWN, msg);
     }

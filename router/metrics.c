@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.c - request counters, fixed-bucket histograms, Prometheus text (see metrics.h).
  *
  * A histogram keeps one count per bucket (not cumulative) plus the sum and the count;
@@ -17,9 +18,6 @@
 #include <string.h>
 
 #include "common/base/status.h"
-
-enum { F_STOP, F_LENGTH, F_ABORT, F_ERROR, F_N };
-static const char *const finish_names[F_N] = {"stop", "length", "abort", "error"};
 
 typedef struct hist {
     const char *name, *help;
@@ -44,7 +42,7 @@ _Static_assert(N_OF(ttft_le) <= METRICS_MAX_BUCKETS && N_OF(tpot_le) <= METRICS_
                "bucket bounds fit a histogram");
 
 struct metrics {
-    uint64_t finished[F_N];
+    uint64_t finished[FINISH_N];  /* by finish reason; FINISH_ERROR counts error replies */
     uint64_t prompt_tokens, generation_tokens;
     hist ttft, tpot, e2e, queue;
 
@@ -72,13 +70,13 @@ static void observe(hist *h, double v)
     h->count++;
 }
 
-metrics_t *metrics_new(void)
+int metrics_new(metrics_t **out)
 {
-    metrics_t *m = calloc(1, sizeof *m);
-    if (!m) {
-        deras_fail(DERAS_ENOMEM, "metrics_new: out of memory");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "metrics_new: NULL out");
+    metrics_t *m = *out = calloc(1, sizeof *m);
+    if (!m)
+        return deras_fail(DERAS_ENOMEM, "metrics_new: out of memory");
     hist_init(&m->ttft, "deras_time_to_first_token_seconds",
               "Time from receipt of a request to the first token of a sample, observed when "
               "the sample ends.", ttft_le, N_OF(ttft_le));
@@ -90,7 +88,7 @@ metrics_t *metrics_new(void)
     hist_init(&m->queue, "deras_request_queue_time_seconds",
               "Time a request waited in the router's queue before its (last) dispatch.", e2e_le,
               N_OF(e2e_le));
-    return m;
+    return DERAS_OK;
 }
 
 void metrics_destroy(metrics_t **mp)
@@ -102,15 +100,10 @@ void metrics_destroy(metrics_t **mp)
     *mp = NULL;
 }
 
-void metrics_sample_end(metrics_t *m, const char *finish_reason, int completion_tokens,
+void metrics_sample_end(metrics_t *m, finish_reason finish, int completion_tokens,
                         double ttft_s, double tpot_s, double e2e_s)
 {
-    int f = F_ABORT;
-    if (finish_reason && !strcmp(finish_reason, "stop"))
-        f = F_STOP;
-    else if (finish_reason && !strcmp(finish_reason, "length"))
-        f = F_LENGTH;
-    m->finished[f]++;
+    m->finished[(int)finish >= 0 && finish <= FINISH_LAST_SAMPLE ? finish : FINISH_ABORT]++;
     if (completion_tokens > 0)
         m->generation_tokens += (uint64_t)completion_tokens;
     if (ttft_s >= 0)
@@ -129,7 +122,7 @@ void metrics_request_end(metrics_t *m, int prompt_tokens, double queue_s)
 
 void metrics_request_error(metrics_t *m)
 {
-    m->finished[F_ERROR]++;
+    m->finished[FINISH_ERROR]++;
 }
 
 /* ---- rendering ---- */
@@ -201,8 +194,7 @@ static void render_hist(metrics_t *m, const hist *h)
 }
 
 typedef enum { WV_REQUESTS, WV_RUNNING, WV_WAITING, WV_KV, WV_TPS, WV_PREEMPT, WV_PQUERY,
-               WV_PHIT, WV_SERVED, WV_SPEC_PROPOSED, WV_SPEC_ACCEPTED, WV_SPEC_VERIFIED,
-               WV_N } worker_value;
+               WV_PHIT, WV_SERVED, WV_N } worker_value;
 
 static const struct {
     const char *name, *type, *help;
@@ -225,17 +217,9 @@ static const struct {
      "Prompt tokens found in the worker's prefix cache, since it started."},
     {"deras_worker_requests_dispatched_total", "counter",
      "Requests the router dispatched to the worker since it registered."},
-    {"deras_spec_draft_tokens_total", "counter",
-     "Speculative draft tokens the worker verified, by proposer, since it started."},
-    {"deras_spec_accepted_tokens_total", "counter",
-     "Speculative draft tokens that stood (acceptance rate: accepted / draft), since it "
-     "started."},
-    {"deras_spec_verifications_total", "counter",
-     "Sequence-steps that verified drafts (mean accepted length: accepted / verifications), "
-     "since it started."},
 };
 
-static void render_worker_value(metrics_t *m, const worker *k, worker_value v, const char *name)
+static void render_worker_value(metrics_t *m, const worker_t *k, worker_value v, const char *name)
 {
     const wp_load *l = &k->load;
     const char *series = worker_series[v].name;
@@ -264,15 +248,6 @@ static void render_worker_value(metrics_t *m, const worker *k, worker_value v, c
     case WV_SERVED:
         put(m, "%s{worker=\"%s\"} %llu\n", series, name, (unsigned long long)k->served);
         break;
-    case WV_SPEC_PROPOSED:
-    case WV_SPEC_ACCEPTED:
-    case WV_SPEC_VERIFIED:
-        put(m, "%s{worker=\"%s\",proposer=\"%s\"} %llu\n", series, name,
-            workers_spec_name(k),
-            (unsigned long long)(v == WV_SPEC_PROPOSED   ? l->spec_proposed
-                                 : v == WV_SPEC_ACCEPTED ? l->spec_accepted
-                                                         : l->spec_verifications));
-        break;
     case WV_N: break;
     }
 }
@@ -288,7 +263,7 @@ static void render_workers(metrics_t *m, workers_t *w)
         put(m, "deras_workers{state=\"%s\"} %d\n", state_names[s - W_STARTING], counts[s]);
     int running = 0;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        const worker *k = workers_at(w, i);
+        const worker_t *k = workers_at(w, i);
         if (workers_live(k))
             running += k->inflight_reqs;
     }
@@ -301,9 +276,21 @@ static void render_workers(metrics_t *m, workers_t *w)
     for (int v = 0; v < WV_N; v++) {
         head(m, worker_series[v].name, worker_series[v].type, worker_series[v].help);
         for (int i = 0; i < WORKERS_MAX; i++) {
-            const worker *k = workers_at(w, i);
+            const worker_t *k = workers_at(w, i);
             if (workers_live(k))
                 render_worker_value(m, k, (worker_value)v, label(k->name, name, sizeof name));
+        }
+    }
+    /* the speculation counters of the workers' loads, labelled by proposer */
+    for (int c = 0; c < SPEC_N_COUNTERS; c++) {
+        const spec_counter_info *ci = &spec_counter_table[c];
+        head(m, ci->metric, "counter", ci->help);
+        for (int i = 0; i < WORKERS_MAX; i++) {
+            const worker_t *k = workers_at(w, i);
+            if (workers_live(k))
+                put(m, "%s{worker=\"%s\",proposer=\"%s\"} %llu\n", ci->metric,
+                    label(k->name, name, sizeof name), workers_spec_name(k),
+                    (unsigned long long)spec_counter_get(&k->load.spec, c));
         }
     }
 }
@@ -328,8 +315,9 @@ int metrics_render(metrics_t *m, workers_t *w, const metrics_router *r, const ch
     head(m, "deras_requests_total", "counter",
          "Requests ended, by finish reason: one per sample final (stop, length, abort), one per "
          "request ended with an error reply (error).");
-    for (int f = 0; f < F_N; f++)
-        put(m, "deras_requests_total{finish_reason=\"%s\"} %llu\n", finish_names[f],
+    for (int f = 0; f < FINISH_N; f++)
+        put(m, "deras_requests_total{finish_reason=\"%s\"} %llu\n",
+            finish_reason_name((finish_reason)f),
             (unsigned long long)m->finished[f]);
     head(m, "deras_errors_total", "counter",
          "Error replies by code, to any client frame (requests and frames that failed "

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h - the router's request counters and latency histograms, and their rendering
  * as Prometheus text (exposition format 0.0.4) for GET /metrics and `derasctl metrics`.
  *
@@ -24,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/request/finish_reason.h"
 #include "common/wire/protocol.h"
 #include "router/workers.h"
 
@@ -40,14 +42,14 @@ typedef struct metrics_router {
     double start_time_s;              /* process start, seconds since the Unix epoch */
 } metrics_router;
 
-/* NULL on ENOMEM. */
-metrics_t *metrics_new(void);
+/* DERAS_ENOMEM. */
+int metrics_new(metrics_t **out);
 void metrics_destroy(metrics_t **m);
 
-/* A sample's final went out. finish_reason is "stop", "length" or "abort" (anything else
- * counts as "abort"); ttft_s and tpot_s < 0 when the sample produced no token (TTFT) or
+/* A sample's final went out, ending for `finish` (FINISH_STOP .. FINISH_LAST_SAMPLE; a
+ * value outside the enum counts as FINISH_ABORT); ttft_s and tpot_s < 0 when the sample produced no token (TTFT) or
  * fewer than two (TPOT). O(buckets). */
-void metrics_sample_end(metrics_t *m, const char *finish_reason, int completion_tokens,
+void metrics_sample_end(metrics_t *m, finish_reason finish, int completion_tokens,
                         double ttft_s, double tpot_s, double e2e_s);
 /* Every sample of a request ended with a final: its prompt tokens and time in the queue. */
 void metrics_request_end(metrics_t *m, int prompt_tokens, double queue_s);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.c - one sample's text: generated token ids in, text deltas out (see stream.h).
  *
  * The path of a token: detok_push writes the bytes it completes into `dt_out`; those go
@@ -27,6 +28,7 @@ struct stream {
     bool logprobs, stopped, finished;
     int stop_index;
     int n_tokens;             /* pushed since start */
+    int min_tokens;           /* the text of the first min_tokens tokens skips the matcher */
 
     char *text;               /* pending text */
     size_t n_text, text_cap;
@@ -36,29 +38,32 @@ struct stream {
     int lps_cap;
 };
 
-stream_t *stream_new(const tokenizer_t *t)
+int stream_new(const tokenizer_t *t, stream_t **out)
 {
-    if (!t) {
-        deras_fail(DERAS_EINVAL, "stream_new: NULL tokenizer");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "stream_new: NULL out");
+    *out = NULL;
+    if (!t)
+        return deras_fail(DERAS_EINVAL, "stream_new: NULL tokenizer");
+    int rc;
     stream_t *s = calloc(1, sizeof *s);
     if (!s)
         goto nomem;
     s->tok = t;
-    if (!(s->dt = detok_new(t, true, false)))
+    if ((rc = detok_new(t, true, false, &s->dt)))
         goto fail;
     s->dt_cap = detok_max_output(s->dt);
     s->sm_cap = PROTO_MAX_STOP_BYTES + STOP_MATCHER_MAX_PIECE;
     if (!(s->dt_out = malloc(s->dt_cap)) || !(s->sm_out = malloc(s->sm_cap)))
         goto nomem;
     s->stop_index = -1;
-    return s;
+    *out = s;
+    return DERAS_OK;
 nomem:
-    deras_fail(DERAS_ENOMEM, "stream_new: out of memory");
+    rc = deras_fail(DERAS_ENOMEM, "stream_new: out of memory");
 fail:
     stream_destroy(&s);
-    return NULL;
+    return rc;
 }
 
 void stream_destroy(stream_t **sp)
@@ -78,7 +83,7 @@ void stream_destroy(stream_t **sp)
 }
 
 int stream_start(stream_t *s, const char *const *stops, const size_t *lens, int n_stops,
-                 bool logprobs)
+                 bool logprobs, int min_tokens)
 {
     if (!s || n_stops < 0 || n_stops > PROTO_MAX_STOPS || (n_stops > 0 && (!stops || !lens)))
         return deras_fail(DERAS_EINVAL, "stream_start: bad arguments");
@@ -88,6 +93,7 @@ int stream_start(stream_t *s, const char *const *stops, const size_t *lens, int 
     s->stopped = s->finished = false;
     s->stop_index = -1;
     s->n_tokens = 0;
+    s->min_tokens = min_tokens;
     stream_take(s);
     if (n_stops == 0)
         return DERAS_OK;
@@ -149,12 +155,13 @@ static int reserve_id(stream_t *s)
     return DERAS_OK;
 }
 
-/* Pass n bytes of detokenized text through the stop matcher into the pending text. The
- * caller reserved n + PROTO_MAX_STOP_BYTES bytes: the matcher never releases more than
- * it was given plus what it held (less than the longest stop string). */
+/* Pass n bytes of detokenized text through the stop matcher into the pending text (past
+ * it while the stream has no more than min_tokens tokens: the matcher never saw those and
+ * holds nothing). The caller reserved n + PROTO_MAX_STOP_BYTES bytes: the matcher never
+ * releases more than it was given plus what it held (less than the longest stop string). */
 static int feed_text(stream_t *s, const char *txt, size_t n, bool flush)
 {
-    if (!s->sm) {
+    if (!s->sm || s->n_tokens <= s->min_tokens) {
         memcpy(s->text + s->n_text, txt, n);
         s->n_text += n;
         return DERAS_OK;

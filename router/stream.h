@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.h - one sample's text: generated token ids in, text deltas out.
  *
  * Each sample of a request owns a stream: its ids go through the incremental
@@ -26,16 +27,17 @@
 typedef struct stream stream_t;
 
 /* A stream detokenizing with t (borrowed; must outlive the stream). Special tokens
- * produce no text. NULL on allocation failure. */
-stream_t *stream_new(const tokenizer_t *t);
+ * produce no text. DERAS_EINVAL for a NULL t, DERAS_ENOMEM. */
+int stream_new(const tokenizer_t *t, stream_t **out);
 void stream_destroy(stream_t **s);
 
 /* Start a new sample: forget everything, install the n_stops stop strings (lens[i] bytes
  * each, non-empty, no NUL byte, at most PROTO_MAX_STOP_BYTES), keep logprobs when
- * `logprobs`. DERAS_EINVAL for a bad stop string, DERAS_ENOMEM. O(total stop bytes);
- * allocates only when there are stop strings. */
+ * `logprobs`. The request's min_tokens: stop strings are looked for only in the text of
+ * the tokens after the first min_tokens. DERAS_EINVAL for a bad stop string, DERAS_ENOMEM.
+ * O(total stop bytes); allocates only when there are stop strings. */
 int stream_start(stream_t *s, const char *const *stops, const size_t *lens, int n_stops,
-                 bool logprobs);
+                 bool logprobs, int min_tokens);
 
 /* Append one generated token (lp may be NULL). After a stop this is a no-op returning
  * DERAS_ECLOSED. An id outside the tokenizer's vocabulary adds no text. DERAS_ENOMEM if a

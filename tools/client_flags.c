@@ -1,4 +1,6 @@
-/* client_flags.c - flags shared by the router clients (see client_flags.h). */
+/* SPDX-License-Identifier: Apache-2.0 */
+/* client_flags.c - flags shared by the router clients (see client_flags.h). The sampling
+ * parameters' flags come from the table (tools/sampling_flags.h); the rest are here. */
 #include "tools/client_flags.h"
 
 #include <stdbool.h>
@@ -8,10 +10,11 @@
 
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "tools/sampling_flags.h"
 
 enum {
-    F_ADDRESS = 1000, F_CURVE, F_CURVE_KEY, F_TIMEOUT, F_MAXTOK, F_N, F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP,
-    F_PRES, F_FREQ, F_SEED, F_STOP, F_STOPID, F_IGNEOS, F_NOSPECIAL, F_DEADLINE, F_SPEC
+    F_ADDRESS = 1000, F_CURVE, F_CURVE_KEY, F_TIMEOUT, F_MAXTOK, F_N, F_SEED, F_STOP, F_STOPID,
+    F_IGNEOS, F_NOSPECIAL, F_DEADLINE, F_SPEC
 };
 
 static const struct option shared[] = {
@@ -21,13 +24,6 @@ static const struct option shared[] = {
     {"timeout", required_argument, 0, F_TIMEOUT},
     {"max-tokens", required_argument, 0, F_MAXTOK},
     {"n", required_argument, 0, F_N},
-    {"temperature", required_argument, 0, F_TEMP},
-    {"top-k", required_argument, 0, F_TOPK},
-    {"top-p", required_argument, 0, F_TOPP},
-    {"min-p", required_argument, 0, F_MINP},
-    {"repetition-penalty", required_argument, 0, F_REP},
-    {"presence-penalty", required_argument, 0, F_PRES},
-    {"frequency-penalty", required_argument, 0, F_FREQ},
     {"seed", required_argument, 0, F_SEED},
     {"stop", required_argument, 0, F_STOP},
     {"stop-token-id", required_argument, 0, F_STOPID},
@@ -49,13 +45,6 @@ static const char *const help[] = {
     "longest wait for the router, seconds (default 120)",
     "tokens to generate (default: the router's, 256)",
     "samples per request (default 1)",
-    "0 = greedy (default: the router's, 1)",
-    "top-k sampling, 0 = off",
-    "nucleus sampling (default 1)",
-    "min-p sampling (default 0)",
-    "repetition penalty (default 1)",
-    "presence penalty (default 0)",
-    "frequency penalty (default 0)",
     "sampling seed (same seed and inputs: same output)",
     "stop string, repeatable (at most 16)",
     "stop token, repeatable (at most 16)",
@@ -66,8 +55,12 @@ static const char *const help[] = {
     "                          speculation (default: the worker's)",
 };
 static const char *const arg_names[] = {
-    "A", "K", "FILE", "S", "N", "N", "T", "K", "P", "P", "R", "P", "F", "N", "TEXT", "ID", "", "", "MS", "K",
+    "A", "K", "FILE", "S", "N", "N", "N", "TEXT", "ID", "", "", "MS", "K",
 };
+
+/* Sampling flags (the table's) that no client takes: the clients do not show logprobs. */
+#define CLIENT_NO_SAMPLING "logprobs"
+
 
 static bool listed(const char *name, const struct option *own, const char *const *exclude)
 {
@@ -80,6 +73,20 @@ static bool listed(const char *name, const struct option *own, const char *const
     return false;
 }
 
+/* The sampling flags to leave out: CLIENT_NO_SAMPLING, the command's own options (its own
+ * wins) and its exclude list, NULL-terminated in out[cap]. */
+static void sampling_exclude(const struct option *own, const char *const *exclude,
+                             const char **out, int cap)
+{
+    int n = 0;
+    out[n++] = CLIENT_NO_SAMPLING;
+    for (int j = 0; own && own[j].name && n < cap - 1; j++)
+        out[n++] = own[j].name;
+    for (int j = 0; exclude && exclude[j] && n < cap - 1; j++)
+        out[n++] = exclude[j];
+    out[n] = NULL;
+}
+
 void client_flags_usage(FILE *f, const struct option *own, const char *const *exclude)
 {
     for (int i = 0; shared[i].name; i++) {
@@ -90,6 +97,11 @@ void client_flags_usage(FILE *f, const struct option *own, const char *const *ex
                  arg_names[i]);
         fprintf(f, "  %-23s %s\n", opt, help[i]);
     }
+    const char *skip[CLIENT_FLAGS_MAX_OPTIONS];
+    sampling_exclude(own, exclude, skip, CLIENT_FLAGS_MAX_OPTIONS);
+    sampling_params def;
+    sampling_params_init(&def); /* what the router applies to a flag not given */
+    sampling_flags_usage(f, &def, skip);
 }
 
 void client_flags_init(client_flags *f)
@@ -113,16 +125,9 @@ void client_flags_options(const struct option *own, const char *const *exclude,
     for (int i = 0; shared[i].name && n < CLIENT_FLAGS_MAX_OPTIONS - 1; i++)
         if (!listed(shared[i].name, own, exclude))
             out[n++] = shared[i];
-    out[n] = (struct option){0, 0, 0, 0};
-}
-
-static int set_float(const char *opt, const char *arg, double lo, double hi, float *out)
-{
-    double d;
-    if (cli_float(opt, arg, lo, hi, &d))
-        return -1;
-    *out = (float)d;
-    return 1;
+    const char *skip[CLIENT_FLAGS_MAX_OPTIONS];
+    sampling_exclude(own, exclude, skip, CLIENT_FLAGS_MAX_OPTIONS);
+    sampling_flags_options(skip, out, &n, CLIENT_FLAGS_MAX_OPTIONS);
 }
 
 static int set_int(const char *opt, const char *arg, long lo, long hi, int *out)
@@ -137,7 +142,11 @@ static int set_int(const char *opt, const char *arg, long lo, long hi, int *out)
 int client_flags_apply(client_flags *f, int c, const char *arg)
 {
     proto_request *r = &f->req;
+    req_params *q = &r->params;
     long l;
+    int rc = sampling_flags_apply(&q->sp, c, arg);
+    if (rc)
+        return rc;
     switch (c) {
     case F_ADDRESS: f->address = arg; return 1;
     case F_CURVE:
@@ -153,17 +162,10 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
         if (cli_float("--timeout", arg, 0.001, 1e6, &f->timeout_s))
             return -1;
         return 1;
-    case F_MAXTOK: return set_int("--max-tokens", arg, 1, 1 << 20, &r->max_tokens);
-    case F_N: return set_int("--n", arg, 1, PROTO_MAX_N, &r->n);
-    case F_TEMP: return set_float("--temperature", arg, 0, 100, &r->temperature);
-    case F_TOPK: return set_int("--top-k", arg, 0, 1 << 24, &r->top_k);
-    case F_TOPP: return set_float("--top-p", arg, 1e-9, 1, &r->top_p);
-    case F_MINP: return set_float("--min-p", arg, 0, 1, &r->min_p);
-    case F_REP: return set_float("--repetition-penalty", arg, 1e-9, 10, &r->repetition_penalty);
-    case F_PRES: return set_float("--presence-penalty", arg, -2, 2, &r->presence_penalty);
-    case F_FREQ: return set_float("--frequency-penalty", arg, -2, 2, &r->frequency_penalty);
+    case F_MAXTOK: return set_int("--max-tokens", arg, 1, 1 << 20, &q->max_tokens);
+    case F_N: return set_int("--n", arg, 1, REQ_MAX_N, &q->n);
     case F_SEED:
-        if (cli_u64("--seed", arg, &r->seed))
+        if (cli_u64("--seed", arg, &q->seed))
             return -1;
         r->has_seed = true;
         return 1;
@@ -177,15 +179,15 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
         r->stop_lens[r->n_stops++] = strlen(arg);
         return 1;
     case F_STOPID:
-        if (r->n_stop_ids == PROTO_MAX_STOP_IDS) {
-            fprintf(stderr, "--stop-token-id: at most %d\n", PROTO_MAX_STOP_IDS);
+        if (q->n_stop_ids == REQ_MAX_STOP_IDS) {
+            fprintf(stderr, "--stop-token-id: at most %d\n", REQ_MAX_STOP_IDS);
             return -1;
         }
         if (cli_int("--stop-token-id", arg, 0, INT32_MAX, &l))
             return -1;
-        r->stop_ids[r->n_stop_ids++] = (int32_t)l;
+        q->stop_ids[q->n_stop_ids++] = (int32_t)l;
         return 1;
-    case F_IGNEOS: r->ignore_eos = true; return 1;
+    case F_IGNEOS: q->ignore_eos = true; return 1;
     case F_NOSPECIAL: r->add_special_tokens = false; return 1;
     case F_DEADLINE:
         if (cli_int("--deadline-ms", arg, 1, 24L * 3600 * 1000, &l))
@@ -193,15 +195,15 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
         r->deadline_ms = l;
         return 1;
     case F_SPEC: /* the wire's 0 (no speculation) is the request's -1 */
-        if (cli_int("--num-speculative-tokens", arg, 0, PROTO_MAX_SPEC_TOKENS, &l))
+        if (cli_int("--num-speculative-tokens", arg, 0, REQ_MAX_SPEC_TOKENS, &l))
             return -1;
-        r->num_speculative_tokens = l == 0 ? -1 : (int)l;
+        q->spec_tokens = l == 0 ? -1 : (int)l;
         return 1;
     default: return 0;
     }
 }
 
-int client_flags_connect(const client_flags *f, int max_in_flight, deras_client **out)
+int client_flags_connect(const client_flags *f, int max_in_flight, deras_client_t **out)
 {
     char secret[41];
     int rc;
@@ -212,8 +214,8 @@ int client_flags_connect(const client_flags *f, int max_in_flight, deras_client 
         if ((rc = cli_read_secret_key(f->curve_key_file, secret)))
             return rc;
     }
-    *out = deras_client_new(&(deras_client_opts){
+    return deras_client_new(&(deras_client_opts){
         .address = f->address, .curve_server_key = f->curve_server_key,
-        .curve_secret_key = f->curve_key_file ? secret : NULL, .max_in_flight = max_in_flight});
-    return *out ? DERAS_OK : DERAS_EINVAL;
+        .curve_secret_key = f->curve_key_file ? secret : NULL, .max_in_flight = max_in_flight},
+        out);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_bench.c - `deras bench`: a load generator for deras-router.
  *
  * One thread, one client socket, many streaming requests in flight. The workload is fixed
@@ -98,7 +99,7 @@ typedef struct req_state {
 
 typedef struct bench {
     const bench_args *a;
-    deras_client *cl;
+    deras_client_t *cl;
     req_state *r;
     int32_t *id_pool;
     char **lines;               /* --prompts */
@@ -111,7 +112,8 @@ typedef struct bench {
     long long out_tokens, in_tokens;
     /* speculative decoding, summed over the finals' usage: drafts verified, accepted,
      * verifications, and samples that speculated */
-    unsigned long long spec_proposed, spec_accepted, spec_verifications, spec_samples;
+    spec_counters spec;          /* summed over the finals */
+    unsigned long long spec_samples;
     double t0, t_progress;
 } bench;
 
@@ -385,11 +387,11 @@ static int send_next(bench *b)
         q.prompt = r->prompt;
         q.prompt_len = strlen(r->prompt);
     }
-    q.max_tokens = r->max_tokens;
+    q.params.max_tokens = r->max_tokens;
     q.stream = true;
     if (a->has_seed) {
         q.has_seed = true;
-        q.seed = a->seed + (uint64_t)i;
+        q.params.seed = a->seed + (uint64_t)i;
     }
     r->t_send = r->t_heard = now_s(b);
     r->state = RS_LIVE;
@@ -431,13 +433,11 @@ static void on_event(bench *b, const deras_event *ev, double t)
         break;
     case PROTO_FINAL:
         r->prompt_tokens = m->usage.prompt_tokens;
-        b->spec_proposed += m->usage.spec_proposed;
-        b->spec_accepted += m->usage.spec_accepted;
-        b->spec_verifications += m->usage.spec_verifications;
-        b->spec_samples += m->usage.spec_verifications > 0;
-        if (m->finish_reason && !strcmp(m->finish_reason, "error"))
+        spec_counters_add(&b->spec, &m->usage.spec);
+        b->spec_samples += spec_counters_any(&m->usage.spec);
+        if (m->finish == FINISH_ERROR)
             r->bad_finish = ERR_FINISH;
-        else if (m->finish_reason && !strcmp(m->finish_reason, "abort") && !r->bad_finish)
+        else if (m->finish == FINISH_ABORT && !r->bad_finish)
             r->bad_finish = ERR_ABORT;
         if (r->n_tokens == 0 && m->usage.completion_tokens > 0) { /* a router without chunks */
             r->n_tokens = m->usage.completion_tokens;
@@ -605,9 +605,9 @@ static int report(bench *b, double duration)
     double req_s = duration > 0 ? b->n_ok / duration : 0;
     double out_s = duration > 0 ? b->out_tokens / duration : 0;
     double in_s = duration > 0 ? b->in_tokens / duration : 0;
-    double acc_rate = b->spec_proposed ? (double)b->spec_accepted / (double)b->spec_proposed : 0;
-    double acc_len = b->spec_verifications
-                         ? (double)b->spec_accepted / (double)b->spec_verifications : 0;
+    const spec_counters *sp = &b->spec;
+    double acc_rate = sp->proposed ? (double)sp->accepted / (double)sp->proposed : 0;
+    double acc_len = sp->verifications ? (double)sp->accepted / (double)sp->verifications : 0;
     if (a->json) {
         json_t *by = json_object();
         for (int e = 0; e < N_ERR; e++)
@@ -624,10 +624,10 @@ static int report(bench *b, double duration)
             "e2e_ms", dist_json(&e2e), "config", "rate", a->rate, "concurrency", a->concurrency,
             "max_tokens", a->tok_lo, a->tok_hi, "prompts",
             a->ids_hi ? "random_ids" : a->prompts_file ? a->prompts_file : "builtin",
-            "ignore_eos", (int)a->f.req.ignore_eos, "speculation", "samples",
-            (json_int_t)b->spec_samples, "draft_tokens", (json_int_t)b->spec_proposed,
-            "accepted_tokens", (json_int_t)b->spec_accepted, "verifications",
-            (json_int_t)b->spec_verifications, "acceptance_rate", acc_rate,
+            "ignore_eos", (int)a->f.req.params.ignore_eos, "speculation", "samples",
+            (json_int_t)b->spec_samples, "draft_tokens", (json_int_t)sp->proposed,
+            "accepted_tokens", (json_int_t)sp->accepted, "verifications",
+            (json_int_t)sp->verifications, "acceptance_rate", acc_rate,
             "mean_accepted_length", acc_len);
         if (!o)
             return deras_fail(DERAS_ENOMEM, "building the JSON report failed");
@@ -660,8 +660,9 @@ static int report(bench *b, double duration)
     if (b->spec_samples)
         fprintf(stderr, "speculation     %llu samples: %llu draft tokens, %llu accepted "
                         "(%.1f%%), %.2f accepted per verification (%llu verifications)\n",
-                b->spec_samples, b->spec_proposed, b->spec_accepted, 100.0 * acc_rate, acc_len,
-                b->spec_verifications);
+                b->spec_samples, (unsigned long long)sp->proposed,
+                (unsigned long long)sp->accepted, 100.0 * acc_rate, acc_len,
+                (unsigned long long)sp->verifications);
     else
         fprintf(stderr, "speculation     none\n");
     if (b->n_stray)

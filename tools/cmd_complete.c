@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_complete.c - `deras complete`: one completion from a running deras-router.
  *
  * Sends one request through the C client (tools/client/deras_client.h) and streams the
@@ -29,7 +30,8 @@ typedef struct sample_out {
     size_t len, cap;
     int n_tokens;
     bool finished;
-    char finish[32];
+    finish_reason why;
+    char finish[40];        /* "abort (cancelled)" */
     proto_usage usage;
 } sample_out;
 
@@ -139,16 +141,14 @@ static void print_summary(const sample_out *s, int n, double t_send, double t_fi
         fprintf(stderr, "%s%s", i ? "," : " ", s[i].finished ? s[i].finish : "?");
     fprintf(stderr, "\nrouter: queue %.1f ms, first token %.1f ms, total %.1f ms\n", u->queue_ms,
             u->ttft_ms, u->total_ms);
-    unsigned long long proposed = 0, accepted = 0, verifications = 0;
-    for (int i = 0; i < n; i++) {
-        proposed += s[i].usage.spec_proposed;
-        accepted += s[i].usage.spec_accepted;
-        verifications += s[i].usage.spec_verifications;
-    }
-    if (verifications)
+    spec_counters sp = {0};
+    for (int i = 0; i < n; i++)
+        spec_counters_add(&sp, &s[i].usage.spec);
+    if (spec_counters_any(&sp))
         fprintf(stderr, "speculation: %llu draft tokens, %llu accepted (%.0f%%) in %llu "
-                        "verifications\n", proposed, accepted, 100.0 * (double)accepted /
-                        (double)proposed, verifications);
+                        "verifications\n", (unsigned long long)sp.proposed,
+                (unsigned long long)sp.accepted, 100.0 * (double)sp.accepted / (double)sp.proposed,
+                (unsigned long long)sp.verifications);
     if (!t_first) {
         fprintf(stderr, "client: total %.1f ms\n", (t_end - t_send) * 1e3);
         return;
@@ -163,10 +163,10 @@ static void print_summary(const sample_out *s, int n, double t_send, double t_fi
 
 static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
 {
-    deras_client *cl = NULL;
-    sample_out s[PROTO_MAX_N] = {{0}};
+    deras_client_t *cl = NULL;
+    sample_out s[REQ_MAX_N] = {{0}};
     char *prompt_buf = NULL;
-    int status = 1, rc = DERAS_OK, n = f->req.n;
+    int status = 1, rc = DERAS_OK, n = f->req.params.n;
     bool cancelled = false, error = false, live = true;
 
     const char *prompt = prompt_arg;
@@ -238,10 +238,11 @@ static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
         }
         if (m->type == PROTO_FINAL) {
             so->finished = true;
-            snprintf(so->finish, sizeof so->finish, "%s", m->finish_reason);
+            so->why = m->finish;
+            snprintf(so->finish, sizeof so->finish, "%s", finish_reason_name(m->finish));
             so->usage = m->usage;
             if (m->abort_reason && m->abort_reason[0])
-                snprintf(so->finish, sizeof so->finish, "%s (%s)", m->finish_reason,
+                snprintf(so->finish, sizeof so->finish, "%s (%s)", finish_reason_name(m->finish),
                          m->abort_reason);
         }
         live = !ev.done;
@@ -255,7 +256,7 @@ static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
     if (!error)
         print_summary(s, n, t_send, t_first, t_end);
     for (int i = 0; i < n; i++)
-        error |= !strncmp(s[i].finish, "error", 5); /* a sample the server failed */
+        error |= s[i].finished && s[i].why == FINISH_ERROR; /* a sample the server failed */
     status = interrupted ? 130 : error ? 1 : 0;
 
 done:
@@ -266,7 +267,7 @@ done:
         status = 1;
     }
 out:
-    for (int i = 0; i < PROTO_MAX_N; i++)
+    for (int i = 0; i < REQ_MAX_N; i++)
         free(s[i].text);
     free(prompt_buf);
     deras_client_destroy(&cl);

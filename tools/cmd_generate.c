@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_generate.c - `deras generate`: one completion from a model on this machine.
  *
  * Loads a checkpoint (GGUF file or Hugging Face directory), tokenizes the prompt (wrapped
@@ -23,6 +24,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "engine/loader.h"
 #include "tools/commands.h"
+#include "tools/sampling_flags.h"
 
 #define MAX_STOPS 16
 #define PREFILL_CHUNK 512
@@ -32,16 +34,26 @@ typedef struct gen_args {
     const char *prompt;
     const char *system;
     const char *device;
-    bool chat, ignore_eos;
-    int max_tokens, threads, block_size;
-    sampling_params sp;
-    uint64_t seed;
+    bool chat;
+    int threads, block_size;
+    req_params params;    /* one sample; the sampling flags come from the table */
     bool has_seed;
     const char *stops[MAX_STOPS];
     int n_stops;
-    int32_t stop_ids[MAX_STOPS];
-    int n_stop_ids;
 } gen_args;
+
+#define MAX_OPTIONS 64
+
+/* The defaults: greedy (the engine's sampling_params_default), unlike a router's. */
+static void defaults(gen_args *a)
+{
+    memset(a, 0, sizeof *a);
+    cli_default_model(a->model, sizeof a->model);
+    a->device = "cpu";
+    a->block_size = 16;
+    req_params_init(&a->params);
+    sampling_params_default(&a->params.sp);
+}
 
 static void usage(FILE *f)
 {
@@ -53,60 +65,53 @@ static void usage(FILE *f)
           "  --chat                  wrap the prompt as a user message in the model's chat format\n"
           "  --system TEXT           system message for --chat (default: the template's own)\n"
           "  --max-tokens N          tokens to generate (default 256)\n"
-          "  --temperature T         0 = greedy (default 0)\n"
-          "  --top-k K  --top-p P  --min-p P\n"
-          "  --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
           "  --seed N                sampling seed (same seed and inputs: same output)\n"
           "  --stop TEXT             stop string, repeatable (at most 16)\n"
           "  --stop-token-id ID      stop token, repeatable (at most 16)\n"
           "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
-          "  --logprobs N            print the top-N logprobs of each token to stderr\n"
           "  --threads N             CPU threads (default: all cores)\n"
           "  --device DEV            cpu (default)\n"
           "  --block-size N          KV block size in tokens (default 16)\n",
           f);
+    gen_args d;
+    defaults(&d);
+    sampling_flags_usage(f, &d.params.sp, NULL); /* --logprobs N: printed to stderr */
 }
 
 static int parse_args(int argc, char **argv, gen_args *a)
 {
-    enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_MINP,
-           O_REP, O_PRES, O_FREQ, O_SEED, O_STOP, O_STOPID, O_IGNEOS, O_LOGPROBS, O_THREADS,
-           O_DEVICE, O_BLOCK, O_HELP };
-    static const struct option opts[] = {
+    enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_SEED, O_STOP, O_STOPID,
+           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_HELP };
+    static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"prompt", required_argument, 0, O_PROMPT},
         {"chat", no_argument, 0, O_CHAT},
         {"system", required_argument, 0, O_SYSTEM},
         {"max-tokens", required_argument, 0, O_MAXTOK},
-        {"temperature", required_argument, 0, O_TEMP},
-        {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP},
-        {"min-p", required_argument, 0, O_MINP},
-        {"repetition-penalty", required_argument, 0, O_REP},
-        {"presence-penalty", required_argument, 0, O_PRES},
-        {"frequency-penalty", required_argument, 0, O_FREQ},
         {"seed", required_argument, 0, O_SEED},
         {"stop", required_argument, 0, O_STOP},
         {"stop-token-id", required_argument, 0, O_STOPID},
         {"ignore-eos", no_argument, 0, O_IGNEOS},
-        {"logprobs", required_argument, 0, O_LOGPROBS},
         {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE},
         {"block-size", required_argument, 0, O_BLOCK},
         {"help", no_argument, 0, O_HELP},
-        {0, 0, 0, 0},
     };
-    memset(a, 0, sizeof *a);
-    cli_default_model(a->model, sizeof a->model);
-    a->device = "cpu";
-    a->max_tokens = 256;
-    a->block_size = 16;
-    sampling_params_default(&a->sp);
+    struct option opts[MAX_OPTIONS];
+    int n_opts = (int)(sizeof own / sizeof own[0]);
+    memcpy(opts, own, sizeof own);
+    sampling_flags_options(NULL, opts, &n_opts, MAX_OPTIONS);
+    defaults(a);
+    req_params *p = &a->params;
     long l;
-    double d;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int applied = sampling_flags_apply(&p->sp, c, optarg);
+        if (applied < 0)
+            return 2;
+        if (applied)
+            continue;
         switch (c) {
         case O_MODEL: snprintf(a->model, sizeof a->model, "%s", optarg); break;
         case O_PROMPT: a->prompt = optarg; break;
@@ -114,38 +119,10 @@ static int parse_args(int argc, char **argv, gen_args *a)
         case O_SYSTEM: a->system = optarg; break;
         case O_MAXTOK:
             if (cli_int("--max-tokens", optarg, 1, 1 << 20, &l)) return 2;
-            a->max_tokens = (int)l;
-            break;
-        case O_TEMP:
-            if (cli_float("--temperature", optarg, 0, 100, &d)) return 2;
-            a->sp.temperature = (float)d;
-            break;
-        case O_TOPK:
-            if (cli_int("--top-k", optarg, 0, 1 << 24, &l)) return 2;
-            a->sp.top_k = (int)l;
-            break;
-        case O_TOPP:
-            if (cli_float("--top-p", optarg, 1e-9, 1, &d)) return 2;
-            a->sp.top_p = (float)d;
-            break;
-        case O_MINP:
-            if (cli_float("--min-p", optarg, 0, 1, &d)) return 2;
-            a->sp.min_p = (float)d;
-            break;
-        case O_REP:
-            if (cli_float("--repetition-penalty", optarg, 1e-9, 10, &d)) return 2;
-            a->sp.repetition_penalty = (float)d;
-            break;
-        case O_PRES:
-            if (cli_float("--presence-penalty", optarg, -2, 2, &d)) return 2;
-            a->sp.presence_penalty = (float)d;
-            break;
-        case O_FREQ:
-            if (cli_float("--frequency-penalty", optarg, -2, 2, &d)) return 2;
-            a->sp.frequency_penalty = (float)d;
+            p->max_tokens = (int)l;
             break;
         case O_SEED:
-            if (cli_u64("--seed", optarg, &a->seed)) return 2;
+            if (cli_u64("--seed", optarg, &p->seed)) return 2;
             a->has_seed = true;
             break;
         case O_STOP:
@@ -156,18 +133,14 @@ static int parse_args(int argc, char **argv, gen_args *a)
             a->stops[a->n_stops++] = optarg;
             break;
         case O_STOPID:
-            if (a->n_stop_ids == MAX_STOPS) {
-                fprintf(stderr, "--stop-token-id: at most %d\n", MAX_STOPS);
+            if (p->n_stop_ids == REQ_MAX_STOP_IDS) {
+                fprintf(stderr, "--stop-token-id: at most %d\n", REQ_MAX_STOP_IDS);
                 return 2;
             }
             if (cli_int("--stop-token-id", optarg, 0, 1L << 30, &l)) return 2;
-            a->stop_ids[a->n_stop_ids++] = (int32_t)l;
+            p->stop_ids[p->n_stop_ids++] = (int32_t)l;
             break;
-        case O_IGNEOS: a->ignore_eos = true; break;
-        case O_LOGPROBS:
-            if (cli_int("--logprobs", optarg, 0, SAMPLER_MAX_LOGPROBS, &l)) return 2;
-            a->sp.n_logprobs = (int)l;
-            break;
+        case O_IGNEOS: p->ignore_eos = true; break;
         case O_THREADS:
             if (cli_int("--threads", optarg, 0, 1024, &l)) return 2;
             a->threads = (int)l;
@@ -248,8 +221,9 @@ typedef struct gen_stream {
     char *piece, *out;      /* detokenizer piece, stop-matcher output */
     size_t piece_cap, out_cap;
     bool log_probs, stopped_by_string, finished;
-    engine_finish why;
+    finish_reason why;
     int n_gen, err;
+    int min_tokens;         /* stop strings count only in the text after this many tokens */
     double t_first;
 } gen_stream;
 
@@ -263,11 +237,16 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     if (g->stopped_by_string)
         return;
     size_t n_piece, n_out;
-    int stop;
-    if ((g->err = detok_push(g->dt, r->token, g->piece, g->piece_cap, &n_piece)) ||
-        (g->err = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
+    int stop = -1;
+    if ((g->err = detok_push(g->dt, r->token, g->piece, g->piece_cap, &n_piece)))
         return;
-    fwrite(g->out, 1, n_out, stdout);
+    if (g->n_gen <= g->min_tokens) /* min_tokens: no stop string yet, the matcher holds none */
+        fwrite(g->piece, 1, n_piece, stdout);
+    else if ((g->err = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out,
+                                         &stop)))
+        return;
+    else
+        fwrite(g->out, 1, n_out, stdout);
     fflush(stdout);
     g->stopped_by_string = stop >= 0; /* the caller aborts the request after this step */
 }
@@ -284,8 +263,13 @@ static int flush_stream(gen_stream *g)
 {
     size_t n_piece, n_out;
     int stop = -1, rc;
-    if ((rc = detok_flush(g->dt, g->piece, g->piece_cap, &n_piece)) ||
-        (rc = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
+    if ((rc = detok_flush(g->dt, g->piece, g->piece_cap, &n_piece)))
+        return rc;
+    if (g->n_gen <= g->min_tokens) { /* the matcher saw nothing */
+        fwrite(g->piece, 1, n_piece, stdout);
+        return DERAS_OK;
+    }
+    if ((rc = stop_matcher_push(g->sm, g->piece, n_piece, g->out, g->out_cap, &n_out, &stop)))
         return rc;
     fwrite(g->out, 1, n_out, stdout);
     if (stop >= 0) {
@@ -315,29 +299,32 @@ static int generate(const gen_args *a)
         (rc = tokenize_prompt(a, tok, &ids, &n_prompt)))
         goto fail;
     const model_config *cfg = loader_config(l);
-    if (n_prompt + a->max_tokens > cfg->max_seq_len) {
-        rc = deras_fail(DERAS_ERANGE,
+    const int max_tokens = a->params.max_tokens;
+    if (n_prompt + max_tokens > cfg->max_seq_len) {
+        rc = deras_fail(DERAS_ECONTEXT,
                         "context_length_exceeded: prompt %d + max_tokens %d = %d tokens exceeds "
                         "the model's context length %d",
-                        n_prompt, a->max_tokens, n_prompt + a->max_tokens, cfg->max_seq_len);
+                        n_prompt, max_tokens, n_prompt + max_tokens, cfg->max_seq_len);
         goto fail;
     }
     /* one sequence: a cache just big enough for prompt + max_tokens, and prefill chunks no
      * longer than the prompt */
-    if ((rc = loader_size_seqs(l, 1, n_prompt + a->max_tokens)))
+    if ((rc = loader_size_seqs(l, 1, n_prompt + max_tokens)))
         goto fail;
     kv_sizing_log(loader_kv(l));
     loader_model_opts(l)->max_batch_tokens = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
     g.tok = tok;
-    g.log_probs = a->sp.n_logprobs > 0;
+    g.log_probs = a->params.sp.n_logprobs > 0;
+    g.min_tokens = a->params.sp.min_tokens;
     if ((rc = stop_matcher_new(a->stops, a->n_stops, &g.sm)))
         goto fail;
-    g.dt = detok_new(tok, true, false);
-    g.piece_cap = g.dt ? detok_max_output(g.dt) : 0;
+    if ((rc = detok_new(tok, true, false, &g.dt)))
+        goto fail;
+    g.piece_cap = detok_max_output(g.dt);
     g.out_cap = stop_matcher_out_cap(g.sm);
     g.piece = malloc(g.piece_cap);
     g.out = malloc(g.out_cap);
-    if (!g.dt || !g.piece || !g.out) {
+    if (!g.piece || !g.out) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
@@ -345,10 +332,9 @@ static int generate(const gen_args *a)
     if ((rc = loader_build_model(l)) || (rc = loader_build_engine(l, &cb, NULL, NULL)))
         goto fail;
     e = loader_engine(l);
-    engine_request req = {.id = 1, .prompt = ids, .n_prompt = n_prompt, .sp = a->sp,
-                          .seed = a->has_seed ? a->seed : (uint64_t)(cli_now() * 1e9),
-                          .max_tokens = a->max_tokens, .n = 1, .stop_ids = a->stop_ids,
-                          .n_stop_ids = a->n_stop_ids, .ignore_eos = a->ignore_eos};
+    engine_request req = {.id = 1, .prompt = ids, .n_prompt = n_prompt, .params = a->params};
+    if (!a->has_seed)
+        req.params.seed = (uint64_t)(cli_now() * 1e9);
     if ((rc = engine_add(e, &req)))
         goto fail;
 
@@ -362,7 +348,7 @@ static int generate(const gen_args *a)
     if (!g.stopped_by_string && (rc = flush_stream(&g)))
         goto fail;
     double t2 = cli_now(), t1 = g.n_gen ? g.t_first : t2;
-    const char *finish = g.stopped_by_string ? "stop" : engine_finish_name(g.why);
+    const char *finish = finish_reason_name(g.stopped_by_string ? FINISH_STOP : g.why);
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_serve.c - `deras serve`: a router and its workers in the foreground, as one command.
  *
  * Starts deras-router on the client address and a private worker socket, then one
@@ -27,7 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "common/wire/endpoints.h"
 #include "tools/commands.h"
 
 #define MAX_WORKERS 16
@@ -44,6 +47,8 @@ typedef struct child {
 typedef struct serve_args {
     char model[PATH_MAX];
     const char *listen;
+    const char *admin;     /* the router's --admin, or NULL: its default */
+    const char *metrics;   /* the router's --metrics-listen, or NULL: its default */
     int n_workers;         /* 0: one per GPU, or one CPU worker */
     const char *device;    /* force every worker onto this device kind ("cpu") */
     int threads;
@@ -69,7 +74,12 @@ static void usage(FILE *f)
           "\n"
           "  --model PATH            .gguf file or Hugging Face directory (default: the test model)\n"
           "  --listen ADDR           client address (default tcp://127.0.0.1:5555)\n"
-          "  --workers N             CPU workers to start (default: one per GPU, else 1)\n"
+          "  --admin ADDR            the router's admin socket for derasctl (default: the\n"
+          "                          runtime directory's admin.sock; give another one, and\n"
+          "                          --metrics-listen, for a second instance on this host)\n"
+          "  --metrics-listen ADDR   HOST:PORT for /metrics, /health, /live, or none (default\n"
+          "                          127.0.0.1:9400)\n"
+          "  --num-workers N         CPU workers to start (default: one per GPU, else 1)\n"
           "  --device cpu            run workers on the CPU even where GPUs exist\n"
           "  --threads N             CPU threads per worker (default: cores / workers)\n"
           "  --kv-cache-memory SPEC  per worker: a size (4GiB) or a fraction of free memory\n"
@@ -81,11 +91,15 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, serve_args *a)
 {
-    enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_DEVICE, O_THREADS, O_KV, O_DRAIN, O_RARG, O_WARG,
-           O_HELP };
+    enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_NWORKERS, O_ADMIN, O_METRICS, O_DEVICE, O_THREADS,
+           O_KV, O_DRAIN, O_RARG, O_WARG, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},   {"listen", required_argument, 0, O_LISTEN},
-        {"workers", required_argument, 0, O_WORKERS}, {"device", required_argument, 0, O_DEVICE},
+        {"workers", required_argument, 0, O_WORKERS},
+        {"num-workers", required_argument, 0, O_NWORKERS},
+        {"admin", required_argument, 0, O_ADMIN},
+        {"metrics-listen", required_argument, 0, O_METRICS},
+        {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS}, {"kv-cache-memory", required_argument, 0, O_KV},
         {"drain-timeout", required_argument, 0, O_DRAIN},
         {"router-arg", required_argument, 0, O_RARG}, {"worker-arg", required_argument, 0, O_WARG},
@@ -102,10 +116,16 @@ static int parse(int argc, char **argv, serve_args *a)
         switch (c) {
         case O_MODEL: snprintf(a->model, sizeof a->model, "%s", optarg); break;
         case O_LISTEN: a->listen = optarg; break;
-        case O_WORKERS:
-            if (cli_int("--workers", optarg, 1, MAX_WORKERS, &l)) return 2;
+        case O_WORKERS: /* the router's flag of that name is an address: one meaning per name */
+            fprintf(stderr, "serve: --workers is deras-router's worker address; the number of "
+                            "workers is --num-workers N\n");
+            return 2;
+        case O_NWORKERS:
+            if (cli_int("--num-workers", optarg, 1, MAX_WORKERS, &l)) return 2;
             a->n_workers = (int)l;
             break;
+        case O_ADMIN: a->admin = optarg; break;
+        case O_METRICS: a->metrics = optarg; break;
         case O_DEVICE:
             if (strcmp(optarg, "cpu")) {
                 fprintf(stderr, "--device: only 'cpu' can be forced; GPUs are used by default\n");
@@ -214,6 +234,14 @@ static pid_t start_router(serve_state *s)
     argv[n++] = s->worker_ep;
     argv[n++] = "--drain-timeout";
     argv[n++] = s->drain;
+    if (s->a->admin) {
+        argv[n++] = "--admin";
+        argv[n++] = s->a->admin;
+    }
+    if (s->a->metrics) {
+        argv[n++] = "--metrics-listen";
+        argv[n++] = s->a->metrics;
+    }
     for (int i = 0; i < s->a->n_router_args; i++)
         argv[n++] = s->a->router_args[i];
     argv[n] = NULL;
@@ -308,9 +336,17 @@ static int serve(const serve_args *a)
                         "built in router/ and worker/ beside tools/\n");
         return 1;
     }
-    snprintf(s.sock_dir, sizeof s.sock_dir, "/tmp/deras-serve-%d", (int)getpid());
-    if (mkdir(s.sock_dir, 0700) && errno != EEXIST) {
-        fprintf(stderr, "serve: cannot create %s: %s\n", s.sock_dir, strerror(errno));
+    /* the router-worker socket in a directory of this instance: unpredictable (mkdtemp),
+     * private, inside a runtime directory that is checked to be ours */
+    char run_dir[sizeof s.sock_dir - 16];
+    if (endpoints_runtime_dir_checked(run_dir, sizeof run_dir) ||
+        snprintf(s.sock_dir, sizeof s.sock_dir, "%s/serve-XXXXXX", run_dir) >=
+            (int)sizeof s.sock_dir) {
+        fprintf(stderr, "serve: %s\n", deras_errmsg());
+        return 1;
+    }
+    if (!mkdtemp(s.sock_dir)) {
+        fprintf(stderr, "serve: cannot create a directory in %s: %s\n", run_dir, strerror(errno));
         return 1;
     }
     snprintf(s.worker_ep, sizeof s.worker_ep, "ipc://%s/workers.sock", s.sock_dir);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm_shm.c - all-reduce and all-gather through shared memory, for CPU ranks (see comm.h).
  *
  * Region layout (offsets from the region's start, all 64-byte aligned):
@@ -176,16 +177,23 @@ static void shm_destroy(comm_t *base)
 
 static const comm_ops shm_ops = {"shm", shm_all_reduce, shm_all_gather, shm_destroy};
 
-int comm_shm_new(void *region, int rank, int size, const comm_shm_opts *o, comm_t **out)
+int comm_shm_new(void *region, size_t bytes, int rank, int size, const comm_shm_opts *o,
+                 comm_t **out)
 {
     if (!region || !o || !out || size < 2 || size > 64 || rank < 0 || rank >= size)
         return deras_fail(DERAS_EINVAL, "comm_shm_new: rank %d of %d, region %p", rank, size,
                           region);
     *out = NULL;
     shm_hdr *h = region;
-    if (h->magic != COMM_SHM_MAGIC || h->size != size || h->cap == 0)
+    if (bytes < hdr_bytes(size) || h->magic != COMM_SHM_MAGIC || h->size != size || h->cap == 0)
         return deras_fail(DERAS_EFORMAT, "comm_shm_new: the region is not laid out for %d ranks",
                           size);
+    /* the chunk size is read from shared memory: the slots must fit the region */
+    size_t need = comm_shm_bytes(size, (size_t)h->cap);
+    if (!need || need > bytes)
+        return deras_fail(DERAS_EFORMAT, "comm_shm_new: chunks of %llu floats for %d ranks do "
+                          "not fit the region of %zu bytes", (unsigned long long)h->cap, size,
+                          bytes);
     comm_shm *c = calloc(1, sizeof *c);
     if (!c)
         return deras_fail(DERAS_ENOMEM, "comm_shm_new: out of memory");

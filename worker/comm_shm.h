@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm_shm.h - the shared-memory communicator (engine/comm.h) for CPU ranks of a worker
  * group: this machine's processes, or threads in tests and benchmarks.
  */
@@ -32,9 +33,11 @@ typedef struct comm_shm_opts {
     void *check_ctx;
 } comm_shm_opts;
 
-/* Attach rank `rank` to an initialised region. DERAS_EFORMAT if the region was not
- * initialised for this size. The region must outlive the communicator. */
-int comm_shm_new(void *region, int rank, int size, const comm_shm_opts *o, comm_t **out);
+/* Attach rank `rank` to an initialised region of `bytes`. DERAS_EFORMAT if the region was
+ * not initialised for this size or its chunk size (read from it) does not fit `bytes`. The
+ * region must outlive the communicator. */
+int comm_shm_new(void *region, size_t bytes, int rank, int size, const comm_shm_opts *o,
+                 comm_t **out);
 
 /* Mark the region broken (a rank failed for a reason of its own, e.g. a load error) so
  * that every rank's next or current wait fails at once. */

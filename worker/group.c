@@ -1,10 +1,13 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* group.c - the tensor-parallel worker group's shared segment, start-up and liveness
  * (see group.h).
  *
- * Segment layout: group_hdr (below), then the plan ring's region, then the
+ * Segment layout: group_hdr (group_impl.h), then the plan ring's region, then the
  * communicator's region, each 64-byte aligned. The leader fills the header, lays out
  * both regions, takes rank 0's liveness mutex and only then stores the magic (release),
- * so a follower that sees the magic sees a complete segment with a live leader.
+ * so a follower that sees the magic sees a complete segment with a live leader. Nobody
+ * acts on a segment before group_trust.c's checks: the file ours and private, the layout
+ * inside the file, and (to join) the group's secret from the leader's key file.
  *
  * Stale segments: a segment whose leader mutex is free belongs to a group whose leader
  * is gone; a new leader unlinks it and creates a fresh one (followers of the old group
@@ -28,35 +31,16 @@
 
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "worker/group_impl.h"
 #include "worker/plan_ring.h"
 
-#define GROUP_MAGIC 0x50524744u /* "DGRP" */
-#define GROUP_VERSION 1
-#define GROUP_MAX 64
 #define RING_SLOTS 4
 #define COMM_MAX_CHUNK ((size_t)1 << 20) /* floats per communicator chunk */
-#define ALIGN64(x) (((x) + 63u) & ~(size_t)63u)
-
-typedef struct group_hdr {
-    _Atomic uint32_t magic;
-    uint32_t version;
-    int32_t size;
-    int32_t leader_pid;
-    uint64_t bytes, ring_off, ring_bytes, comm_off, comm_bytes;
-    double timeout_s;
-    model_config cfg;
-    int32_t max_batch_tokens, max_seqs, max_logits, block_size, n_kv_blocks,
-        max_blocks_per_seq, max_copies;
-    int32_t comm_nccl; /* 0: shared memory; 1: NCCL with nccl_id */
-    unsigned char nccl_id[COMM_NCCL_ID_BYTES];
-    shm_flag abort;    /* nonzero: failed, abort_msg says why */
-    char abort_msg[256];
-    shm_flag loaded[GROUP_MAX];
-    _Atomic int32_t pid[GROUP_MAX];
-    shm_life life[GROUP_MAX];
-} group_hdr;
+#define ALIGN64 GROUP_ALIGN64
+#define GROUP_NOT_YET 1 /* internal: not yet, look again (never returned) */
 
 struct group {
+    char name[80];        /* the group's --name (its key file) */
     char shm_name[128];
     int rank, size;
     double timeout_s;
@@ -116,12 +100,18 @@ static bool any_alive(group_hdr *h)
     return false;
 }
 
-/* Map an existing segment read-write; NULL (errno kept) if it is not a whole header. */
-static group_hdr *map_existing(int fd, size_t *bytes)
+/* Map an existing segment read-write; NULL if it is not this user's private file holding at
+ * least a header (the reason in deras_errmsg). */
+static group_hdr *map_existing(int fd, const char *name, size_t *bytes)
 {
     struct stat st;
-    if (fstat(fd, &st) || (size_t)st.st_size < sizeof(group_hdr))
+    if (group_fd_check(fd, name) || fstat(fd, &st))
         return NULL;
+    if ((size_t)st.st_size < sizeof(group_hdr)) {
+        deras_fail(DERAS_EFORMAT, "segment %s: %lld bytes, smaller than its header", name,
+                   (long long)st.st_size);
+        return NULL;
+    }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return NULL;
@@ -147,8 +137,8 @@ static void sweep_stale(const char *keep)
         if (fd < 0)
             continue;
         size_t bytes = 0;
-        group_hdr *h = map_existing(fd, &bytes);
-        if (h && atomic_load(&h->magic) == GROUP_MAGIC && h->size <= GROUP_MAX && !any_alive(h)) {
+        group_hdr *h = map_existing(fd, name, &bytes);
+        if (h && group_hdr_check(h, bytes) == DERAS_OK && !any_alive(h)) {
             log_info("removing the shared-memory segment %s of a group whose ranks are all gone",
                      name);
             shm_unlink(name);
@@ -171,6 +161,7 @@ static int alloc_group(const group_opts *o, group_t **out)
     if (!g)
         return deras_fail(DERAS_ENOMEM, "group: out of memory");
     g->fd = -1;
+    snprintf(g->name, sizeof g->name, "%s", o->name);
     g->rank = o->rank;
     g->size = o->size;
     g->timeout_s = o->timeout_s;
@@ -186,19 +177,23 @@ static int alloc_group(const group_opts *o, group_t **out)
 static int attach_regions(group_t *g)
 {
     group_hdr *h = g->h;
-    int rc = plan_ring_new((char *)h + h->ring_off, g->rank, g->size, check_peers, g, &g->ring);
+    int rc = plan_ring_new((char *)h + h->ring_off, h->ring_bytes, g->rank, g->size, check_peers,
+                           g, &g->ring);
     if (rc)
         return rc;
     if (h->comm_nccl)
         return deras_fail(DERAS_EUNSUPPORTED, "the group uses NCCL, which needs the CUDA model "
                           "backend (not in this release)");
     comm_shm_opts co = {.timeout_s = h->timeout_s, .check = check_peers, .check_ctx = g};
-    return comm_shm_new((char *)h + h->comm_off, g->rank, g->size, &co, &g->comm);
+    return comm_shm_new((char *)h + h->comm_off, h->comm_bytes, g->rank, g->size, &co, &g->comm);
 }
 
 int group_lead(const group_opts *o, const model_config *cfg, const model_opts *mo,
                size_t max_plan, group_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "group_lead: NULL out");
+    *out = NULL;
     group_t *g = NULL;
     int rc = alloc_group(o, &g);
     if (rc)
@@ -229,9 +224,15 @@ int group_lead(const group_opts *o, const model_config *cfg, const model_opts *m
         if (g->fd >= 0 || errno != EEXIST)
             break;
         int fd = shm_open(g->shm_name, O_RDWR, 0);
+        if (fd >= 0 && (rc = group_fd_check(fd, g->shm_name))) { /* not ours: cannot remove it */
+            close(fd);
+            free(g);
+            return deras_fail_ctx(rc, "tensor-parallel group '%s': ", o->name);
+        }
         size_t old_bytes = 0;
-        group_hdr *old = fd >= 0 ? map_existing(fd, &old_bytes) : NULL;
-        bool live = old && atomic_load(&old->magic) == GROUP_MAGIC && shm_life_alive(&old->life[0]);
+        group_hdr *old = fd >= 0 ? map_existing(fd, g->shm_name, &old_bytes) : NULL;
+        bool live = old && group_hdr_check(old, old_bytes) == DERAS_OK &&
+                    shm_life_alive(&old->life[0]);
         int pid = old ? (int)atomic_load(&old->pid[0]) : 0;
         if (old)
             munmap(old, old_bytes);
@@ -262,6 +263,8 @@ int group_lead(const group_opts *o, const model_config *cfg, const model_opts *m
     g->h = p;
     g->bytes = bytes;
     group_hdr *h = g->h;
+    if ((rc = group_secret_create(g->name, h->secret)))
+        goto fail;
     h->version = GROUP_VERSION;
     h->size = o->size;
     h->leader_pid = (int32_t)getpid();
@@ -343,6 +346,9 @@ int group_wait_ready(group_t *g)
 
 int group_join(const group_opts *o, group_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "group_join: NULL out");
+    *out = NULL;
     group_t *g = NULL;
     int rc = alloc_group(o, &g);
     if (rc)
@@ -356,10 +362,18 @@ int group_join(const group_opts *o, group_t **out)
     while (!g->h) {
         int fd = shm_open(g->shm_name, O_RDWR, 0);
         if (fd >= 0) {
+            /* Another user's segment, or one whose live leader fails the checks, is refused
+             * at once: waiting would not make it trustworthy. A complete segment whose
+             * leader is gone is stale: wait for the new leader to replace it. */
             size_t bytes = 0;
-            group_hdr *h = map_existing(fd, &bytes);
-            if (h && atomic_load_explicit(&h->magic, memory_order_acquire) == GROUP_MAGIC &&
-                h->version == GROUP_VERSION && h->bytes == bytes && shm_life_alive(&h->life[0])) {
+            group_hdr *h = map_existing(fd, g->shm_name, &bytes);
+            if (!h && (rc = group_fd_check(fd, g->shm_name)) == DERAS_OK)
+                rc = GROUP_NOT_YET; /* ours but not whole yet */
+            bool complete = h && atomic_load_explicit(&h->magic, memory_order_acquire) ==
+                                     GROUP_MAGIC;
+            bool live = complete && shm_life_alive(&h->life[0]);
+            if (live && (rc = group_hdr_check(h, bytes)) == DERAS_OK &&
+                (rc = group_secret_verify(g->name, h->secret)) == DERAS_OK) {
                 g->h = h;
                 g->fd = fd;
                 g->bytes = bytes;
@@ -368,6 +382,13 @@ int group_join(const group_opts *o, group_t **out)
             if (h)
                 munmap(h, bytes);
             close(fd);
+            if ((!h && rc != GROUP_NOT_YET) || live) {
+                char seg[sizeof g->shm_name];
+                snprintf(seg, sizeof seg, "%s", g->shm_name);
+                free(g);
+                return deras_fail_ctx(rc, "tensor-parallel group '%s' (segment %s): ", o->name,
+                                      seg);
+            }
         }
         if (shm_now() >= deadline) {
             rc = deras_fail(DERAS_ETIMEOUT, "no live leader of tensor-parallel group '%s' "
@@ -446,7 +467,7 @@ void group_set_loaded(group_t *g)
         shm_flag_store(&g->h->loaded[g->rank], 1);
 }
 
-int group_publish(void *ctx, const step_plan *p)
+int group_publish(void *ctx, const step_plan_t *p)
 {
     group_t *g = ctx;
     int rc = plan_ring_publish(g->ring, PLAN_MSG_STEP, p, p->bytes, g->timeout_s);
@@ -458,7 +479,7 @@ int group_publish(void *ctx, const step_plan *p)
 int group_follow(group_t *g, model_t *m)
 {
     const size_t cap = plan_ring_max_msg(g->ring);
-    step_plan *p = malloc(cap);
+    step_plan_t *p = malloc(cap);
     if (!p)
         return deras_fail(DERAS_ENOMEM, "group: out of memory for a %zu-byte plan", cap);
     int rc;
@@ -507,6 +528,7 @@ void group_destroy(group_t **gp)
             plan_ring_publish(g->ring, PLAN_MSG_STOP, NULL, 0, 1.0) != DERAS_OK)
             log_warn("could not tell the followers to stop: %s", deras_errmsg());
         shm_unlink(g->shm_name); /* the followers keep their mappings until they exit */
+        group_secret_remove(g->name);
     }
     comm_destroy(&g->comm);
     plan_ring_destroy(&g->ring);

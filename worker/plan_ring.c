@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan_ring.c - step plans from the leader to the followers (see plan_ring.h).
  *
  * Region layout: header (magic, size, n_slots, slot bytes), head flag, one ack flag per
@@ -37,6 +38,8 @@ struct plan_ring {
     ring_hdr *h;
     char *slots;
     int rank, size;
+    uint32_t n_slots;    /* the layout, read once and checked against the region */
+    size_t slot_bytes;
     uint32_t seq;        /* leader: last published; follower: last read */
     uint64_t n_published;/* leader: messages so far (seq wraps, this does not) */
     shm_check_fn check;
@@ -75,20 +78,30 @@ int plan_ring_init(void *region, size_t bytes, int size, int n_slots, size_t max
     return DERAS_OK;
 }
 
-int plan_ring_new(void *region, int rank, int size, shm_check_fn check, void *ctx,
+int plan_ring_new(void *region, size_t bytes, int rank, int size, shm_check_fn check, void *ctx,
                   plan_ring_t **out)
 {
     if (!region || !out || size < 1 || size > 64 || rank < 0 || rank >= size)
         return deras_fail(DERAS_EINVAL, "plan_ring_new: rank %d of %d", rank, size);
     *out = NULL;
     ring_hdr *h = region;
-    if (h->magic != RING_MAGIC || h->size != size || h->n_slots < 1)
+    if (bytes < hdr_bytes(size) || h->magic != RING_MAGIC || h->size != size || h->n_slots < 1)
         return deras_fail(DERAS_EFORMAT, "plan ring: the region is not laid out for %d ranks", size);
+    /* the layout is read from shared memory: it must fit the region before any use */
+    size_t need = h->slot_bytes % 64 == 0 && h->slot_bytes > SLOT_HDR
+                      ? plan_ring_bytes(size, (int)h->n_slots, (size_t)h->slot_bytes - SLOT_HDR)
+                      : 0;
+    if (h->n_slots > 1024 || !need || need > bytes)
+        return deras_fail(DERAS_EFORMAT, "plan ring: %d slots of %llu bytes do not fit its "
+                          "region of %zu bytes", (int)h->n_slots,
+                          (unsigned long long)h->slot_bytes, bytes);
     plan_ring_t *r = calloc(1, sizeof *r);
     if (!r)
         return deras_fail(DERAS_ENOMEM, "plan_ring_new: out of memory");
     r->h = h;
     r->slots = (char *)region + hdr_bytes(size);
+    r->n_slots = (uint32_t)h->n_slots;
+    r->slot_bytes = (size_t)h->slot_bytes;
     r->rank = rank;
     r->size = size;
     r->check = check;
@@ -109,12 +122,12 @@ void plan_ring_destroy(plan_ring_t **r)
 
 size_t plan_ring_max_msg(const plan_ring_t *r)
 {
-    return r ? (size_t)r->h->slot_bytes - SLOT_HDR : 0;
+    return r ? r->slot_bytes - SLOT_HDR : 0;
 }
 
 static char *slot_at(plan_ring_t *r, uint32_t seq)
 {
-    return r->slots + (size_t)(seq % (uint32_t)r->h->n_slots) * (size_t)r->h->slot_bytes;
+    return r->slots + (size_t)(seq % r->n_slots) * r->slot_bytes;
 }
 
 int plan_ring_publish(plan_ring_t *r, enum plan_msg type, const void *data, size_t len,
@@ -126,7 +139,7 @@ int plan_ring_publish(plan_ring_t *r, enum plan_msg type, const void *data, size
         return deras_fail(DERAS_ERANGE, "plan ring: message of %zu bytes, slots hold %zu", len,
                           plan_ring_max_msg(r));
     const uint32_t seq = r->seq + 1;
-    const uint32_t n = (uint32_t)r->h->n_slots;
+    const uint32_t n = r->n_slots;
     if (r->n_published >= n) /* the slot's previous message must have been read by everyone */
         for (int f = 1; f < r->size; f++) {
             char what[64];

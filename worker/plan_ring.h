@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan_ring.h - the leader's step plans, carried to the follower ranks in shared memory.
  *
  * A single-producer, multi-consumer ring of fixed-size slots in a region every rank
@@ -29,10 +30,11 @@ size_t plan_ring_bytes(int size, int n_slots, size_t max_msg);
 /* Lay out a zeroed region (the leader, before anyone attaches). DERAS_EINVAL if too small. */
 int plan_ring_init(void *region, size_t bytes, int size, int n_slots, size_t max_msg);
 
-/* Attach as `rank` (0 = the writer). DERAS_EFORMAT if the region is not laid out for
- * `size` ranks. check/ctx run while waiting (may be NULL). */
-int plan_ring_new(void *region, int rank, int size, shm_check_fn check, void *ctx,
-                  plan_ring_t **out);
+/* Attach as `rank` (0 = the writer) to a region of `bytes`. DERAS_EFORMAT if the region is
+ * not laid out for `size` ranks or its layout (read from the region) does not fit `bytes`.
+ * check/ctx run while waiting (may be NULL). */
+int plan_ring_new(void *region, size_t bytes, int rank, int size, shm_check_fn check,
+                  void *ctx, plan_ring_t **out);
 void plan_ring_destroy(plan_ring_t **r);
 
 /* Largest message a slot holds. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_opts.c - deras-worker's options: defaults and checks (see worker_opts.h). */
 #include "worker_opts.h"
 
@@ -82,6 +83,11 @@ int worker_opts_check(const worker_opts *o)
                           "--router '%s': expected a ZeroMQ endpoint such as "
                           "ipc:///tmp/deras-1000/workers.sock or tcp://10.0.0.1:5556",
                           o->router);
+    char host[256];
+    int port;
+    if (o->router && !strncmp(o->router, "tcp://", 6) &&
+        endpoint_tcp_parse(o->router, host, sizeof host, &port))
+        return deras_fail_ctx(DERAS_EINVAL, "--router: ");
     if (o->name && !valid_name(o->name))
         return deras_fail(DERAS_EINVAL,
                           "--name '%s': expected 1 to %d of the characters A-Z a-z 0-9 . _ : @ -",

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.c - status names and the per-thread failure message.
  *
  * The message lives in a fixed thread-local buffer: recording a failure never allocates,
@@ -30,6 +31,7 @@ const char *deras_status_name(int status)
     case DERAS_EBUSY: return "busy";
     case DERAS_ECLOSED: return "closed";
     case DERAS_EINTERNAL: return "internal_error";
+    case DERAS_ECONTEXT: return "context_length_exceeded";
     default: return "unknown";
     }
 }

@@ -1,4 +1,6 @@
-/* protocol.c - the client protocol: strict decoding and reusable encoding (see protocol.h).
+/* SPDX-License-Identifier: Apache-2.0 */
+/* protocol.c - the client protocol's decoders: client frames for the router, router
+ * replies for the C client (see protocol.h; the encoders are in protocol_enc.c).
  *
  * Decoding runs in three stages. ps_open() refuses frames over the size limit, scans the
  * rest without trusting any declared length (msgpack_scan.c) and unpacks it into the
@@ -12,10 +14,7 @@
  * the copies never move), which lets the caller free the ZeroMQ message right away. That
  * storage, like the zone, stays allocated between decodes up to a retain size, so a warm
  * decoder decodes without calling malloc; more than that (a hostile or exceptional frame)
- * is given back at the next decode.
- *
- * Encoding packs into one msgpack_sbuffer per encoder, cleared (not freed) before each
- * message, so after the first few messages encoding allocates nothing.
+ * is given back at the next decode. Cost: O(frame length) per decode.
  */
 #include "protocol.h"
 
@@ -26,37 +25,8 @@
 
 #include "msgpack_scan.h"
 #include "proto_schema.h"
+#include "wire_vocab.h"
 #include "common/base/status.h"
-
-static const char *const error_names[PE_N_CODES] = {
-    [PE_NONE] = "none",
-    [PE_MALFORMED] = "malformed",
-    [PE_UNSUPPORTED_VERSION] = "unsupported_version",
-    [PE_UNKNOWN_TYPE] = "unknown_type",
-    [PE_INVALID_FIELD] = "invalid_field",
-    [PE_MISSING_FIELD] = "missing_field",
-    [PE_MESSAGE_TOO_LARGE] = "message_too_large",
-    [PE_LIMIT_EXCEEDED] = "limit_exceeded",
-    [PE_VALUE_OUT_OF_RANGE] = "value_out_of_range",
-    [PE_TOKEN_OUT_OF_RANGE] = "token_out_of_range",
-    [PE_INVALID_UTF8] = "invalid_utf8",
-    [PE_CONTEXT_LENGTH_EXCEEDED] = "context_length_exceeded",
-    [PE_DUPLICATE_ID] = "duplicate_id",
-    [PE_UNKNOWN_REQUEST] = "unknown_request",
-    [PE_BUSY] = "busy",
-    [PE_NO_WORKERS] = "no_workers",
-    [PE_WORKER_FAILED] = "worker_failed",
-    [PE_DEADLINE_EXCEEDED] = "deadline_exceeded",
-    [PE_SHUTTING_DOWN] = "shutting_down",
-    [PE_INTERNAL] = "internal",
-};
-
-const char *proto_error_name(enum proto_error_code c)
-{
-    if ((int)c < 0 || c >= PE_N_CODES)
-        return "internal";
-    return error_names[c];
-}
 
 void proto_limits_default(proto_limits *l)
 {
@@ -73,7 +43,7 @@ void proto_limits_default(proto_limits *l)
 
 struct proto_decoder {
     proto_limits lim;
-    mp_frame *frame;
+    mp_frame_t *frame;
     char *bytes;                 /* copied strings of the last message */
     size_t bytes_cap, bytes_used;
     int32_t *ids;                /* the one id array of the last message */
@@ -81,11 +51,14 @@ struct proto_decoder {
     proto_worker_status workers[PROTO_MAX_WORKERS];
 };
 
-proto_decoder *proto_decoder_new(const proto_limits *lim)
+int proto_decoder_new(const proto_limits *lim, proto_decoder_t **out)
 {
-    proto_decoder *d = calloc(1, sizeof *d);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "proto_decoder_new: NULL out");
+    *out = NULL;
+    proto_decoder_t *d = calloc(1, sizeof *d);
     if (!d)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "proto_decoder_new: out of memory");
     if (lim)
         d->lim = *lim;
     else
@@ -94,19 +67,20 @@ proto_decoder *proto_decoder_new(const proto_limits *lim)
         d->lim.max_prompt_ids = 0;
     d->ids_retain = (size_t)d->lim.max_prompt_ids + 1024;
     /* A full-size id prompt should not make the zone thrash: keep what it needs. */
-    d->frame = mp_frame_new(((size_t)d->lim.max_prompt_ids + 1024) * sizeof(msgpack_object) * 2);
-    if (!d->frame) {
+    if (mp_frame_new(((size_t)d->lim.max_prompt_ids + 1024) * sizeof(msgpack_object) * 2,
+                     &d->frame)) {
         free(d);
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "proto_decoder_new: out of memory");
     }
-    return d;
+    *out = d;
+    return DERAS_OK;
 }
 
-void proto_decoder_destroy(proto_decoder **dp)
+void proto_decoder_destroy(proto_decoder_t **dp)
 {
     if (!dp || !*dp)
         return;
-    proto_decoder *d = *dp;
+    proto_decoder_t *d = *dp;
     mp_frame_destroy(&d->frame);
     free(d->bytes);
     free(d->ids);
@@ -116,7 +90,7 @@ void proto_decoder_destroy(proto_decoder **dp)
 
 /* Copy n bytes (plus a NUL) into the prepared storage; the caller sized it from the frame,
  * which contains every copied string, so this cannot run out. */
-static const char *keep(proto_decoder *d, const char *p, size_t n)
+static const char *keep(proto_decoder_t *d, const char *p, size_t n)
 {
     char *dst = d->bytes + d->bytes_used;
     if (n)
@@ -127,7 +101,7 @@ static const char *keep(proto_decoder *d, const char *p, size_t n)
 }
 
 /* Storage for a frame of len bytes holding at most 32 strings. */
-static int prepare(proto_decoder *d, size_t len, proto_error *err)
+static int prepare(proto_decoder_t *d, size_t len, proto_error *err)
 {
     d->bytes_used = 0;
     if (ps_grow((void **)&d->bytes, &d->bytes_cap, len + 64, 1, STORAGE_RETAIN_BYTES) !=
@@ -139,7 +113,7 @@ static int prepare(proto_decoder *d, size_t len, proto_error *err)
 }
 
 /* An array of 1..max token ids (min 0 allows empty) into the decoder's id storage. */
-static int id_array(proto_decoder *d, const msgpack_object *o, const char *field, uint32_t min,
+static int id_array(proto_decoder_t *d, const msgpack_object *o, const char *field, uint32_t min,
                     uint32_t max, const int32_t **ids, int *n, proto_error *err)
 {
     const msgpack_object *items;
@@ -164,18 +138,18 @@ static int id_array(proto_decoder *d, const msgpack_object *o, const char *field
 
 /* ---- client -> router ---- */
 
+/* The request's own fields, then one per sampling parameter (common/request/sampling.h). */
 enum req_field {
-    RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM,
-    RF_TEMPERATURE, RF_TOP_P, RF_TOP_K, RF_MIN_P, RF_REPETITION_PENALTY, RF_PRESENCE_PENALTY,
-    RF_FREQUENCY_PENALTY, RF_SEED, RF_STOP, RF_STOP_TOKEN_IDS, RF_LOGPROBS, RF_IGNORE_EOS,
-    RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS, RF_NUM_SPECULATIVE_TOKENS, RF_N_FIELDS
+    RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM, RF_SEED,
+    RF_STOP, RF_STOP_TOKEN_IDS, RF_IGNORE_EOS, RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS,
+    RF_NUM_SPECULATIVE_TOKENS, RF_SAMPLING, RF_N_FIELDS = RF_SAMPLING + SAMPLING_N_PARAMS
 };
+_Static_assert(RF_N_FIELDS <= 64, "request fields fit the decoder's 64-bit masks");
 
 static const char *const req_names[RF_N_FIELDS] = {
-    "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "temperature",
-    "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "seed", "stop", "stop_token_ids", "logprobs", "ignore_eos", "add_special_tokens",
-    "deadline_ms", "num_speculative_tokens",
+    "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "seed", "stop",
+    "stop_token_ids", "ignore_eos", "add_special_tokens", "deadline_ms",
+    "num_speculative_tokens", SAMPLING_PARAMS(SAMPLING_KEY)
 };
 
 static const char *const client_types[] = {"request", "cancel", "ping"};
@@ -191,15 +165,11 @@ static const uint64_t client_allowed[] = {
 void proto_request_default(proto_request *r)
 {
     memset(r, 0, sizeof *r);
-    r->max_tokens = 256;
-    r->n = 1;
-    r->temperature = 1.0f;
-    r->top_p = 1.0f;
-    r->repetition_penalty = 1.0f;
+    req_params_init(&r->params);
     r->add_special_tokens = true;
 }
 
-static int request_stops(proto_decoder *d, const msgpack_object *v, proto_request *r,
+static int request_stops(proto_decoder_t *d, const msgpack_object *v, proto_request *r,
                          proto_error *err)
 {
     const msgpack_object *items;
@@ -219,23 +189,24 @@ static int request_stops(proto_decoder *d, const msgpack_object *v, proto_reques
     return rc;
 }
 
-static int request_stop_ids(const msgpack_object *v, proto_request *r, proto_error *err)
+static int request_stop_ids(const msgpack_object *v, req_params *p, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(v, PROTO_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
+    int rc = ps_array(v, REQ_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
     for (uint32_t i = 0; rc == DERAS_OK && i < k; i++)
-        rc = ps_token(&items[i], &r->stop_ids[i], err, "stop_token_ids[%u]", i);
+        rc = ps_token(&items[i], &p->stop_ids[i], err, "stop_token_ids[%u]", i);
     if (rc == DERAS_OK)
-        r->n_stop_ids = (int)k;
+        p->n_stop_ids = (int)k;
     return rc;
 }
 
 /* One request field. */
-static int request_field(proto_decoder *d, int f, const msgpack_object *v, proto_request *r,
+static int request_field(proto_decoder_t *d, int f, const msgpack_object *v, proto_request *r,
                          bool *has_prompt, proto_error *err)
 {
     const proto_limits *L = &d->lim;
+    req_params *q = &r->params;
     int64_t i64;
     const char *p;
     size_t n;
@@ -259,56 +230,39 @@ static int request_field(proto_decoder *d, int f, const msgpack_object *v, proto
                         &r->n_prompt_ids, err);
     case RF_MAX_TOKENS:
         rc = ps_int(v, 1, L->max_tokens, PE_LIMIT_EXCEEDED, &i64, err, "max_tokens");
-        r->max_tokens = (int)i64;
+        q->max_tokens = (int)i64;
         return rc;
     case RF_N:
-        rc = ps_int(v, 1, PROTO_MAX_N, PE_LIMIT_EXCEEDED, &i64, err, "n");
-        r->n = (int)i64;
+        rc = ps_int(v, 1, REQ_MAX_N, PE_LIMIT_EXCEEDED, &i64, err, "n");
+        q->n = (int)i64;
         return rc;
     case RF_STREAM:
         return ps_bool(v, &r->stream, err, "stream");
-    case RF_TEMPERATURE:
-        return ps_float(v, 0, false, 100, false, &r->temperature, err, "temperature");
-    case RF_TOP_P:
-        return ps_float(v, 0, true, 1, false, &r->top_p, err, "top_p");
-    case RF_TOP_K:
-        rc = ps_int(v, 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &i64, err, "top_k");
-        r->top_k = (int)i64;
-        return rc;
-    case RF_MIN_P:
-        return ps_float(v, 0, false, 1, false, &r->min_p, err, "min_p");
-    case RF_REPETITION_PENALTY:
-        return ps_float(v, 0, true, 10, false, &r->repetition_penalty, err, "repetition_penalty");
-    case RF_PRESENCE_PENALTY:
-        return ps_float(v, -2, false, 2, false, &r->presence_penalty, err, "presence_penalty");
-    case RF_FREQUENCY_PENALTY:
-        return ps_float(v, -2, false, 2, false, &r->frequency_penalty, err, "frequency_penalty");
     case RF_SEED:
-        rc = ps_u64(v, &r->seed, err, "seed");
+        rc = ps_u64(v, &q->seed, err, "seed");
         r->has_seed = rc == DERAS_OK;
         return rc;
     case RF_STOP:
         return request_stops(d, v, r, err);
     case RF_STOP_TOKEN_IDS:
-        return request_stop_ids(v, r, err);
-    case RF_LOGPROBS:
-        rc = ps_int(v, 0, PROTO_MAX_LOGPROBS, PE_LIMIT_EXCEEDED, &i64, err, "logprobs");
-        r->logprobs = (int)i64;
-        return rc;
+        return request_stop_ids(v, q, err);
     case RF_IGNORE_EOS:
-        return ps_bool(v, &r->ignore_eos, err, "ignore_eos");
+        return ps_bool(v, &q->ignore_eos, err, "ignore_eos");
     case RF_ADD_SPECIAL_TOKENS:
         return ps_bool(v, &r->add_special_tokens, err, "add_special_tokens");
     case RF_DEADLINE_MS:
         return ps_int(v, 1, L->max_deadline_ms, PE_LIMIT_EXCEEDED, &r->deadline_ms, err, "deadline_ms");
     case RF_NUM_SPECULATIVE_TOKENS:
-        rc = ps_int(v, 0, PROTO_MAX_SPEC_TOKENS, PE_VALUE_OUT_OF_RANGE, &i64, err,
+        rc = ps_int(v, 0, REQ_MAX_SPEC_TOKENS, PE_VALUE_OUT_OF_RANGE, &i64, err,
                     "num_speculative_tokens");
-        r->num_speculative_tokens = i64 == 0 ? -1 : (int)i64;
+        q->spec_tokens = i64 == 0 ? -1 : (int)i64;
         return rc;
+    case RF_SAMPLING:
     case RF_N_FIELDS:
         break;
     }
+    if (f >= RF_SAMPLING && f < RF_N_FIELDS)
+        return wv_decode_sampling(f - RF_SAMPLING, v, &q->sp, err);
     return ps_fail(err, PE_INTERNAL, "request field %d has no checker", f);
 }
 
@@ -323,7 +277,7 @@ static void capture_id(const msgpack_object_kv *kv, uint32_t n, proto_error *err
     deras_errclear();
 }
 
-int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_client_msg *out,
+int proto_decode_client(proto_decoder_t *d, const void *buf, size_t len, proto_client_msg *out,
                         proto_error *err)
 {
     proto_error scratch;
@@ -336,7 +290,8 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
     }
     mp_scan_limits lim = {.max_depth = 8,
                           .max_items = (size_t)d->lim.max_prompt_ids + 4 * RF_N_FIELDS +
-                                       PROTO_MAX_STOPS + PROTO_MAX_STOP_IDS + 16};
+                                       PROTO_MAX_STOPS + REQ_MAX_STOP_IDS + 16 +
+                                       wv_sampling_max_items()};
     const msgpack_object_kv *kv;
     uint32_t n;
     int type, rc;
@@ -377,6 +332,8 @@ int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_cli
             rc = ps_fail(err, PE_INVALID_FIELD, "give exactly one of prompt and prompt_ids, got both");
         else if (!has_prompt && !has_ids)
             rc = ps_fail(err, PE_MISSING_FIELD, "prompt or prompt_ids is required");
+        else if (req_params_validate(&r->params, 0) != DERAS_OK) /* the rules across fields */
+            rc = ps_fail(err, PE_VALUE_OUT_OF_RANGE, "%s", deras_errmsg());
     } else {
         proto_request_default(r);
     }
@@ -415,10 +372,10 @@ static const uint64_t server_required[] = {
 };
 
 static const char *const usage_names[] = {"prompt_tokens", "completion_tokens", "queue_ms",
-                                          "ttft_ms", "total_ms", "spec_proposed",
-                                          "spec_accepted", "spec_verifications"};
-#define N_USAGE 8
-#define USAGE_REQUIRED 0x1f /* the speculation counters are optional */
+                                          "ttft_ms", "total_ms",
+                                          SPEC_COUNTERS(SPEC_COUNTER_KEY)};
+#define N_USAGE_REQUIRED 5 /* the speculation counters that follow are optional */
+#define N_USAGE (N_USAGE_REQUIRED + SPEC_N_COUNTERS)
 
 static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *err)
 {
@@ -444,20 +401,15 @@ static int decode_usage(const msgpack_object *o, proto_usage *u, proto_error *er
         case 2: rc = ps_double(val, 0, 1e300, &u->queue_ms, err, "usage.%s", name); break;
         case 3: rc = ps_double(val, 0, 1e300, &u->ttft_ms, err, "usage.%s", name); break;
         case 4: rc = ps_double(val, 0, 1e300, &u->total_ms, err, "usage.%s", name); break;
-        case 5: rc = ps_u64(val, &u->spec_proposed, err, "usage.%s", name); break;
-        case 6: rc = ps_u64(val, &u->spec_accepted, err, "usage.%s", name); break;
-        default: rc = ps_u64(val, &u->spec_verifications, err, "usage.%s", name); break;
+        default: rc = wv_decode_spec(f - N_USAGE_REQUIRED, val, &u->spec, err, "usage", -1);
         }
     }
-    if (rc == DERAS_OK && (seen & USAGE_REQUIRED) != USAGE_REQUIRED)
-        for (int f = 0; f < 5; f++)
+    uint64_t required = BIT(N_USAGE_REQUIRED) - 1;
+    if (rc == DERAS_OK && (seen & required) != required)
+        for (int f = 0; f < N_USAGE_REQUIRED; f++)
             if (!(seen & BIT(f)))
                 return ps_fail(err, PE_MISSING_FIELD, "usage.%s is required", usage_names[f]);
-    if (rc == DERAS_OK && (u->spec_accepted > u->spec_proposed ||
-                           u->spec_verifications > u->spec_proposed))
-        return ps_fail(err, PE_VALUE_OUT_OF_RANGE, "usage: spec_accepted and "
-                       "spec_verifications must not exceed spec_proposed");
-    return rc;
+    return rc == DERAS_OK ? wv_check_spec(&u->spec, err, "usage", -1) : rc;
 }
 
 static const char *const worker_names[] = {"name", "state", "running", "waiting",
@@ -502,7 +454,7 @@ static int decode_worker(const msgpack_object *o, uint32_t k, proto_worker_statu
     return rc;
 }
 
-static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_server_msg *m,
+static int server_field(proto_decoder_t *d, int f, const msgpack_object *v, proto_server_msg *m,
                         proto_error *err)
 {
     int64_t i64;
@@ -517,7 +469,7 @@ static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_
     case SF_ID:
         return ps_cstr(v, m->type == PROTO_ERROR ? 0 : 1, PROTO_MAX_ID, m->id, err, "id");
     case SF_INDEX:
-        rc = ps_int(v, 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &i64, err, "index");
+        rc = ps_int(v, 0, REQ_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &i64, err, "index");
         m->index = (int)i64;
         return rc;
     case SF_TOKEN_IDS:
@@ -534,10 +486,13 @@ static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_
         return ps_array(v, UINT32_MAX, &items, &k, err, "logprobs"); /* skipped */
     }
     case SF_FINISH_REASON:
+        if ((rc = ps_cstr(v, 1, sizeof buf - 1, buf, err, "finish_reason")) == DERAS_OK &&
+            !finish_reason_parse(buf, &m->finish))
+            rc = ps_fail(err, PE_INVALID_FIELD, "finish_reason '%s' is not a finish reason", buf);
+        return rc;
     case SF_ABORT_REASON:
-        if ((rc = ps_cstr(v, 1, sizeof buf - 1, buf, err, "%s", srv_names[f])) == DERAS_OK)
-            *(f == SF_FINISH_REASON ? &m->finish_reason : &m->abort_reason) =
-                keep(d, buf, strlen(buf));
+        if ((rc = ps_cstr(v, 1, sizeof buf - 1, buf, err, "abort_reason")) == DERAS_OK)
+            m->abort_reason = keep(d, buf, strlen(buf));
         return rc;
     case SF_USAGE:
         return decode_usage(v, &m->usage, err);
@@ -571,7 +526,7 @@ static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_
     return ps_fail(err, PE_INTERNAL, "reply field %d has no checker", f);
 }
 
-int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_server_msg *out,
+int proto_decode_server(proto_decoder_t *d, const void *buf, size_t len, proto_server_msg *out,
                         proto_error *err)
 {
     proto_error scratch;
@@ -611,253 +566,4 @@ int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_ser
                      err);
 done:
     return ps_close(d->frame, rc);
-}
-
-/* ---- encoders ---- */
-
-struct proto_encoder {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-};
-
-proto_encoder *proto_encoder_new(void)
-{
-    proto_encoder *e = calloc(1, sizeof *e);
-    if (!e)
-        return NULL;
-    msgpack_sbuffer_init(&e->sb);
-    msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
-    return e;
-}
-
-void proto_encoder_destroy(proto_encoder **ep)
-{
-    if (!ep || !*ep)
-        return;
-    msgpack_sbuffer_destroy(&(*ep)->sb);
-    free(*ep);
-    *ep = NULL;
-}
-
-/* Packing helpers: each returns msgpack-c's 0 / -1 so calls can be or-ed together; the
- * only way a pack fails is the buffer's realloc. */
-#define KEY(pk, lit) msgpack_pack_str_with_body(pk, lit, sizeof(lit) - 1)
-
-static int pack_str(msgpack_packer *pk, const char *s, size_t n)
-{
-    return msgpack_pack_str_with_body(pk, n ? s : "", n);
-}
-
-static int pack_cstr(msgpack_packer *pk, const char *s)
-{
-    return pack_str(pk, s, strlen(s));
-}
-
-static int pack_ids(msgpack_packer *pk, const int32_t *ids, int n)
-{
-    int rc = msgpack_pack_array(pk, (size_t)n);
-    for (int i = 0; i < n; i++)
-        rc |= msgpack_pack_int32(pk, ids[i]);
-    return rc;
-}
-
-/* "logprobs": [{"token_id", "logprob", "top": [[id, logprob], ...]}, ...] */
-static int pack_logprobs(msgpack_packer *pk, const proto_logprob *lps, int n)
-{
-    int rc = msgpack_pack_array(pk, (size_t)n);
-    for (int i = 0; i < n; i++) {
-        const proto_logprob *lp = &lps[i];
-        int n_top = lp->n_top < 0 ? 0 : lp->n_top > PROTO_MAX_LOGPROBS ? PROTO_MAX_LOGPROBS : lp->n_top;
-        rc |= msgpack_pack_map(pk, 3);
-        rc |= KEY(pk, "token_id") | msgpack_pack_int32(pk, lp->token_id);
-        rc |= KEY(pk, "logprob") | msgpack_pack_float(pk, lp->logprob);
-        rc |= KEY(pk, "top") | msgpack_pack_array(pk, (size_t)n_top);
-        for (int k = 0; k < n_top; k++)
-            rc |= msgpack_pack_array(pk, 2) | msgpack_pack_int32(pk, lp->top_ids[k]) |
-                  msgpack_pack_float(pk, lp->top_logprobs[k]);
-    }
-    return rc;
-}
-
-static int finish(proto_encoder *e, int rc, const char *what, const void **buf, size_t *len)
-{
-    if (rc != 0)
-        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
-    *buf = e->sb.data;
-    *len = e->sb.size;
-    return DERAS_OK;
-}
-
-#define BEGIN(e, ok)                                                                         \
-    do {                                                                                     \
-        if (!(e) || !buf || !len || !(ok))                                                   \
-            return deras_fail(DERAS_EINVAL, "%s: bad arguments", __func__);                  \
-        msgpack_sbuffer_clear(&(e)->sb);                                                     \
-    } while (0)
-
-int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_t *ids, int n_ids,
-                       const char *text, size_t text_len, const proto_logprob *lps,
-                       const void **buf, size_t *len)
-{
-    BEGIN(e, id && n_ids >= 0 && (ids || !n_ids) && (text || !text_len));
-    msgpack_packer *pk = &e->pk;
-    int rc = msgpack_pack_map(pk, lps ? 6 : 5);
-    rc |= KEY(pk, "type") | KEY(pk, "chunk");
-    rc |= KEY(pk, "id") | pack_cstr(pk, id);
-    rc |= KEY(pk, "index") | msgpack_pack_int(pk, index);
-    rc |= KEY(pk, "token_ids") | pack_ids(pk, ids, n_ids);
-    rc |= KEY(pk, "text") | pack_str(pk, text, text_len);
-    if (lps)
-        rc |= KEY(pk, "logprobs") | pack_logprobs(pk, lps, n_ids);
-    return finish(e, rc, "chunk", buf, len);
-}
-
-int proto_encode_final(proto_encoder *e, const char *id, int index, const char *finish_reason,
-                       const char *abort_reason, const proto_usage *u, const char *text,
-                       size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
-                       const void **buf, size_t *len)
-{
-    BEGIN(e, id && finish_reason && u && n_ids >= 0 && (ids || !lps));
-    msgpack_packer *pk = &e->pk;
-    int rc = msgpack_pack_map(pk, 5u + (text != NULL) + (ids != NULL) + (lps != NULL) +
-                                      (abort_reason != NULL));
-    rc |= KEY(pk, "type") | KEY(pk, "final");
-    rc |= KEY(pk, "id") | pack_cstr(pk, id);
-    rc |= KEY(pk, "index") | msgpack_pack_int(pk, index);
-    rc |= KEY(pk, "finish_reason") | pack_cstr(pk, finish_reason);
-    bool spec = u->spec_verifications > 0;
-    rc |= KEY(pk, "usage") | msgpack_pack_map(pk, spec ? 8 : 5);
-    rc |= KEY(pk, "prompt_tokens") | msgpack_pack_int(pk, u->prompt_tokens);
-    rc |= KEY(pk, "completion_tokens") | msgpack_pack_int(pk, u->completion_tokens);
-    rc |= KEY(pk, "queue_ms") | msgpack_pack_double(pk, u->queue_ms);
-    rc |= KEY(pk, "ttft_ms") | msgpack_pack_double(pk, u->ttft_ms);
-    rc |= KEY(pk, "total_ms") | msgpack_pack_double(pk, u->total_ms);
-    if (spec)
-        rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, u->spec_proposed) |
-              KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, u->spec_accepted) |
-              KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, u->spec_verifications);
-    if (text)
-        rc |= KEY(pk, "text") | pack_str(pk, text, text_len);
-    if (ids)
-        rc |= KEY(pk, "token_ids") | pack_ids(pk, ids, n_ids);
-    if (lps)
-        rc |= KEY(pk, "logprobs") | pack_logprobs(pk, lps, n_ids);
-    if (abort_reason)
-        rc |= KEY(pk, "abort_reason") | pack_cstr(pk, abort_reason);
-    return finish(e, rc, "final", buf, len);
-}
-
-#define PROTO_MAX_MESSAGE_TEXT 1024 /* error messages on the wire, bytes */
-
-int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code code,
-                       const char *message, const void **buf, size_t *len)
-{
-    BEGIN(e, id && message);
-    msgpack_packer *pk = &e->pk;
-    size_t n = strlen(message);
-    n = ps_utf8_clip(message, n, PROTO_MAX_MESSAGE_TEXT);
-    int rc = msgpack_pack_map(pk, 4);
-    rc |= KEY(pk, "type") | KEY(pk, "error");
-    rc |= KEY(pk, "id") | pack_cstr(pk, id);
-    rc |= KEY(pk, "code") | pack_cstr(pk, proto_error_name(code));
-    rc |= KEY(pk, "message") | pack_str(pk, message, n);
-    return finish(e, rc, "error", buf, len);
-}
-
-int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_workers,
-                      const void **buf, size_t *len)
-{
-    BEGIN(e, n_workers >= 0 && n_workers <= PROTO_MAX_WORKERS && (w || !n_workers));
-    msgpack_packer *pk = &e->pk;
-    int rc = msgpack_pack_map(pk, 3);
-    rc |= KEY(pk, "type") | KEY(pk, "pong");
-    rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
-    rc |= KEY(pk, "workers") | msgpack_pack_array(pk, (size_t)n_workers);
-    for (int i = 0; i < n_workers; i++) {
-        rc |= msgpack_pack_map(pk, 7);
-        rc |= KEY(pk, "name") | pack_str(pk, w[i].name, strnlen(w[i].name, sizeof w[i].name - 1));
-        rc |= KEY(pk, "state") |
-              pack_str(pk, w[i].state, strnlen(w[i].state, sizeof w[i].state - 1));
-        rc |= KEY(pk, "running") | msgpack_pack_int(pk, w[i].running);
-        rc |= KEY(pk, "waiting") | msgpack_pack_int(pk, w[i].waiting);
-        rc |= KEY(pk, "kv_blocks_free") | msgpack_pack_int(pk, w[i].kv_blocks_free);
-        rc |= KEY(pk, "kv_blocks_total") | msgpack_pack_int(pk, w[i].kv_blocks_total);
-        rc |= KEY(pk, "served") | msgpack_pack_uint64(pk, w[i].served);
-    }
-    return finish(e, rc, "pong", buf, len);
-}
-
-int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len)
-{
-    BEGIN(e, r && (r->prompt || !r->prompt_len) && (r->prompt_ids || r->n_prompt_ids <= 0) &&
-                 r->n_stops >= 0 && r->n_stops <= PROTO_MAX_STOPS && r->n_stop_ids >= 0 &&
-                 r->n_stop_ids <= PROTO_MAX_STOP_IDS);
-    msgpack_packer *pk = &e->pk;
-    bool ids = r->prompt_ids != NULL && !r->prompt;
-    unsigned n = 4u + (r->max_tokens != 256) + (r->n != 1) + r->stream + (r->temperature != 1) +
-                 (r->top_p != 1) + (r->top_k != 0) + (r->min_p != 0) +
-                 (r->repetition_penalty != 1) + (r->presence_penalty != 0) +
-                 (r->frequency_penalty != 0) + r->has_seed + (r->n_stops > 0) +
-                 (r->n_stop_ids > 0) + (r->logprobs != 0) + r->ignore_eos +
-                 !r->add_special_tokens + (r->deadline_ms != 0) +
-                 (r->num_speculative_tokens != 0);
-    int rc = msgpack_pack_map(pk, n);
-    rc |= KEY(pk, "type") | KEY(pk, "request");
-    rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
-    rc |= KEY(pk, "id") | pack_cstr(pk, r->id);
-    if (ids)
-        rc |= KEY(pk, "prompt_ids") | pack_ids(pk, r->prompt_ids, r->n_prompt_ids);
-    else
-        rc |= KEY(pk, "prompt") | pack_str(pk, r->prompt, r->prompt_len);
-    if (r->max_tokens != 256)
-        rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, r->max_tokens);
-    if (r->n != 1)
-        rc |= KEY(pk, "n") | msgpack_pack_int(pk, r->n);
-    if (r->stream)
-        rc |= KEY(pk, "stream") | msgpack_pack_true(pk);
-    if (r->temperature != 1)
-        rc |= KEY(pk, "temperature") | msgpack_pack_float(pk, r->temperature);
-    if (r->top_p != 1)
-        rc |= KEY(pk, "top_p") | msgpack_pack_float(pk, r->top_p);
-    if (r->top_k != 0)
-        rc |= KEY(pk, "top_k") | msgpack_pack_int(pk, r->top_k);
-    if (r->min_p != 0)
-        rc |= KEY(pk, "min_p") | msgpack_pack_float(pk, r->min_p);
-    if (r->repetition_penalty != 1)
-        rc |= KEY(pk, "repetition_penalty") | msgpack_pack_float(pk, r->repetition_penalty);
-    if (r->presence_penalty != 0)
-        rc |= KEY(pk, "presence_penalty") | msgpack_pack_float(pk, r->presence_penalty);
-    if (r->frequency_penalty != 0)
-        rc |= KEY(pk, "frequency_penalty") | msgpack_pack_float(pk, r->frequency_penalty);
-    if (r->has_seed)
-        rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, r->seed);
-    if (r->n_stops > 0) {
-        rc |= KEY(pk, "stop") | msgpack_pack_array(pk, (size_t)r->n_stops);
-        for (int i = 0; i < r->n_stops; i++)
-            rc |= pack_str(pk, r->stops[i], r->stops[i] ? r->stop_lens[i] : 0);
-    }
-    if (r->n_stop_ids > 0)
-        rc |= KEY(pk, "stop_token_ids") | pack_ids(pk, r->stop_ids, r->n_stop_ids);
-    if (r->logprobs != 0)
-        rc |= KEY(pk, "logprobs") | msgpack_pack_int(pk, r->logprobs);
-    if (r->ignore_eos)
-        rc |= KEY(pk, "ignore_eos") | msgpack_pack_true(pk);
-    if (!r->add_special_tokens)
-        rc |= KEY(pk, "add_special_tokens") | msgpack_pack_false(pk);
-    if (r->deadline_ms != 0)
-        rc |= KEY(pk, "deadline_ms") | msgpack_pack_int64(pk, r->deadline_ms);
-    if (r->num_speculative_tokens != 0)
-        rc |= KEY(pk, "num_speculative_tokens") |
-              msgpack_pack_int(pk, r->num_speculative_tokens < 0 ? 0 : r->num_speculative_tokens);
-    return finish(e, rc, "request", buf, len);
-}
-
-int proto_encode_cancel(proto_encoder *e, const char *id, const void **buf, size_t *len)
-{
-    BEGIN(e, id);
-    msgpack_packer *pk = &e->pk;
-    int rc = msgpack_pack_map(pk, 2);
-    rc |= KEY(pk, "type") | KEY(pk, "cancel");
-    rc |= KEY(pk, "id") | pack_cstr(pk, id);
-    return finish(e, rc, "cancel", buf, len);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* protocol.h - the client protocol: messages between clients and deras-router.
  *
  * Transport: ZeroMQ. A client connects a DEALER socket to the router's ROUTER socket and
@@ -27,41 +28,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/request/finish_reason.h"
+#include "common/request/proto_error.h"
+#include "common/request/req_params.h"
+#include "common/request/spec_counters.h"
+
 #define PROTO_VERSION 1
 #define PROTO_MAX_ID 64          /* bytes in a request id */
 #define PROTO_MAX_STOPS 16
 #define PROTO_MAX_STOP_BYTES 256
-#define PROTO_MAX_STOP_IDS 16
-#define PROTO_MAX_N 16
-#define PROTO_MAX_LOGPROBS 20
-#define PROTO_MAX_SPEC_TOKENS 16
 
-/* Stable error codes; proto_error_name() gives the wire string. Never renumber. */
-enum proto_error_code {
-    PE_NONE = 0,
-    PE_MALFORMED,               /* "malformed": not msgpack, not a map, trailing bytes, too deep */
-    PE_UNSUPPORTED_VERSION,     /* "unsupported_version" */
-    PE_UNKNOWN_TYPE,            /* "unknown_type": "type" is not a known message */
-    PE_INVALID_FIELD,           /* "invalid_field": unknown key or wrong type */
-    PE_MISSING_FIELD,           /* "missing_field" */
-    PE_MESSAGE_TOO_LARGE,       /* "message_too_large" */
-    PE_LIMIT_EXCEEDED,          /* "limit_exceeded": a cap (max_tokens, n, stops, logprobs...) */
-    PE_VALUE_OUT_OF_RANGE,      /* "value_out_of_range": non-finite or out-of-range number */
-    PE_TOKEN_OUT_OF_RANGE,      /* "token_out_of_range": a token id outside [0, vocab) */
-    PE_INVALID_UTF8,            /* "invalid_utf8" */
-    PE_CONTEXT_LENGTH_EXCEEDED, /* "context_length_exceeded": prompt + max_tokens > context */
-    PE_DUPLICATE_ID,            /* "duplicate_id": this client already has a live request with it */
-    PE_UNKNOWN_REQUEST,         /* "unknown_request": cancel of an id that is not live */
-    PE_BUSY,                    /* "busy": admission queue full; retry later */
-    PE_NO_WORKERS,              /* "no_workers": no worker is ready */
-    PE_WORKER_FAILED,           /* "worker_failed": the worker serving the request died */
-    PE_DEADLINE_EXCEEDED,       /* "deadline_exceeded": deadline_ms passed before the end */
-    PE_SHUTTING_DOWN,           /* "shutting_down": the router is draining for exit */
-    PE_INTERNAL,                /* "internal" */
-    PE_N_CODES
-};
-
-const char *proto_error_name(enum proto_error_code c);
 
 typedef struct proto_error {
     enum proto_error_code code;
@@ -84,28 +60,23 @@ void proto_limits_default(proto_limits *l);
 
 enum proto_client_type { PROTO_REQUEST = 1, PROTO_CANCEL = 2, PROTO_PING = 3 };
 
-/* A decoded request. Defaults: max_tokens 256, n 1, stream false, temperature 1, top_p 1,
- * top_k 0 (off), min_p 0, penalties neutral (1, 0, 0), no seed, logprobs 0, no deadline,
- * add_special_tokens true, ignore_eos false. Pointers point into the decoder and stay
- * valid until its next decode. Exactly one of prompt / prompt_ids is set. */
+/* A decoded request. Defaults: req_params_init's (max_tokens 256, n 1, the sampling
+ * table's defaults, no stop ids, the worker's speculation), stream false, no seed, no
+ * deadline, add_special_tokens true. Pointers point into the decoder and stay valid until
+ * its next decode. Exactly one of prompt / prompt_ids is set. */
 typedef struct proto_request {
     char id[PROTO_MAX_ID + 1];
     const char *prompt;          /* UTF-8, not NUL-terminated */
     size_t prompt_len;
     const int32_t *prompt_ids;
     int n_prompt_ids;
-    int max_tokens, n, top_k, logprobs;
-    bool stream, ignore_eos, add_special_tokens, has_seed;
-    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    uint64_t seed;
+    bool stream, add_special_tokens, has_seed; /* has_seed: params.seed was given */
     int n_stops;
     const char *stops[PROTO_MAX_STOPS]; /* UTF-8, not NUL-terminated */
     size_t stop_lens[PROTO_MAX_STOPS];
-    int n_stop_ids;
-    int32_t stop_ids[PROTO_MAX_STOP_IDS];
     int64_t deadline_ms;         /* 0: none; else relative to the router's receipt */
-    int num_speculative_tokens;  /* drafts per step at most: 0 (field absent) the worker's
-                                    default; -1 (field 0) no speculation; else 1..16 */
+    req_params params;           /* what the worker's engine gets; on the wire
+                                    "num_speculative_tokens" 0 is params.spec_tokens -1 */
 } proto_request;
 
 /* Reset *r to the defaults above (no prompt, empty id). O(sizeof *r). */
@@ -117,14 +88,15 @@ typedef struct proto_client_msg {
     char cancel_id[PROTO_MAX_ID + 1];   /* PROTO_CANCEL */
 } proto_client_msg;
 
-typedef struct proto_decoder proto_decoder;
+typedef struct proto_decoder proto_decoder_t;
 
-proto_decoder *proto_decoder_new(const proto_limits *lim);
-void proto_decoder_destroy(proto_decoder **d);
+/* A decoder enforcing lim (NULL: proto_limits_default). DERAS_ENOMEM. */
+int proto_decoder_new(const proto_limits *lim, proto_decoder_t **out);
+void proto_decoder_destroy(proto_decoder_t **d);
 
 /* Decode one client frame. DERAS_OK with *out filled, or DERAS_EFORMAT with *err filled
  * (code, message, and the id if it could be read). Never reads outside buf. Cost: O(len). */
-int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_client_msg *out,
+int proto_decode_client(proto_decoder_t *d, const void *buf, size_t len, proto_client_msg *out,
                         proto_error *err);
 
 /* ---- router -> client ---- */
@@ -133,42 +105,42 @@ typedef struct proto_logprob {
     int32_t token_id;
     float logprob;
     int n_top;
-    int32_t top_ids[PROTO_MAX_LOGPROBS];
-    float top_logprobs[PROTO_MAX_LOGPROBS];
+    int32_t top_ids[SAMPLING_MAX_LOGPROBS];
+    float top_logprobs[SAMPLING_MAX_LOGPROBS];
 } proto_logprob;
 
 typedef struct proto_usage {
     int prompt_tokens, completion_tokens;
     double queue_ms, ttft_ms, total_ms; /* receipt to dispatch, to first token, to the end */
-    /* the sample's speculative decoding: drafts verified, drafts accepted, verifications
-     * (steps that checked drafts); all 0, and absent on the wire, when it had none */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;        /* the sample's speculation; all 0, and absent on the wire,
+                                  when it had none */
 } proto_usage;
 
-typedef struct proto_encoder proto_encoder;
+typedef struct proto_encoder proto_encoder_t;
 
-proto_encoder *proto_encoder_new(void);
-void proto_encoder_destroy(proto_encoder **e);
+/* DERAS_ENOMEM. */
+int proto_encoder_new(proto_encoder_t **out);
+void proto_encoder_destroy(proto_encoder_t **e);
 
 /* Each encoder call replaces the encoder's buffer with one message; *buf / *len stay valid
  * until the next call. ENOMEM is the only failure. */
 
 /* {"type":"chunk","id","index","token_ids","text"[,"logprobs"]}: streamed tokens of sample
  * `index` and the text they complete (possibly ""). lps: one per token id, or NULL. */
-int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_t *ids, int n_ids,
+int proto_encode_chunk(proto_encoder_t *e, const char *id, int index, const int32_t *ids, int n_ids,
                        const char *text, size_t text_len, const proto_logprob *lps,
                        const void **buf, size_t *len);
 
 /* {"type":"final","id","index","finish_reason","usage":{...}[,"text","token_ids",
  * "logprobs"][,"abort_reason"]}: the end of sample `index`. Non-streaming requests carry
  * the whole text, token ids and logprobs here (text/ids NULL for streams). */
-int proto_encode_final(proto_encoder *e, const char *id, int index, const char *finish_reason,
+int proto_encode_final(proto_encoder_t *e, const char *id, int index, finish_reason why,
                        const char *abort_reason, const proto_usage *u, const char *text,
                        size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
                        const void **buf, size_t *len);
 
 /* {"type":"error","id","code","message"}: the request ends (all samples). id may be "". */
-int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code code,
+int proto_encode_error(proto_encoder_t *e, const char *id, enum proto_error_code code,
                        const char *message, const void **buf, size_t *len);
 
 /* Per-worker summary in a pong (operators and tests watch load through it). */
@@ -182,14 +154,14 @@ typedef struct proto_worker_status {
 
 /* {"type":"pong","v","workers":[{"name","state","running","waiting","kv_blocks_free",
  * "kv_blocks_total","served"}...]} */
-int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_workers,
+int proto_encode_pong(proto_encoder_t *e, const proto_worker_status *w, int n_workers,
                       const void **buf, size_t *len);
 
 /* ---- client side: encoding requests, decoding replies (the C client library) ---- */
 
 /* Encode a request as the router expects it; fields at their defaults are omitted. */
-int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len);
-int proto_encode_cancel(proto_encoder *e, const char *id, const void **buf, size_t *len);
+int proto_encode_request(proto_encoder_t *e, const proto_request *r, const void **buf, size_t *len);
+int proto_encode_cancel(proto_encoder_t *e, const char *id, const void **buf, size_t *len);
 
 enum proto_server_type { PROTO_CHUNK = 1, PROTO_FINAL = 2, PROTO_ERROR = 3, PROTO_PONG = 4 };
 
@@ -201,7 +173,7 @@ typedef struct proto_server_msg {
     int n_token_ids;
     const char *text;          /* not NUL-terminated */
     size_t text_len;
-    const char *finish_reason; /* final; NUL-terminated */
+    finish_reason finish;      /* final */
     const char *abort_reason;  /* final; NUL-terminated or NULL */
     proto_usage usage;         /* final */
     enum proto_error_code code;/* error */
@@ -210,9 +182,10 @@ typedef struct proto_server_msg {
     const proto_worker_status *workers; /* pong: into the decoder's storage */
 } proto_server_msg;
 
-/* Decode a router reply (same strictness; unknown error codes map to PE_INTERNAL).
+/* Decode a router reply (same strictness; unknown error codes map to PE_INTERNAL, an
+ * unknown finish_reason is invalid_field).
  * Logprobs in replies are skipped by this decoder. */
-int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_server_msg *out,
+int proto_decode_server(proto_decoder_t *d, const void *buf, size_t len, proto_server_msg *out,
                         proto_error *err);
 
 #endif

@@ -1,4 +1,6 @@
-/* worker_proto.c - the router <-> worker protocol (see worker_proto.h).
+/* SPDX-License-Identifier: Apache-2.0 */
+/* worker_proto.c - the router <-> worker protocol's decoder (see worker_proto.h; the
+ * encoders and the STEP builder are in worker_proto_enc.c).
  *
  * Same decoding pipeline as protocol.c (size cap, bounded scan, sized unpack, header,
  * one schema walk), with one schema table for every message: a mask per type says which
@@ -11,20 +13,19 @@
  *                      an array of ints would cost 1-5 bytes and a branch per id)
  *   STEP tokens        [[rid, index, token_id], ...] or, with logprobs,
  *                      [rid, index, token_id, logprob, [[id, logprob], ...]]
- *   STEP finishes      [[rid, index, reason, n_prompt, n_generated(, spec_proposed,
- *                       spec_accepted, spec_verifications)], ...]
+ *   STEP finishes      [[rid, index, reason, n_prompt, n_generated(, the speculation
+ *                       counters of common/request/spec_counters.h)], ...]
  * Positional arrays keep a STEP of a 256-sequence batch at a few KB; a token without
  * logprobs (logprob 0 and no alternatives) takes the 3-element form.
  *
- * Memory: the decoder keeps growable arrays for prompt ids, tokens and finishes, and the
- * encoder keeps the tokens and finishes of the STEP being built; both grow to the largest
- * message seen (up to a retain size), so after warm-up neither allocates per step. Caps
- * bound what a hostile worker can make the router hold: 2^20 objects per frame (24 MiB of
- * msgpack-c zone) and 2^16 tokens and 2^16 finishes per STEP (12 MiB of wp_token).
+ * Memory: the decoder keeps growable arrays for prompt ids, tokens and finishes that grow
+ * to the largest message seen (up to a retain size), so after warm-up it allocates nothing
+ * per step. Caps bound what a hostile worker can make the router hold: 2^20 objects per
+ * frame (24 MiB of msgpack-c zone) and WPROTO_MAX_STEP_ENTRIES tokens and as many
+ * finishes per STEP (12 MiB of wp_token). Cost: O(frame length) per decode.
  */
 #include "worker_proto.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@
 
 #include "msgpack_scan.h"
 #include "proto_schema.h"
+#include "wire_vocab.h"
 #include "common/base/status.h"
 
 #define WP_DEFAULT_MAX_BYTES (16u << 20)
@@ -39,24 +41,22 @@
 #define WP_ZONE_RETAIN (4u << 20)
 #define WP_RETAIN_IDS (1u << 18)    /* prompt ids kept between decodes */
 #define WP_RETAIN_ENTRIES (1u << 14) /* tokens / finishes kept between decodes */
-#define WP_MAX_STEP_ENTRIES (1u << 16) /* tokens (and finishes) in one STEP */
 
+/* The link's own fields, then one per sampling parameter (common/request/sampling.h). */
 enum wp_field {
     WF_TYPE, WF_V, WF_NAME, WF_DEVICE, WF_MODEL, WF_VOCAB_SIZE, WF_MAX_MODEL_LEN, WF_TP_SIZE,
     WF_KV_BLOCKS_TOTAL, WF_BLOCK_SIZE, WF_MAX_SEQS, WF_PID, WF_HEARTBEAT_MS, WF_REASON,
-    WF_LOAD, WF_RID, WF_PROMPT_IDS, WF_MAX_TOKENS, WF_N, WF_TOP_K, WF_LOGPROBS,
-    WF_TEMPERATURE, WF_TOP_P, WF_MIN_P, WF_REPETITION_PENALTY, WF_PRESENCE_PENALTY,
-    WF_FREQUENCY_PENALTY, WF_SEED, WF_STOP_TOKEN_IDS, WF_IGNORE_EOS, WF_TOKENS, WF_FINISHES,
-    WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_SPEC, WF_N_FIELDS
+    WF_LOAD, WF_RID, WF_PROMPT_IDS, WF_MAX_TOKENS, WF_N, WF_SEED, WF_STOP_TOKEN_IDS,
+    WF_IGNORE_EOS, WF_TOKENS, WF_FINISHES, WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_SPEC,
+    WF_SAMPLING, WF_N_FIELDS = WF_SAMPLING + SAMPLING_N_PARAMS
 };
+_Static_assert(WF_N_FIELDS <= 64, "worker fields fit the decoder's 64-bit masks");
 
 static const char *const wf_names[WF_N_FIELDS] = {
     "type", "v", "name", "device", "model", "vocab_size", "max_model_len", "tp_size",
     "kv_blocks_total", "block_size", "max_seqs", "pid", "heartbeat_ms", "reason", "load",
-    "rid", "prompt_ids", "max_tokens", "n", "top_k", "logprobs", "temperature", "top_p",
-    "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
-    "stop_token_ids", "ignore_eos", "tokens", "finishes", "code", "message", "spec_tokens",
-    "spec",
+    "rid", "prompt_ids", "max_tokens", "n", "seed", "stop_token_ids", "ignore_eos", "tokens",
+    "finishes", "code", "message", "spec_tokens", "spec", SAMPLING_PARAMS(SAMPLING_KEY)
 };
 
 /* Indexed by enum wproto_type - 1. */
@@ -67,11 +67,21 @@ static const char *const wp_types[] = {"hello", "welcome", "refuse", "heartbeat"
 #define BIT(f) (1ull << (f))
 #define RANGE(a, b) ((BIT((b) + 1) - 1) & ~(BIT(a) - 1)) /* fields a..b */
 
+/* The sampling parameters SUBMIT must carry, and those it may omit (worker_optional in the
+ * table: added after version 1's first release). */
+#define SAMPLING_BIT(field, kind, key, flag, arg, def, lo, lo_open, hi, hi_open, cap, wopt,  \
+                     doc, optional)                                                          \
+    | ((wopt) == (optional) ? BIT(WF_SAMPLING + SAMPLING_I_##field) : 0)
+#define SAMPLING_REQUIRED(...) SAMPLING_BIT(__VA_ARGS__, 0)
+#define SAMPLING_OPTIONAL(...) SAMPLING_BIT(__VA_ARGS__, 1)
+#define SUBMIT_SAMPLING_REQUIRED (0 SAMPLING_PARAMS(SAMPLING_REQUIRED))
+#define SUBMIT_SAMPLING_OPTIONAL (0 SAMPLING_PARAMS(SAMPLING_OPTIONAL))
+
 /* Keys a type may carry beyond its required ones and "v": added after version 1's
  * first release, so a peer that omits them still speaks the protocol. */
 static const uint64_t wp_optional[N_TYPES] = {
     [WP_HELLO - 1] = BIT(WF_SPEC),
-    [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS),
+    [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS) | SUBMIT_SAMPLING_OPTIONAL,
 };
 
 /* Required keys per type; the allowed keys are these plus "v" and the optional ones. */
@@ -80,7 +90,7 @@ static const uint64_t wp_required[N_TYPES] = {
     BIT(WF_TYPE) | BIT(WF_V) | BIT(WF_HEARTBEAT_MS),                        /* welcome */
     BIT(WF_TYPE) | BIT(WF_REASON),                                          /* refuse */
     BIT(WF_TYPE) | BIT(WF_LOAD),                                            /* heartbeat */
-    BIT(WF_TYPE) | RANGE(WF_RID, WF_IGNORE_EOS),                            /* submit */
+    BIT(WF_TYPE) | RANGE(WF_RID, WF_IGNORE_EOS) | SUBMIT_SAMPLING_REQUIRED, /* submit */
     BIT(WF_TYPE) | BIT(WF_RID),                                             /* abort */
     BIT(WF_TYPE) | BIT(WF_TOKENS) | BIT(WF_FINISHES) | BIT(WF_LOAD),        /* step */
     BIT(WF_TYPE) | BIT(WF_RID) | BIT(WF_CODE) | BIT(WF_MESSAGE),            /* reject */
@@ -92,17 +102,18 @@ static const uint64_t wp_required[N_TYPES] = {
 static const char *const load_names[] = {
     "phase", "running", "waiting", "queued_tokens", "running_tokens", "kv_blocks_free",
     "kv_blocks_total", "tokens_per_s", "steps", "preemptions", "prefix_hit_tokens",
-    "prefix_query_tokens", "prompt_tokens", "generated_tokens", "spec_proposed",
-    "spec_accepted", "spec_verifications",
+    "prefix_query_tokens", "prompt_tokens", "generated_tokens",
+    SPEC_COUNTERS(SPEC_COUNTER_KEY)
 };
-#define N_LOAD 17
-#define N_LOAD_REQUIRED 14 /* the speculation counters are optional (added later) */
+#define N_LOAD_REQUIRED WPROTO_LOAD_FIELDS /* the speculation counters that follow are
+                                              optional (added later) */
+#define N_LOAD (N_LOAD_REQUIRED + SPEC_N_COUNTERS)
 
 /* ---- decoder ---- */
 
 struct wp_decoder {
     size_t max_bytes;
-    mp_frame *frame;
+    mp_frame_t *frame;
     int32_t *ids;
     size_t ids_cap;
     wp_token *tokens;
@@ -111,24 +122,26 @@ struct wp_decoder {
     size_t finishes_cap;
 };
 
-wp_decoder *wp_decoder_new(size_t max_message_bytes)
+int wp_decoder_new(size_t max_message_bytes, wp_decoder_t **out)
 {
-    wp_decoder *d = calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
-    d->max_bytes = max_message_bytes ? max_message_bytes : WP_DEFAULT_MAX_BYTES;
-    if (!(d->frame = mp_frame_new(WP_ZONE_RETAIN))) {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "wp_decoder_new: NULL out");
+    *out = NULL;
+    wp_decoder_t *d = calloc(1, sizeof *d);
+    if (!d || mp_frame_new(WP_ZONE_RETAIN, &d->frame)) {
         free(d);
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "wp_decoder_new: out of memory");
     }
-    return d;
+    d->max_bytes = max_message_bytes ? max_message_bytes : WP_DEFAULT_MAX_BYTES;
+    *out = d;
+    return DERAS_OK;
 }
 
-void wp_decoder_destroy(wp_decoder **dp)
+void wp_decoder_destroy(wp_decoder_t **dp)
 {
     if (!dp || !*dp)
         return;
-    wp_decoder *d = *dp;
+    wp_decoder_t *d = *dp;
     mp_frame_destroy(&d->frame);
     free(d->ids);
     free(d->tokens);
@@ -200,9 +213,10 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
         default: {
             uint64_t *dst[] = {&l->steps, &l->preemptions, &l->prefix_hit_tokens,
                                &l->prefix_query_tokens, &l->prompt_tokens,
-                               &l->generated_tokens, &l->spec_proposed, &l->spec_accepted,
-                               &l->spec_verifications};
-            rc = ps_u64(v, dst[f - 8], err, "load.%s", name);
+                               &l->generated_tokens};
+            rc = f < N_LOAD_REQUIRED ? ps_u64(v, dst[f - 8], err, "load.%s", name)
+                                     : wv_decode_spec(f - N_LOAD_REQUIRED, v, &l->spec, err,
+                                                      "load", -1);
             break;
         }
         }
@@ -215,7 +229,7 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
 }
 
 /* SUBMIT prompt_ids: a bin of little-endian int32, 1 or more ids, each >= 0. */
-static int decode_prompt_bin(wp_decoder *d, const msgpack_object *o, wp_submit *s,
+static int decode_prompt_bin(wp_decoder_t *d, const msgpack_object *o, wp_submit *s,
                              proto_error *err)
 {
     if (o->type != MSGPACK_OBJECT_BIN)
@@ -248,14 +262,14 @@ static int decode_prompt_bin(wp_decoder *d, const msgpack_object *o, wp_submit *
     return DERAS_OK;
 }
 
-static int decode_stop_ids(const msgpack_object *o, wp_submit *s, proto_error *err)
+static int decode_stop_ids(const msgpack_object *o, req_params *p, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(o, PROTO_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
+    int rc = ps_array(o, REQ_MAX_STOP_IDS, &items, &k, err, "stop_token_ids");
     for (uint32_t i = 0; rc == DERAS_OK && i < k; i++)
-        rc = ps_token(&items[i], &s->stop_ids[i], err, "stop_token_ids[%u]", i);
-    s->n_stop_ids = rc == DERAS_OK ? (int)k : 0;
+        rc = ps_token(&items[i], &p->stop_ids[i], err, "stop_token_ids[%u]", i);
+    p->n_stop_ids = rc == DERAS_OK ? (int)k : 0;
     return rc;
 }
 
@@ -273,7 +287,7 @@ static int decode_token(const msgpack_object *o, uint32_t i, wp_token *t, proto_
                        "tokens[%u] must be [rid, index, token_id(, logprob, top)], got %u "
                        "elements", i, n);
     if ((rc = ps_u64(&a[0], &t->rid, err, "tokens[%u].rid", i)) != DERAS_OK ||
-        (rc = ps_int(&a[1], 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
+        (rc = ps_int(&a[1], 0, REQ_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
                      "tokens[%u].index", i)) != DERAS_OK ||
         (rc = ps_token(&a[2], &t->lp.token_id, err, "tokens[%u].token_id", i)) != DERAS_OK)
         return rc;
@@ -283,7 +297,7 @@ static int decode_token(const msgpack_object *o, uint32_t i, wp_token *t, proto_
     if (n == 3)
         return DERAS_OK;
     if ((rc = ps_logprob(&a[3], &t->lp.logprob, err, "tokens[%u].logprob", i)) != DERAS_OK ||
-        (rc = ps_array(&a[4], PROTO_MAX_LOGPROBS, &top, &n_top, err, "tokens[%u].top", i)) !=
+        (rc = ps_array(&a[4], SAMPLING_MAX_LOGPROBS, &top, &n_top, err, "tokens[%u].top", i)) !=
             DERAS_OK)
         return rc;
     for (uint32_t k = 0; k < n_top; k++) {
@@ -304,11 +318,11 @@ static int decode_token(const msgpack_object *o, uint32_t i, wp_token *t, proto_
     return DERAS_OK;
 }
 
-static int decode_tokens(wp_decoder *d, const msgpack_object *o, wp_msg *m, proto_error *err)
+static int decode_tokens(wp_decoder_t *d, const msgpack_object *o, wp_msg *m, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(o, WP_MAX_STEP_ENTRIES, &items, &k, err, "tokens");
+    int rc = ps_array(o, WPROTO_MAX_STEP_ENTRIES, &items, &k, err, "tokens");
     if (rc != DERAS_OK)
         return rc;
     /* Shapes first, so storage (184 bytes per entry) is only sized for entries that take
@@ -330,57 +344,52 @@ static int decode_tokens(wp_decoder *d, const msgpack_object *o, wp_msg *m, prot
     return DERAS_OK;
 }
 
+/* The speculation counters' keys as one string, for messages: "spec_proposed, ..." */
+#define SPEC_KEY_TEXT(field, key, metric, help) ", " key
+
 /* One STEP finish: [rid, index, reason, n_prompt, n_generated], and when the sample
- * speculated, [..., spec_proposed, spec_accepted, spec_verifications]. */
+ * speculated, [..., the speculation counters in table order]. */
 static int decode_finish(const msgpack_object *o, uint32_t i, wp_finish *f, proto_error *err)
 {
+    enum { N_FIXED = 5 };
     const msgpack_object *a;
     uint32_t n;
     int64_t index, reason, n_prompt, n_gen;
-    int rc = ps_array(o, 8, &a, &n, err, "finishes[%u]", i);
+    int rc = ps_array(o, N_FIXED + SPEC_N_COUNTERS, &a, &n, err, "finishes[%u]", i);
     if (rc != DERAS_OK)
         return rc;
-    if (n != 5 && n != 8)
+    if (n != N_FIXED && n != N_FIXED + SPEC_N_COUNTERS)
         return ps_fail(err, PE_INVALID_FIELD,
                        "finishes[%u] must be [rid, index, reason, n_prompt, n_generated] "
-                       "(+ [spec_proposed, spec_accepted, spec_verifications]), got %u "
-                       "elements", i, n);
+                       "(+ [%s]), got %u elements", i,
+                       (SPEC_COUNTERS(SPEC_KEY_TEXT)) + 2, n);
     if ((rc = ps_u64(&a[0], &f->rid, err, "finishes[%u].rid", i)) != DERAS_OK ||
-        (rc = ps_int(&a[1], 0, PROTO_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
+        (rc = ps_int(&a[1], 0, REQ_MAX_N - 1, PE_VALUE_OUT_OF_RANGE, &index, err,
                      "finishes[%u].index", i)) != DERAS_OK ||
-        (rc = ps_int(&a[2], 0, 2, PE_VALUE_OUT_OF_RANGE, &reason, err, "finishes[%u].reason",
-                     i)) != DERAS_OK ||
+        (rc = ps_int(&a[2], 0, FINISH_LAST_SAMPLE, PE_VALUE_OUT_OF_RANGE, &reason, err,
+                     "finishes[%u].reason", i)) != DERAS_OK ||
         (rc = ps_int(&a[3], 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &n_prompt, err,
                      "finishes[%u].n_prompt", i)) != DERAS_OK ||
         (rc = ps_int(&a[4], 0, INT32_MAX, PE_VALUE_OUT_OF_RANGE, &n_gen, err,
                      "finishes[%u].n_generated", i)) != DERAS_OK)
         return rc;
     f->index = (int)index;
-    f->reason = (int)reason;
+    f->reason = (finish_reason)reason;
     f->n_prompt = (int)n_prompt;
     f->n_generated = (int)n_gen;
-    f->spec_proposed = f->spec_accepted = f->spec_verifications = 0;
-    if (n == 5)
-        return DERAS_OK;
-    if ((rc = ps_u64(&a[5], &f->spec_proposed, err, "finishes[%u].spec_proposed", i)) !=
-            DERAS_OK ||
-        (rc = ps_u64(&a[6], &f->spec_accepted, err, "finishes[%u].spec_accepted", i)) !=
-            DERAS_OK ||
-        (rc = ps_u64(&a[7], &f->spec_verifications, err, "finishes[%u].spec_verifications",
-                     i)) != DERAS_OK)
-        return rc;
-    if (f->spec_accepted > f->spec_proposed || f->spec_verifications > f->spec_proposed)
-        return ps_fail(err, PE_VALUE_OUT_OF_RANGE,
-                       "finishes[%u]: spec_accepted and spec_verifications must not exceed "
-                       "spec_proposed", i);
-    return DERAS_OK;
+    f->spec = (spec_counters){0};
+    for (uint32_t c = N_FIXED; c < n; c++)
+        if ((rc = wv_decode_spec((int)(c - N_FIXED), &a[c], &f->spec, err, "finishes", i)) !=
+            DERAS_OK)
+            return rc;
+    return wv_check_spec(&f->spec, err, "finishes", i);
 }
 
-static int decode_finishes(wp_decoder *d, const msgpack_object *o, wp_msg *m, proto_error *err)
+static int decode_finishes(wp_decoder_t *d, const msgpack_object *o, wp_msg *m, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
-    int rc = ps_array(o, WP_MAX_STEP_ENTRIES, &items, &k, err, "finishes");
+    int rc = ps_array(o, WPROTO_MAX_STEP_ENTRIES, &items, &k, err, "finishes");
     if (rc != DERAS_OK)
         return rc;
     if (ps_grow((void **)&d->finishes, &d->finishes_cap, k, sizeof *d->finishes,
@@ -404,10 +413,11 @@ static int int_field(const msgpack_object *v, int64_t lo, int64_t hi, int *out, 
     return rc;
 }
 
-static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, proto_error *err)
+static int wp_field(wp_decoder_t *d, int f, const msgpack_object *v, wp_msg *m, proto_error *err)
 {
     wp_hello *h = &m->hello;
     wp_submit *s = &m->submit;
+    req_params *q = &s->params;
     const char *name = wf_names[f];
     int64_t i64;
     int rc;
@@ -437,23 +447,12 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
         s->rid = m->rid;
         return rc;
     case WF_PROMPT_IDS: return decode_prompt_bin(d, v, s, err);
-    case WF_MAX_TOKENS: return int_field(v, 1, INT32_MAX, &s->max_tokens, err, name);
-    case WF_N: return int_field(v, 1, PROTO_MAX_N, &s->n, err, name);
-    case WF_TOP_K: return int_field(v, 0, INT32_MAX, &s->top_k, err, name);
-    case WF_LOGPROBS: return int_field(v, 0, PROTO_MAX_LOGPROBS, &s->logprobs, err, name);
-    case WF_TEMPERATURE: return ps_float(v, 0, false, 100, false, &s->temperature, err, "%s", name);
-    case WF_TOP_P: return ps_float(v, 0, true, 1, false, &s->top_p, err, "%s", name);
-    case WF_MIN_P: return ps_float(v, 0, false, 1, false, &s->min_p, err, "%s", name);
-    case WF_REPETITION_PENALTY:
-        return ps_float(v, 0, true, 10, false, &s->repetition_penalty, err, "%s", name);
-    case WF_PRESENCE_PENALTY:
-        return ps_float(v, -2, false, 2, false, &s->presence_penalty, err, "%s", name);
-    case WF_FREQUENCY_PENALTY:
-        return ps_float(v, -2, false, 2, false, &s->frequency_penalty, err, "%s", name);
-    case WF_SEED: return ps_u64(v, &s->seed, err, "seed");
-    case WF_STOP_TOKEN_IDS: return decode_stop_ids(v, s, err);
-    case WF_IGNORE_EOS: return ps_bool(v, &s->ignore_eos, err, "ignore_eos");
-    case WF_SPEC_TOKENS: return int_field(v, -1, PROTO_MAX_SPEC_TOKENS, &s->spec_tokens, err, name);
+    case WF_MAX_TOKENS: return int_field(v, 1, INT32_MAX, &q->max_tokens, err, name);
+    case WF_N: return int_field(v, 1, REQ_MAX_N, &q->n, err, name);
+    case WF_SEED: return ps_u64(v, &q->seed, err, "seed");
+    case WF_STOP_TOKEN_IDS: return decode_stop_ids(v, q, err);
+    case WF_IGNORE_EOS: return ps_bool(v, &q->ignore_eos, err, "ignore_eos");
+    case WF_SPEC_TOKENS: return int_field(v, -1, REQ_MAX_SPEC_TOKENS, &q->spec_tokens, err, name);
     case WF_TOKENS: return decode_tokens(d, v, m, err);
     case WF_FINISHES: return decode_finishes(d, v, m, err);
     case WF_CODE:
@@ -462,12 +461,15 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
                            ps_type_name(v));
         m->code = ps_error_code(v);
         return DERAS_OK;
+    case WF_SAMPLING:
     case WF_N_FIELDS: break;
     }
+    if (f >= WF_SAMPLING && f < WF_N_FIELDS)
+        return wv_decode_sampling(f - WF_SAMPLING, v, &q->sp, err);
     return ps_fail(err, PE_INTERNAL, "worker field %d has no checker", f);
 }
 
-int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_error *err)
+int wp_decode(wp_decoder_t *d, const void *buf, size_t len, wp_msg *out, proto_error *err)
 {
     proto_error scratch;
     if (!err)
@@ -486,6 +488,8 @@ int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_err
         goto done;
     memset(out, 0, sizeof *out);
     out->type = (enum wproto_type)(type + 1);
+    if (out->type == WP_SUBMIT) /* what the optional keys default to */
+        req_params_init(&out->submit.params);
     uint64_t seen = 0, allowed = wp_required[type] | wp_optional[type] | BIT(WF_V);
     for (uint32_t i = 0; i < n; i++) {
         int f = ps_lookup(&kv[i].key, wf_names, WF_N_FIELDS);
@@ -500,344 +504,4 @@ int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_err
     rc = ps_required(wp_required[type], seen, wf_names, WF_N_FIELDS, wp_types[type], err);
 done:
     return ps_close(d->frame, rc);
-}
-
-/* ---- encoder ---- */
-
-struct wp_encoder {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    wp_token *tokens;          /* the STEP being built */
-    size_t n_tokens, tokens_cap;
-    wp_finish *finishes;
-    size_t n_finishes, finishes_cap;
-};
-
-wp_encoder *wp_encoder_new(void)
-{
-    wp_encoder *e = calloc(1, sizeof *e);
-    if (!e)
-        return NULL;
-    msgpack_sbuffer_init(&e->sb);
-    msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
-    return e;
-}
-
-void wp_encoder_destroy(wp_encoder **ep)
-{
-    if (!ep || !*ep)
-        return;
-    wp_encoder *e = *ep;
-    msgpack_sbuffer_destroy(&e->sb);
-    free(e->tokens);
-    free(e->finishes);
-    free(e);
-    *ep = NULL;
-}
-
-#define KEY(pk, lit) msgpack_pack_str_with_body(pk, lit, sizeof(lit) - 1)
-
-/* A C string of at most cap bytes, cut at a character boundary (and at the first invalid
- * byte), so the peer's strict decoder always accepts it. */
-static int pack_text(msgpack_packer *pk, const char *s, size_t cap)
-{
-    size_t n = ps_utf8_clip(s, strnlen(s, cap + 1), cap);
-    return msgpack_pack_str_with_body(pk, n ? s : "", n);
-}
-
-static int done_enc(wp_encoder *e, int rc, const char *what, const void **buf, size_t *len)
-{
-    if (rc != 0)
-        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
-    *buf = e->sb.data;
-    *len = e->sb.size;
-    return DERAS_OK;
-}
-
-#define BEGIN(e, ok)                                                                         \
-    do {                                                                                     \
-        if (!(e) || !buf || !len || !(ok))                                                   \
-            return deras_fail(DERAS_EINVAL, "%s: bad arguments", __func__);                  \
-        msgpack_sbuffer_clear(&(e)->sb);                                                     \
-    } while (0)
-
-/* {"type": t} plus n more pairs to come. */
-static int pack_head(msgpack_packer *pk, const char *type, size_t n)
-{
-    return msgpack_pack_map(pk, n + 1) | KEY(pk, "type") | pack_text(pk, type, 16);
-}
-
-int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *len)
-{
-    BEGIN(e, h);
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "hello", 11 + (h->spec[0] != 0));
-    rc |= KEY(pk, "v") | msgpack_pack_int(pk, WPROTO_VERSION);
-    rc |= KEY(pk, "name") | pack_text(pk, h->name, WPROTO_MAX_NAME);
-    rc |= KEY(pk, "device") | pack_text(pk, h->device, sizeof h->device - 1);
-    rc |= KEY(pk, "model") | pack_text(pk, h->model, sizeof h->model - 1);
-    rc |= KEY(pk, "vocab_size") | msgpack_pack_int(pk, h->vocab_size);
-    rc |= KEY(pk, "max_model_len") | msgpack_pack_int(pk, h->max_model_len);
-    rc |= KEY(pk, "tp_size") | msgpack_pack_int(pk, h->tp_size);
-    rc |= KEY(pk, "kv_blocks_total") | msgpack_pack_int(pk, h->kv_blocks_total);
-    rc |= KEY(pk, "block_size") | msgpack_pack_int(pk, h->block_size);
-    rc |= KEY(pk, "max_seqs") | msgpack_pack_int(pk, h->max_seqs);
-    rc |= KEY(pk, "pid") | msgpack_pack_int32(pk, h->pid);
-    if (h->spec[0])
-        rc |= KEY(pk, "spec") | pack_text(pk, h->spec, sizeof h->spec - 1);
-    return done_enc(e, rc, "hello", buf, len);
-}
-
-int wp_encode_welcome(wp_encoder *e, int heartbeat_ms, const void **buf, size_t *len)
-{
-    BEGIN(e, true);
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "welcome", 2);
-    rc |= KEY(pk, "v") | msgpack_pack_int(pk, WPROTO_VERSION);
-    rc |= KEY(pk, "heartbeat_ms") | msgpack_pack_int(pk, heartbeat_ms);
-    return done_enc(e, rc, "welcome", buf, len);
-}
-
-int wp_encode_refuse(wp_encoder *e, const char *reason, const void **buf, size_t *len)
-{
-    BEGIN(e, reason);
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "refuse", 1);
-    rc |= KEY(pk, "reason") | pack_text(pk, reason, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "refuse", buf, len);
-}
-
-static int pack_load(msgpack_packer *pk, const wp_load *l)
-{
-    int rc = msgpack_pack_map(pk, N_LOAD);
-    rc |= KEY(pk, "phase") | pack_text(pk, wp_phase_name(l->phase), 16);
-    rc |= KEY(pk, "running") | msgpack_pack_int(pk, l->running);
-    rc |= KEY(pk, "waiting") | msgpack_pack_int(pk, l->waiting);
-    rc |= KEY(pk, "queued_tokens") | msgpack_pack_int64(pk, l->queued_tokens);
-    rc |= KEY(pk, "running_tokens") | msgpack_pack_int64(pk, l->running_tokens);
-    rc |= KEY(pk, "kv_blocks_free") | msgpack_pack_int(pk, l->kv_blocks_free);
-    rc |= KEY(pk, "kv_blocks_total") | msgpack_pack_int(pk, l->kv_blocks_total);
-    rc |= KEY(pk, "tokens_per_s") | msgpack_pack_double(pk, l->tokens_per_s);
-    rc |= KEY(pk, "steps") | msgpack_pack_uint64(pk, l->steps);
-    rc |= KEY(pk, "preemptions") | msgpack_pack_uint64(pk, l->preemptions);
-    rc |= KEY(pk, "prefix_hit_tokens") | msgpack_pack_uint64(pk, l->prefix_hit_tokens);
-    rc |= KEY(pk, "prefix_query_tokens") | msgpack_pack_uint64(pk, l->prefix_query_tokens);
-    rc |= KEY(pk, "prompt_tokens") | msgpack_pack_uint64(pk, l->prompt_tokens);
-    rc |= KEY(pk, "generated_tokens") | msgpack_pack_uint64(pk, l->generated_tokens);
-    rc |= KEY(pk, "spec_proposed") | msgpack_pack_uint64(pk, l->spec_proposed);
-    rc |= KEY(pk, "spec_accepted") | msgpack_pack_uint64(pk, l->spec_accepted);
-    rc |= KEY(pk, "spec_verifications") | msgpack_pack_uint64(pk, l->spec_verifications);
-    return rc;
-}
-
-static bool load_ok(const wp_load *l)
-{
-    return l && l->phase >= WP_PHASE_STARTING && l->phase <= WP_PHASE_DRAINING;
-}
-
-int wp_encode_heartbeat(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
-{
-    BEGIN(e, load_ok(l));
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "heartbeat", 1);
-    rc |= KEY(pk, "load") | pack_load(pk, l);
-    return done_enc(e, rc, "heartbeat", buf, len);
-}
-
-/* prompt_ids as a bin of little-endian int32. */
-static int pack_ids_bin(msgpack_packer *pk, const int32_t *ids, int n)
-{
-    size_t bytes = (size_t)n * 4;
-    int rc = msgpack_pack_bin(pk, bytes);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    rc |= msgpack_pack_bin_body(pk, ids, bytes);
-#else
-    for (int i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)ids[i];
-        uint8_t b[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
-        rc |= msgpack_pack_bin_body(pk, b, 4);
-    }
-#endif
-    return rc;
-}
-
-static int pack_int_array(msgpack_packer *pk, const int32_t *v, int n)
-{
-    int rc = msgpack_pack_array(pk, (size_t)n);
-    for (int i = 0; i < n; i++)
-        rc |= msgpack_pack_int32(pk, v[i]);
-    return rc;
-}
-
-int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t *len)
-{
-    BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) && s->n_stop_ids >= 0 &&
-                 s->n_stop_ids <= PROTO_MAX_STOP_IDS);
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "submit", 15 + (s->spec_tokens != 0));
-    rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, s->rid);
-    rc |= KEY(pk, "prompt_ids") | pack_ids_bin(pk, s->prompt_ids, s->n_prompt);
-    rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, s->max_tokens);
-    rc |= KEY(pk, "n") | msgpack_pack_int(pk, s->n);
-    rc |= KEY(pk, "top_k") | msgpack_pack_int(pk, s->top_k);
-    rc |= KEY(pk, "logprobs") | msgpack_pack_int(pk, s->logprobs);
-    rc |= KEY(pk, "temperature") | msgpack_pack_float(pk, s->temperature);
-    rc |= KEY(pk, "top_p") | msgpack_pack_float(pk, s->top_p);
-    rc |= KEY(pk, "min_p") | msgpack_pack_float(pk, s->min_p);
-    rc |= KEY(pk, "repetition_penalty") | msgpack_pack_float(pk, s->repetition_penalty);
-    rc |= KEY(pk, "presence_penalty") | msgpack_pack_float(pk, s->presence_penalty);
-    rc |= KEY(pk, "frequency_penalty") | msgpack_pack_float(pk, s->frequency_penalty);
-    rc |= KEY(pk, "seed") | msgpack_pack_uint64(pk, s->seed);
-    rc |= KEY(pk, "stop_token_ids") | pack_int_array(pk, s->stop_ids, s->n_stop_ids);
-    rc |= KEY(pk, "ignore_eos") | (s->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
-    if (s->spec_tokens != 0)
-        rc |= KEY(pk, "spec_tokens") | msgpack_pack_int(pk, s->spec_tokens);
-    return done_enc(e, rc, "submit", buf, len);
-}
-
-int wp_encode_abort(wp_encoder *e, uint64_t rid, const void **buf, size_t *len)
-{
-    BEGIN(e, true);
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "abort", 1);
-    rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, rid);
-    return done_enc(e, rc, "abort", buf, len);
-}
-
-int wp_encode_reject(wp_encoder *e, uint64_t rid, enum proto_error_code code, const char *message,
-                     const void **buf, size_t *len)
-{
-    BEGIN(e, message);
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "reject", 3);
-    rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, rid);
-    rc |= KEY(pk, "code") | pack_text(pk, proto_error_name(code), 64);
-    rc |= KEY(pk, "message") | pack_text(pk, message, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "reject", buf, len);
-}
-
-int wp_encode_drain(wp_encoder *e, const void **buf, size_t *len)
-{
-    BEGIN(e, true);
-    return done_enc(e, pack_head(&e->pk, "drain", 0), "drain", buf, len);
-}
-
-int wp_encode_shutdown(wp_encoder *e, const void **buf, size_t *len)
-{
-    BEGIN(e, true);
-    return done_enc(e, pack_head(&e->pk, "shutdown", 0), "shutdown", buf, len);
-}
-
-int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *len)
-{
-    BEGIN(e, reason);
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "bye", 1);
-    rc |= KEY(pk, "reason") | pack_text(pk, reason, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "bye", buf, len);
-}
-
-/* ---- STEP, built incrementally ---- */
-
-void wp_step_begin(wp_encoder *e)
-{
-    if (e) {
-        e->n_tokens = 0;
-        e->n_finishes = 0;
-    }
-}
-
-/* Room for one more element in a growable array: doubles, so O(1) amortised and no
- * allocation once the largest step has been seen. */
-static int push_room(void **p, size_t n, size_t *cap, size_t elem)
-{
-    if (n < *cap)
-        return DERAS_OK;
-    size_t want = *cap ? *cap * 2 : 64;
-    void *q = realloc(*p, want * elem);
-    if (!q)
-        return deras_fail(DERAS_ENOMEM, "step encoder: out of memory for %zu entries", want);
-    *p = q;
-    *cap = want;
-    return DERAS_OK;
-}
-
-/* What the router's decoder accepts as a log-probability. */
-static bool logprob_ok(float x)
-{
-    return !isnan(x) && x != INFINITY;
-}
-
-int wp_step_add_token(wp_encoder *e, const wp_token *t)
-{
-    if (!e || !t || t->index < 0 || t->index >= PROTO_MAX_N || t->lp.token_id < 0 ||
-        t->lp.n_top < 0 || t->lp.n_top > PROTO_MAX_LOGPROBS || !logprob_ok(t->lp.logprob))
-        return deras_fail(DERAS_EINVAL, "wp_step_add_token: bad arguments");
-    for (int k = 0; k < t->lp.n_top; k++)
-        if (t->lp.top_ids[k] < 0 || !logprob_ok(t->lp.top_logprobs[k]))
-            return deras_fail(DERAS_EINVAL, "wp_step_add_token: bad top logprob %d", k);
-    if (e->n_tokens >= WP_MAX_STEP_ENTRIES)
-        return deras_fail(DERAS_ERANGE, "a STEP holds at most %u tokens", WP_MAX_STEP_ENTRIES);
-    int rc = push_room((void **)&e->tokens, e->n_tokens, &e->tokens_cap, sizeof *e->tokens);
-    if (rc != DERAS_OK)
-        return rc;
-    e->tokens[e->n_tokens++] = *t;
-    return DERAS_OK;
-}
-
-int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
-{
-    if (!e || !f || f->index < 0 || f->index >= PROTO_MAX_N || f->reason < 0 || f->reason > 2 ||
-        f->n_prompt < 0 || f->n_generated < 0 || f->spec_accepted > f->spec_proposed ||
-        f->spec_verifications > f->spec_proposed)
-        return deras_fail(DERAS_EINVAL, "wp_step_add_finish: bad arguments");
-    if (e->n_finishes >= WP_MAX_STEP_ENTRIES)
-        return deras_fail(DERAS_ERANGE, "a STEP holds at most %u finishes", WP_MAX_STEP_ENTRIES);
-    int rc = push_room((void **)&e->finishes, e->n_finishes, &e->finishes_cap,
-                       sizeof *e->finishes);
-    if (rc != DERAS_OK)
-        return rc;
-    e->finishes[e->n_finishes++] = *f;
-    return DERAS_OK;
-}
-
-bool wp_step_empty(const wp_encoder *e)
-{
-    return !e || (e->n_tokens == 0 && e->n_finishes == 0);
-}
-
-int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
-{
-    BEGIN(e, load_ok(l));
-    msgpack_packer *pk = &e->pk;
-    int rc = pack_head(pk, "step", 3);
-    rc |= KEY(pk, "tokens") | msgpack_pack_array(pk, e->n_tokens);
-    for (size_t i = 0; i < e->n_tokens; i++) {
-        const wp_token *t = &e->tokens[i];
-        bool lp = t->lp.n_top > 0 || t->lp.logprob != 0;
-        rc |= msgpack_pack_array(pk, lp ? 5 : 3) | msgpack_pack_uint64(pk, t->rid) |
-              msgpack_pack_int(pk, t->index) | msgpack_pack_int32(pk, t->lp.token_id);
-        if (!lp)
-            continue;
-        rc |= msgpack_pack_float(pk, t->lp.logprob) | msgpack_pack_array(pk, (size_t)t->lp.n_top);
-        for (int k = 0; k < t->lp.n_top; k++)
-            rc |= msgpack_pack_array(pk, 2) | msgpack_pack_int32(pk, t->lp.top_ids[k]) |
-                  msgpack_pack_float(pk, t->lp.top_logprobs[k]);
-    }
-    rc |= KEY(pk, "finishes") | msgpack_pack_array(pk, e->n_finishes);
-    for (size_t i = 0; i < e->n_finishes; i++) {
-        const wp_finish *f = &e->finishes[i];
-        bool spec = f->spec_verifications > 0;
-        rc |= msgpack_pack_array(pk, spec ? 8 : 5) | msgpack_pack_uint64(pk, f->rid) |
-              msgpack_pack_int(pk, f->index) | msgpack_pack_int(pk, f->reason) |
-              msgpack_pack_int(pk, f->n_prompt) | msgpack_pack_int(pk, f->n_generated);
-        if (spec)
-            rc |= msgpack_pack_uint64(pk, f->spec_proposed) |
-                  msgpack_pack_uint64(pk, f->spec_accepted) |
-                  msgpack_pack_uint64(pk, f->spec_verifications);
-    }
-    rc |= KEY(pk, "load") | pack_load(pk, l);
-    e->n_tokens = 0;
-    e->n_finishes = 0;
-    return done_enc(e, rc, "step", buf, len);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_proto.h - the internal protocol between deras-router and deras-worker.
  *
  * Transport: ZeroMQ. The router binds a ROUTER socket for workers (ipc:// by default); a
@@ -37,10 +38,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/request/finish_reason.h"
+#include "common/request/req_params.h"
+#include "common/request/spec_counters.h"
 #include "common/wire/protocol.h"
 
 #define WPROTO_VERSION 1
 #define WPROTO_MAX_NAME 64
+#define WPROTO_MAX_STEP_ENTRIES (1u << 16) /* tokens (and finishes) in one STEP */
+#define WPROTO_LOAD_FIELDS 14 /* pairs of a load map before the speculation counters */
 
 enum wproto_type {
     WP_HELLO = 1,    /* worker -> router */
@@ -81,23 +87,15 @@ typedef struct wp_load {
     double tokens_per_s;              /* generated, recent average */
     uint64_t steps, preemptions, prefix_hit_tokens, prefix_query_tokens;
     uint64_t prompt_tokens, generated_tokens;
-    /* speculative decoding (optional on the wire, 0 when absent): drafts verified, drafts
-     * accepted, verifications (sequence-steps with drafts) */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;               /* speculative decoding since the start (optional on
+                                         the wire, 0 when absent) */
 } wp_load;
 
 typedef struct wp_submit {
     uint64_t rid;
     const int32_t *prompt_ids;        /* into the decoder's storage */
     int n_prompt;
-    int max_tokens, n, top_k, logprobs;
-    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    uint64_t seed;
-    int n_stop_ids;
-    int32_t stop_ids[PROTO_MAX_STOP_IDS];
-    bool ignore_eos;
-    int spec_tokens;                  /* drafts per step at most: 0 (or absent) the worker's
-                                         default, -1 no speculation, else 1..16 */
+    req_params params;                /* for engine_add; spec_tokens 0 is sent as absent */
 } wp_submit;
 
 /* One token of one sample, with its logprobs when the request asked for them. */
@@ -110,11 +108,9 @@ typedef struct wp_token {
 typedef struct wp_finish {
     uint64_t rid;
     int index;
-    int reason;                       /* enum engine_finish: 0 stop, 1 length, 2 abort */
+    finish_reason reason;             /* FINISH_STOP .. FINISH_LAST_SAMPLE, by number */
     int n_prompt, n_generated;
-    /* the sample's speculation (0 when it had none): drafts verified, drafts accepted,
-     * verifications; accepted and verifications never exceed proposed */
-    uint64_t spec_proposed, spec_accepted, spec_verifications;
+    spec_counters spec;               /* the sample's speculation (0 when it had none) */
 } wp_finish;
 
 typedef struct wp_msg {
@@ -132,38 +128,39 @@ typedef struct wp_msg {
     int heartbeat_ms;                 /* WELCOME: how often to heartbeat */
 } wp_msg;
 
-typedef struct wp_decoder wp_decoder;
+typedef struct wp_decoder wp_decoder_t;
 
 /* max_message_bytes bounds every frame (a STEP of a full batch with logprobs fits easily
- * in the default 16 MiB). */
-wp_decoder *wp_decoder_new(size_t max_message_bytes);
-void wp_decoder_destroy(wp_decoder **d);
-int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_error *err);
+ * in the default 16 MiB; 0: that default). DERAS_ENOMEM. */
+int wp_decoder_new(size_t max_message_bytes, wp_decoder_t **out);
+void wp_decoder_destroy(wp_decoder_t **d);
+int wp_decode(wp_decoder_t *d, const void *buf, size_t len, wp_msg *out, proto_error *err);
 
 /* Encoders: each replaces the encoder's buffer with one message. */
-typedef struct wp_encoder wp_encoder;
-wp_encoder *wp_encoder_new(void);
-void wp_encoder_destroy(wp_encoder **e);
+typedef struct wp_encoder wp_encoder_t;
+/* DERAS_ENOMEM. */
+int wp_encoder_new(wp_encoder_t **out);
+void wp_encoder_destroy(wp_encoder_t **e);
 
-int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *len);
-int wp_encode_welcome(wp_encoder *e, int heartbeat_ms, const void **buf, size_t *len);
-int wp_encode_refuse(wp_encoder *e, const char *reason, const void **buf, size_t *len);
-int wp_encode_heartbeat(wp_encoder *e, const wp_load *l, const void **buf, size_t *len);
-int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t *len);
-int wp_encode_abort(wp_encoder *e, uint64_t rid, const void **buf, size_t *len);
-int wp_encode_reject(wp_encoder *e, uint64_t rid, enum proto_error_code code, const char *message,
+int wp_encode_hello(wp_encoder_t *e, const wp_hello *h, const void **buf, size_t *len);
+int wp_encode_welcome(wp_encoder_t *e, int heartbeat_ms, const void **buf, size_t *len);
+int wp_encode_refuse(wp_encoder_t *e, const char *reason, const void **buf, size_t *len);
+int wp_encode_heartbeat(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len);
+int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size_t *len);
+int wp_encode_abort(wp_encoder_t *e, uint64_t rid, const void **buf, size_t *len);
+int wp_encode_reject(wp_encoder_t *e, uint64_t rid, enum proto_error_code code, const char *message,
                      const void **buf, size_t *len);
-int wp_encode_drain(wp_encoder *e, const void **buf, size_t *len);
-int wp_encode_shutdown(wp_encoder *e, const void **buf, size_t *len);
-int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *len);
+int wp_encode_drain(wp_encoder_t *e, const void **buf, size_t *len);
+int wp_encode_shutdown(wp_encoder_t *e, const void **buf, size_t *len);
+int wp_encode_bye(wp_encoder_t *e, const char *reason, const void **buf, size_t *len);
 
 /* STEP is built incrementally during an engine step (no allocation after warm-up):
  * begin, add tokens and finishes as the engine reports them, then finish with the load. */
-void wp_step_begin(wp_encoder *e);
-int wp_step_add_token(wp_encoder *e, const wp_token *t);
-int wp_step_add_finish(wp_encoder *e, const wp_finish *f);
-int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len);
-bool wp_step_empty(const wp_encoder *e);
+void wp_step_begin(wp_encoder_t *e);
+int wp_step_add_token(wp_encoder_t *e, const wp_token *t);
+int wp_step_add_finish(wp_encoder_t *e, const wp_finish *f);
+int wp_step_end(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len);
+bool wp_step_empty(const wp_encoder_t *e);
 
 /* "starting", "ready", "draining" ("?" for anything else). */
 const char *wp_phase_name(enum wp_phase p);

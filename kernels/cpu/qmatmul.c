@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmatmul.c - the driver of qmatmul.h: argument checks, the Q8 activations, the tiling and
  * the threads.
  *

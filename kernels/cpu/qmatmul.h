@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmatmul.h - matrix products straight from GGUF-quantized weights, on the CPU.
  *
  * y (n, n_out) = x (n, n_in) * W^T, with W (n_out, n_in) stored row by row in one of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_avx2_blocks.h - the GGUF blocks decoded to integer codes and scales in AVX2
  * registers, for the exact and Q8 kernels of that path (private to kernels/cpu/).
  *

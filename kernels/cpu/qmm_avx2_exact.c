@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_avx2_exact.c - exact-mode kernels of qmatmul.h for AVX2 + FMA + F16C.
  *
  * Each weight block is decoded eight elements at a time straight into f32 lanes, bit for

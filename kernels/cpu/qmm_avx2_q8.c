@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_avx2_q8.c - Q8-mode kernels of qmatmul.h for AVX2 + FMA + F16C, and the activation
  * converters every SIMD path uses.
  *

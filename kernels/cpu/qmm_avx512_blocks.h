@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_avx512_blocks.h - the GGUF blocks decoded to integer codes and scales in AVX-512
  * registers, for the exact and Q8 kernels of that path (private to kernels/cpu/).
  *

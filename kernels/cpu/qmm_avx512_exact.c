@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_avx512_exact.c - exact-mode kernels of qmatmul.h for AVX-512 F/BW/VL.
  *
  * The AVX2 kernels' design (qmm_avx2_exact.c) at twice the width: each 32-element block is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_avx512_q8.c - Q8-mode kernels of qmatmul.h for AVX-512 F/BW/VL with VNNI (and, for
  * BF16 weights, AVX512-BF16).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_impl.h - what the paths of qmatmul.h share (private to kernels/cpu/): the formats'
  * internal index, the quantized activation layouts, the tile a kernel computes and the
  * tables each path exports.

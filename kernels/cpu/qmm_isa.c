@@ -1,7 +1,9 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_isa.c - which path of qmatmul.h runs: CPU detection, $DERAS_CPU_ISA, forcing.
  *
  * On first use (pthread_once) the CPU is asked once with __builtin_cpu_supports (which
- * also checks that the OS saves the wide registers) and each path's table is composed:
+ * also checks that the OS saves the wide registers; F16C through CPUID, which clang 14's
+ * builtin does not know) and each path's table is composed:
  * the AVX-512 path takes its VNNI integer kernels only where the CPU has AVX512-VNNI, its
  * bf16 dot products only with AVX512-BF16, and the AVX2 kernels for those otherwise, so
  * every entry runs on any CPU that passes the path's check. Nothing compiled for AVX2 or
@@ -10,6 +12,9 @@
  * the only per-call cost.
  */
 #include <pthread.h>
+#ifdef __x86_64__
+#include <cpuid.h>
+#endif
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +51,17 @@ int qmm_isa_parse(const char *name, int *isa)
                       name ? name : "(null)");
 }
 
+#ifdef QMM_X86
+/* CPUID leaf 1, ECX bit 29, counted only where AVX state is usable, as libgcc counts it
+ * (common/cli/version.c does the same). */
+static bool has_f16c(void)
+{
+    unsigned int eax, ebx, ecx, edx;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+           (ecx & bit_F16C);
+}
+#endif
+
 /* The first feature `isa` needs that this CPU lacks, NULL when it has them all. */
 static const char *missing_feature(int isa)
 {
@@ -55,7 +71,7 @@ static const char *missing_feature(int isa)
             return "avx2";
         if (!__builtin_cpu_supports("fma"))
             return "fma";
-        if (!__builtin_cpu_supports("f16c"))
+        if (!has_f16c())
             return "f16c";
     }
     if (isa >= QMM_ISA_AVX512) {

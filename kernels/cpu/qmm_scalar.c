@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_scalar.c - the plain C path of qmatmul.h: the semantics of both modes for every
  * format, which the SIMD paths are tested against.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - the engine embedded in a program that has nothing else of deras: load a model
  * through the loader, run 6 greedy requests together and each one alone, and require the
  * same tokens (the CPU backend computes in f32; a request's reduction order does not
@@ -43,9 +44,11 @@ static int run(loader_t *l, int first, int count, const int32_t prompts[N_REQ][3
     if (rc || (rc = engine_new(loader_model(l), &eo, &e)))
         return rc;
     for (int i = first; i < first + count && !rc; i++) {
-        engine_request r = {.id = (uint64_t)i, .prompt = prompts[i], .n_prompt = 8 + 4 * i,
-                            .max_tokens = MAX_OUT, .n = 1, .ignore_eos = true};
-        sampling_params_default(&r.sp);
+        engine_request r = {.id = (uint64_t)i, .prompt = prompts[i], .n_prompt = 8 + 4 * i};
+        req_params_init(&r.params);
+        r.params.max_tokens = MAX_OUT;
+        r.params.ignore_eos = true;
+        sampling_params_default(&r.params.sp);
         rc = engine_add(e, &r);
     }
     while (!rc && engine_has_work(e))

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # run.sh SOURCE_ROOT WORK_DIR MODEL - copy the engine's folders (and nothing else of the
 # project) into WORK_DIR, build them as a project of their own (CMakeLists.txt here), and
 # run the result on MODEL. Exit status: the build's or the program's.
@@ -6,7 +7,8 @@ set -eu
 src=$1 work=$2 model=$3
 rm -rf "$work"
 mkdir -p "$work/src/common" "$work/src/kernels/cuda"
-cp -r "$src/common/base" "$src/common/checkpoint" "$src/common/tokenizer" "$work/src/common/"
+cp -r "$src/common/base" "$src/common/checkpoint" "$src/common/request" "$src/common/tokenizer" \
+   "$work/src/common/"
 cp "$src"/kernels/*.c "$src"/kernels/*.h "$work/src/kernels/"
 cp -r "$src/kernels/cpu" "$work/src/kernels/"
 cp "$src/kernels/cuda/cuda_loader.c" "$src/kernels/cuda/cuda_ops.h" "$src/kernels/cuda/cuda_plugin.h" \

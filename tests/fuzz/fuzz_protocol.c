@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_protocol.c - libFuzzer target for the client protocol.
  *
  * Arbitrary bytes go through proto_decode_client and proto_decode_server. Invariants
@@ -19,11 +20,12 @@
 #include "common/wire/protocol.h"
 #include "common/base/status.h"
 #include "common/base/utf8.h"
+#include "fuzz_same.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static proto_decoder *d1, *d2;
-static proto_encoder *enc, *err_enc;
+static proto_decoder_t *d1, *d2;
+static proto_encoder_t *enc, *err_enc;
 
 #define CHECK(x)                                                                             \
     do {                                                                                     \
@@ -69,20 +71,13 @@ static void check_same_request(const proto_request *a, const proto_request *b)
     CHECK(a->n_prompt_ids == b->n_prompt_ids);
     if (a->prompt_ids)
         CHECK(!memcmp(a->prompt_ids, b->prompt_ids, (size_t)a->n_prompt_ids * sizeof(int32_t)));
-    CHECK(a->max_tokens == b->max_tokens && a->n == b->n && a->top_k == b->top_k &&
-          a->logprobs == b->logprobs);
-    CHECK(a->stream == b->stream && a->ignore_eos == b->ignore_eos &&
-          a->add_special_tokens == b->add_special_tokens && a->has_seed == b->has_seed);
-    CHECK(a->temperature == b->temperature && a->top_p == b->top_p && a->min_p == b->min_p &&
-          a->repetition_penalty == b->repetition_penalty &&
-          a->presence_penalty == b->presence_penalty &&
-          a->frequency_penalty == b->frequency_penalty);
-    CHECK(!a->has_seed || a->seed == b->seed);
+    CHECK(fuzz_same_params(&a->params, &b->params));
+    CHECK(a->stream == b->stream && a->add_special_tokens == b->add_special_tokens &&
+          a->has_seed == b->has_seed);
+    CHECK(!a->has_seed || a->params.seed == b->params.seed);
     CHECK(a->n_stops == b->n_stops);
     for (int i = 0; i < a->n_stops; i++)
         CHECK(same_bytes(a->stops[i], a->stop_lens[i], b->stops[i], b->stop_lens[i]));
-    CHECK(a->n_stop_ids == b->n_stop_ids);
-    CHECK(!memcmp(a->stop_ids, b->stop_ids, (size_t)a->n_stop_ids * sizeof(int32_t)));
     CHECK(a->deadline_ms == b->deadline_ms);
 }
 
@@ -131,7 +126,7 @@ static void server_side(const uint8_t *data, size_t size)
                                  m.text_len, NULL, &buf, &len) == DERAS_OK);
         break;
     case PROTO_FINAL:
-        CHECK(proto_encode_final(enc, m.id, m.index, m.finish_reason, m.abort_reason, &m.usage,
+        CHECK(proto_encode_final(enc, m.id, m.index, m.finish, m.abort_reason, &m.usage,
                                  m.text, m.text_len, m.token_ids, m.n_token_ids, NULL, &buf,
                                  &len) == DERAS_OK);
         break;
@@ -153,7 +148,7 @@ static void server_side(const uint8_t *data, size_t size)
     if (m.text)
         CHECK(same_bytes(m.text, m.text_len, m2.text, m2.text_len));
     if (m.type == PROTO_FINAL) {
-        CHECK(!strcmp(m.finish_reason, m2.finish_reason));
+        CHECK(m.finish == m2.finish);
         CHECK((m.abort_reason == NULL) == (m2.abort_reason == NULL));
         CHECK(!m.abort_reason || !strcmp(m.abort_reason, m2.abort_reason));
         CHECK(m.usage.prompt_tokens == m2.usage.prompt_tokens &&
@@ -182,11 +177,9 @@ static void server_side(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!d1) {
-        d1 = proto_decoder_new(NULL);
-        d2 = proto_decoder_new(NULL);
-        enc = proto_encoder_new();
-        err_enc = proto_encoder_new();
-        CHECK(d1 && d2 && enc && err_enc);
+        CHECK(proto_decoder_new(NULL, &d1) == DERAS_OK);
+        CHECK(proto_decoder_new(NULL, &d2) == DERAS_OK);
+        CHECK(proto_encoder_new(&enc) == DERAS_OK && proto_encoder_new(&err_enc) == DERAS_OK);
     }
     client_side(data, size);
     server_side(data, size);

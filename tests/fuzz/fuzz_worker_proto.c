@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_worker_proto.c - libFuzzer target for the router <-> worker protocol.
  *
  * Arbitrary bytes go through wp_decode, as a router decodes what a broken or hostile
@@ -14,11 +15,12 @@
 #include "common/base/status.h"
 #include "common/base/utf8.h"
 #include "common/wire/worker_proto.h"
+#include "fuzz_same.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static wp_decoder *d1, *d2;
-static wp_encoder *enc;
+static wp_decoder_t *d1, *d2;
+static wp_encoder_t *enc;
 
 #define CHECK(x)                                                                             \
     do {                                                                                     \
@@ -82,15 +84,7 @@ static void check_same(const wp_msg *a, const wp_msg *b)
         const wp_submit *x = &a->submit, *y = &b->submit;
         CHECK(x->rid == y->rid && x->n_prompt == y->n_prompt);
         CHECK(!memcmp(x->prompt_ids, y->prompt_ids, (size_t)x->n_prompt * sizeof(int32_t)));
-        CHECK(x->max_tokens == y->max_tokens && x->n == y->n && x->top_k == y->top_k &&
-              x->logprobs == y->logprobs);
-        CHECK(x->temperature == y->temperature && x->top_p == y->top_p &&
-              x->min_p == y->min_p && x->repetition_penalty == y->repetition_penalty &&
-              x->presence_penalty == y->presence_penalty &&
-              x->frequency_penalty == y->frequency_penalty);
-        CHECK(x->seed == y->seed && x->n_stop_ids == y->n_stop_ids &&
-              x->ignore_eos == y->ignore_eos);
-        CHECK(!memcmp(x->stop_ids, y->stop_ids, (size_t)x->n_stop_ids * sizeof(int32_t)));
+        CHECK(fuzz_same_params(&x->params, &y->params) && x->params.seed == y->params.seed);
         break;
     }
     case WP_ABORT: CHECK(a->rid == b->rid); break;
@@ -120,10 +114,8 @@ static void check_same(const wp_msg *a, const wp_msg *b)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!d1) {
-        d1 = wp_decoder_new(1 << 20);
-        d2 = wp_decoder_new(0);
-        enc = wp_encoder_new();
-        CHECK(d1 && d2 && enc);
+        CHECK(wp_decoder_new(1 << 20, &d1) == DERAS_OK && wp_decoder_new(0, &d2) == DERAS_OK &&
+              wp_encoder_new(&enc) == DERAS_OK);
     }
     wp_msg m, m2;
     proto_error err;

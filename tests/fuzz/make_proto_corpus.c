@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* make_proto_corpus.c - writes the seed corpora of fuzz_protocol, fuzz_worker_proto and
  * fuzz_admin_proto:
  * one valid frame of every message type, made by the encoders themselves, so the corpus
@@ -40,24 +41,33 @@ static void put(const char *target, const char *name, const void *buf, size_t le
 static void client_corpus(void)
 {
     const char *t = "fuzz_protocol";
-    proto_encoder *e = proto_encoder_new();
+    proto_encoder_t *e = NULL;
+    OK(proto_encoder_new(&e));
     const void *buf;
     size_t len;
     static const int32_t ids[] = {1, 15043, 3186, 29991};
     proto_request r = {.prompt = "Write a haiku about the sea.", .prompt_len = 28,
-                       .max_tokens = 64, .n = 2, .top_k = 40, .logprobs = 2, .stream = true,
-                       .add_special_tokens = true, .has_seed = true, .seed = 42,
-                       .temperature = 0.7f, .top_p = 0.9f, .min_p = 0.05f,
-                       .repetition_penalty = 1.1f, .presence_penalty = 0.5f,
-                       .frequency_penalty = -0.5f, .n_stops = 2, .stops = {"\n\n", "ü"},
-                       .stop_lens = {2, 2}, .n_stop_ids = 1, .stop_ids = {2},
-                       .deadline_ms = 60000, .ignore_eos = true};
+                       .stream = true, .add_special_tokens = true, .has_seed = true,
+                       .n_stops = 2, .stops = {"\n\n", "ü"}, .stop_lens = {2, 2},
+                       .deadline_ms = 60000};
+    req_params *p = &r.params;
+    req_params_init(p);
+    p->max_tokens = 64;
+    p->n = 2;
+    p->seed = 42;
+    p->n_stop_ids = 1;
+    p->stop_ids[0] = 2;
+    p->ignore_eos = true;
+    p->sp = (sampling_params){.temperature = 0.7f, .top_p = 0.9f, .top_k = 40, .min_p = 0.05f,
+                              .repetition_penalty = 1.1f, .presence_penalty = 0.5f,
+                              .frequency_penalty = -0.5f, .n_logprobs = 2, .min_tokens = 4};
+    OK(logit_bias_add(&p->sp.logit_bias, 13, -100.0f));
+    OK(logit_bias_add(&p->sp.logit_bias, 7, 2.5f));
     strcpy(r.id, "req-1");
     OK(proto_encode_request(e, &r, &buf, &len));
     put(t, "request_text", buf, len);
-    proto_request q = {.prompt_ids = ids, .n_prompt_ids = 4, .max_tokens = 256, .n = 1,
-                       .temperature = 1, .top_p = 1, .repetition_penalty = 1,
-                       .add_special_tokens = true};
+    proto_request q = {.prompt_ids = ids, .n_prompt_ids = 4, .add_special_tokens = true};
+    req_params_init(&q.params);
     strcpy(q.id, "req-2");
     OK(proto_encode_request(e, &q, &buf, &len));
     put(t, "request_ids", buf, len);
@@ -83,9 +93,9 @@ static void client_corpus(void)
     put(t, "chunk", buf, len);
     proto_usage u = {.prompt_tokens = 12, .completion_tokens = 2, .queue_ms = 0.4,
                      .ttft_ms = 35.5, .total_ms = 80.25};
-    OK(proto_encode_final(e, "req-1", 0, "stop", NULL, &u, NULL, 0, NULL, 0, NULL, &buf, &len));
+    OK(proto_encode_final(e, "req-1", 0, FINISH_STOP, NULL, &u, NULL, 0, NULL, 0, NULL, &buf, &len));
     put(t, "final_stream", buf, len);
-    OK(proto_encode_final(e, "req-2", 1, "abort", "cancelled", &u, "Hello world", 11, ids + 1, 2,
+    OK(proto_encode_final(e, "req-2", 1, FINISH_ABORT, "cancelled", &u, "Hello world", 11, ids + 1, 2,
                           lps, &buf, &len));
     put(t, "final_whole", buf, len);
     OK(proto_encode_error(e, "req-3", PE_VALUE_OUT_OF_RANGE,
@@ -102,7 +112,8 @@ static void client_corpus(void)
 static void worker_corpus(void)
 {
     const char *t = "fuzz_worker_proto";
-    wp_encoder *e = wp_encoder_new();
+    wp_encoder_t *e = NULL;
+    OK(wp_encoder_new(&e));
     const void *buf;
     size_t len;
     wp_hello h = {.name = "w0", .device = "cuda:0", .model = "smollm2-135m.gguf",
@@ -122,10 +133,19 @@ static void worker_corpus(void)
     OK(wp_encode_heartbeat(e, &l, &buf, &len));
     put(t, "heartbeat", buf, len);
     static const int32_t ids[] = {1, 9690, 198, 2683};
-    wp_submit s = {.rid = 7, .prompt_ids = ids, .n_prompt = 4, .max_tokens = 32, .n = 2,
-                   .top_k = 20, .logprobs = 2, .temperature = 0.8f, .top_p = 0.95f,
-                   .min_p = 0.0f, .repetition_penalty = 1.0f, .seed = 99, .n_stop_ids = 1,
-                   .stop_ids = {2}};
+    wp_submit s = {.rid = 7, .prompt_ids = ids, .n_prompt = 4};
+    req_params_init(&s.params);
+    s.params.max_tokens = 32;
+    s.params.n = 2;
+    s.params.seed = 99;
+    s.params.n_stop_ids = 1;
+    s.params.stop_ids[0] = 2;
+    s.params.sp.top_k = 20;
+    s.params.sp.n_logprobs = 2;
+    s.params.sp.temperature = 0.8f;
+    s.params.sp.top_p = 0.95f;
+    s.params.sp.min_tokens = 3;
+    OK(logit_bias_add(&s.params.sp.logit_bias, 2, 5.0f));
     OK(wp_encode_submit(e, &s, &buf, &len));
     put(t, "submit", buf, len);
     OK(wp_encode_abort(e, 7, &buf, &len));
@@ -154,7 +174,8 @@ static void worker_corpus(void)
 static void admin_corpus(void)
 {
     const char *t = "fuzz_admin_proto";
-    admin_codec *c = admin_codec_new();
+    admin_codec_t *c = NULL;
+    OK(admin_codec_new(&c));
     const void *buf;
     size_t len;
     static const struct { const char *name; admin_request q; } reqs[] = {

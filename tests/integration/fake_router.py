@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fake_router.py - a tiny stand-in for deras-router, for testing clients.
 
 Speaks the client protocol (common/wire/protocol.h) on a ZeroMQ ROUTER socket from a thread:
@@ -27,11 +28,11 @@ import msgpack
 import zmq
 
 INT_FIELDS = {"max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms", "v",
-              "num_speculative_tokens"}
+              "num_speculative_tokens", "min_tokens"}
 FLOAT_FIELDS = {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                 "frequency_penalty"}
 BOOL_FIELDS = {"stream", "ignore_eos", "add_special_tokens"}
-OTHER_FIELDS = {"type", "id", "prompt", "prompt_ids", "stop", "stop_token_ids"}
+OTHER_FIELDS = {"type", "id", "prompt", "prompt_ids", "stop", "stop_token_ids", "logit_bias"}
 REQUEST_FIELDS = INT_FIELDS | FLOAT_FIELDS | BOOL_FIELDS | OTHER_FIELDS
 
 
@@ -123,6 +124,9 @@ class FakeRouter(threading.Thread):
                 return "invalid_field", "%s: expected a number" % k
             if k in BOOL_FIELDS and not isinstance(v, bool):
                 return "invalid_field", "%s: expected a boolean" % k
+            if k == "logit_bias" and not (isinstance(v, dict) and all(
+                    isinstance(t, int) and isinstance(b, float) for t, b in v.items())):
+                return "invalid_field", "logit_bias: expected a map of int to float"
         if msg.get("v", 1) != 1:
             return "unsupported_version", "v: expected 1"
         if not isinstance(msg.get("id"), str) or not msg["id"] or len(msg["id"]) > 64:
@@ -199,7 +203,8 @@ class FakeRouter(threading.Thread):
                 frames = self._sock.recv_multipart()
                 ident, body = frames[0], frames[-1]
                 try:
-                    msg = msgpack.unpackb(body, raw=False)
+                    # logit_bias has int keys, which msgpack refuses by default
+                    msg = msgpack.unpackb(body, raw=False, strict_map_key=False)
                 except Exception:
                     self._error(ident, "", "malformed", "not msgpack")
                     continue

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_clients_e2e.py - the clients against real processes: deras-router + deras-worker.
 
 Starts deras-router and one deras-worker (CPU, one thread) on the tiny servable model
@@ -6,7 +7,8 @@ deterministic and fast), both on ipc:// sockets in a temporary directory, then c
 what the Python client, `deras complete` and `deras bench` get from them: greedy text that
 streams and non-streams the same and agrees between the C and Python clients, seeded
 sampling that repeats, the router's errors with their codes, cancel, several requests in
-flight, and a bench report whose counts add up.
+flight, min_tokens and logit_bias from the clients to the engine and back, and a bench report
+whose counts add up.
 
     DERAS_BUILD_DIR=build python3 tests/integration/test_clients_e2e.py
 Exit 77 (skipped) without pyzmq/msgpack or the built binaries.
@@ -154,6 +156,54 @@ class EndToEnd(Servers):
         done = [s.collect() for s in reversed(streams)]
         self.assertEqual([len(d.token_ids[0]) for d in done], [12] * 6)
         self.assertEqual(self.client.in_flight, [])
+
+    # ---- min_tokens and logit_bias, end to end ----
+
+    def test_logit_bias_and_min_tokens_through_the_router(self):
+        """A +100 bias makes token X every greedy choice and -100 bans the greedy first
+        token; with X a stop token a sample ends at its first token, with min_tokens 3 at its
+        fourth, and stop strings are looked for only after min_tokens tokens; the router
+        refuses what it must, with the codes of docs/protocol.md."""
+        plain = self.client.complete("Once upon", max_tokens=6, temperature=0, ignore_eos=True)
+        first = plain.token_ids[0][0]
+        banned = self.client.complete("Once upon", max_tokens=6, temperature=0, ignore_eos=True,
+                                      logit_bias={first: -100})
+        self.assertNotEqual(banned.token_ids[0][0], first)
+        x = 300
+        forced = self.client.complete("Once upon", max_tokens=6, temperature=0,
+                                      ignore_eos=True, logit_bias={x: 100})
+        self.assertEqual(forced.token_ids[0], [x] * 6)
+        stopped = self.client.complete("Once upon", max_tokens=6, temperature=0,
+                                       stop_token_ids=[x], logit_bias={x: 100})
+        self.assertEqual((stopped.token_ids[0], stopped.finish_reasons[0]), ([x], "stop"))
+        waited = self.client.complete("Once upon", max_tokens=6, temperature=0,
+                                      stop_token_ids=[x], logit_bias={x: 100}, min_tokens=3)
+        ids = waited.token_ids[0]
+        self.assertEqual((len(ids), ids[3], waited.finish_reasons[0]), (4, x, "stop"))
+        self.assertNotIn(x, ids[:3])
+        self.assertEqual(waited.usage.completion_tokens, 4)
+        # a stop string: the text of X, found only in the text after min_tokens tokens
+        piece = forced.text[:len(forced.text) // 6]
+        self.assertEqual(forced.text, piece * 6, "token %d must detokenize alone" % x)
+        for min_tokens, text in ((0, ""), (3, piece * 3)):
+            with self.subTest(min_tokens=min_tokens):
+                c = self.client.complete("Once upon", max_tokens=6, temperature=0,
+                                         ignore_eos=True, logit_bias={x: 100}, stop=piece,
+                                         min_tokens=min_tokens)
+                self.assertEqual((c.text, c.finish_reasons[0]), (text, "stop"))
+        for params, code in ((dict(logit_bias={5000: 1.0}), "token_out_of_range"),
+                             (dict(logit_bias={5: 101.0}), "value_out_of_range"),
+                             (dict(max_tokens=4, min_tokens=5), "value_out_of_range")):
+            with self.subTest(code=code):
+                with self.assertRaises(DerasError) as cm:
+                    self.client.complete("Hi", **params)
+                self.assertEqual(cm.exception.code, code)
+        # the same through `deras complete`'s flags
+        r = self.deras("complete", "--address", self.address, "--max-tokens", "6",
+                       "--temperature", "0", "--logit-bias", "%d:100" % x, "--stop-token-id",
+                       str(x), "--min-tokens", "3", "--no-stream", "Once upon")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn(b"completion 4 tokens", r.stderr)
 
     # ---- deras complete ----
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_python_client.py - the Python client (tools/clients/python) against a fake router.
 
 Runs a FakeRouter (fake_router.py, a ROUTER socket in a thread that speaks the client
@@ -98,7 +99,7 @@ class ClientTest(unittest.TestCase):
                       temperature=0, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
                       presence_penalty=0.5, frequency_penalty=-0.5, ignore_eos=True,
                       add_special_tokens=False, stop="END", stop_token_ids=[5, 6],
-                      num_speculative_tokens=0)
+                      num_speculative_tokens=0, min_tokens=2, logit_bias={"5": 1.5, 7: -100})
         self.assertEqual(set(params), set(PARAMS), "the test must cover every parameter")
         self.client.complete("p", **params)
         sent = self.requests_received()[0]
@@ -111,6 +112,9 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(sent["stop_token_ids"], [5, 6])
         self.assertIs(sent["ignore_eos"], True)
         self.assertEqual(sent["num_speculative_tokens"], 0, "0 (speculation off) is sent")
+        self.assertEqual(sent["min_tokens"], 2)
+        self.assertEqual(sent["logit_bias"], {5: 1.5, 7: -100.0},
+                         "logit_bias goes out as a map of int token ids to floats")
 
     def test_unknown_or_mistyped_parameter_is_refused_before_sending(self):
         with self.assertRaises(TypeError):
@@ -121,6 +125,9 @@ class ClientTest(unittest.TestCase):
             self.client.complete("p", ignore_eos=1)
         with self.assertRaises(TypeError):
             self.client.complete("p", stream=True)
+        for bad in ([5, 1.0], {"x": 1.0}, {5: "1"}, {5: 1.0, "5": 2.0}):
+            with self.assertRaises(TypeError):
+                self.client.complete("p", logit_bias=bad)
         with self.assertRaises(ValueError):
             self.client.complete()
         with self.assertRaises(ValueError):

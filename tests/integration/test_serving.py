@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_serving.py - deras served for real: router, workers and clients as separate processes.
 
 What the router/worker issue asks to see, each test printing its figures:
@@ -11,6 +12,8 @@ What the router/worker issue asks to see, each test printing its figures:
     accepted ones complete, the router's memory stays bounded (measured from /proc);
   - clients killed mid-stream: the workers' reported KV usage returns to its baseline;
   - `deras serve` under load: Ctrl-C lets in-flight requests finish, exit 0, nothing left;
+  - two `deras serve` instances on one host, each with its own ports and admin socket, both
+    serving, both drained by derasctl;
   - (test model) a step longer than the router's dead-worker timeout does not kill the
     worker: its pulse thread keeps it alive.
 
@@ -22,6 +25,7 @@ Exit 77 (skipped) without pyzmq/msgpack or the built binaries. The processes are
 cluster.py (shared with test_failures.py).
 """
 
+import json
 import os
 import shutil
 import signal
@@ -32,8 +36,8 @@ import threading
 import time
 import unittest
 
-from cluster import (DERAS, ROOT, TINY, VOCAB, Chunk, Client, Cluster, DerasError,
-                     collect_stream, proc_status)
+from cluster import (DERAS, DERASCTL, ROOT, TINY, VOCAB, Chunk, Client, Cluster, DerasError,
+                     collect_stream, free_port, proc_status)
 
 import msgpack  # after cluster, which skips (exit 77) where it is missing
 import zmq
@@ -342,6 +346,64 @@ class Flood(unittest.TestCase):
 class Serve(unittest.TestCase):
     """`deras serve`: one command; Ctrl-C (SIGINT) and SIGTERM (systemctl stop, kill) drain."""
 
+    def test_two_instances_each_with_its_own_ports_and_admin_socket(self):
+        d = tempfile.mkdtemp(prefix="deras-serve-two-")
+        inst = []
+        try:
+            for k in range(2):
+                port, mport = free_port(), free_port()
+                admin = "ipc://%s/admin-%d.sock" % (d, k)
+                log = open(os.path.join(d, "serve-%d.log" % k), "w+")
+                p = subprocess.Popen([DERAS, "serve", "--model", TINY,
+                                      "--listen", "tcp://127.0.0.1:%d" % port, "--admin", admin,
+                                      "--metrics-listen", "127.0.0.1:%d" % mport,
+                                      "--num-workers", "1", "--threads", "1",
+                                      "--kv-cache-memory", "64MiB"],
+                                     stdout=log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, DERAS_RUNTIME_DIR=d))
+                inst.append((p, "tcp://127.0.0.1:%d" % port, admin, mport, log))
+            texts = []
+            for p, address, admin, mport, log in inst:
+                health = None
+                deadline = time.monotonic() + 60
+                while health != 0:
+                    self.assertIsNone(p.poll(), "serve exited: %s" % open(log.name).read()[-2000:])
+                    self.assertLess(time.monotonic(), deadline, "instance never became ready")
+                    health = subprocess.run([DERASCTL, "--admin", admin, "health"],
+                                            capture_output=True).returncode
+                    time.sleep(0.1)
+                cl = Client(address, timeout=60)
+                texts.append(cl.complete("Hello", max_tokens=8, temperature=0).text)
+                cl.close()
+                m = subprocess.run(["python3", "-c", "import urllib.request,sys; print(urllib."
+                                    "request.urlopen(sys.argv[1]).status)",
+                                    "http://127.0.0.1:%d/health" % mport],
+                                   capture_output=True, text=True)
+                self.assertEqual(m.stdout.strip(), "200", m.stderr)
+            self.assertEqual(texts[0], texts[1])  # the same model, greedy: the same text
+            for p, address, admin, mport, log in inst:
+                r = subprocess.run([DERASCTL, "--admin", admin, "drain", "--all", "--timeout",
+                                    "10"], capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                st = subprocess.run([DERASCTL, "--admin", admin, "status", "--json"],
+                                    capture_output=True, text=True)
+                self.assertEqual([w["state"] for w in json.loads(st.stdout)["workers"]],
+                                 ["drained"])
+            print("two deras serve instances: both served %r; both drained through their own "
+                  "admin sockets" % texts[0])
+        finally:
+            for p, address, admin, mport, log in inst:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+            for p, address, admin, mport, log in inst:
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                log.close()
+            shutil.rmtree(d, ignore_errors=True)
+
     def drain_under_load(self, sig):
         """Serve with 2 workers, 8 requests streaming, then `sig` to serve: all 8 must finish,
         serve exit 0, and no process, shared-memory segment or socket file be left."""
@@ -350,7 +412,7 @@ class Serve(unittest.TestCase):
         shm_before = set(os.listdir("/dev/shm"))
         log = open(os.path.join(d, "serve.log"), "w+")
         serve = subprocess.Popen([DERAS, "serve", "--model", TINY, "--listen", address,
-                                  "--workers", "2", "--threads", "1", "--kv-cache-memory",
+                                  "--num-workers", "2", "--threads", "1", "--kv-cache-memory",
                                   "64MiB", "--router-arg", "--metrics-listen=none"],
                                  stdout=log, stderr=subprocess.STDOUT,
                                  env=dict(os.environ, DERAS_RUNTIME_DIR=d))  # its admin socket
@@ -414,7 +476,6 @@ class Serve(unittest.TestCase):
             self.assertEqual((len(r[0]), r[1]), (1500, ["length"]), "request %d" % i)
         for pid in children:
             self.assertFalse(os.path.exists("/proc/%d" % pid), "child %d left behind" % pid)
-        self.assertFalse(any(n.startswith("deras-serve-%d" % serve.pid) for n in os.listdir("/tmp")))
         self.assertEqual(sorted(os.listdir(d)), ["serve.log"], "socket files left behind")
         self.assertEqual(set(os.listdir("/dev/shm")) - shm_before, set(),
                          "shared-memory segments left behind")

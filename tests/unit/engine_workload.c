@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_workload.c - the random engine workload of engine_workload.h. */
 #include "engine_workload.h"
 
@@ -22,12 +23,12 @@ void ew_make_request(void *shape, int i, uint64_t *rng, int32_t *prompt, engine_
     q->n_prompt = ew_rnd(rng, 1, s->max_prompt);
     for (int t = 0; t < q->n_prompt; t++)
         prompt[t] = t < 32 && ew_rnd(rng, 0, 1) ? 3 + t : ew_rnd(rng, 3, s->alphabet_hi);
-    q->max_tokens = ew_rnd(rng, 1, 60);
-    q->n = ew_rnd(rng, 1, 4);
-    q->seed = s->seed_per_request ? (uint64_t)i : s->seed;
-    q->spec_k = s->random_spec_k ? ew_rnd(rng, 0, 5) - 1 : 0;
-    sampling_params_default(&q->sp);
-    q->sp.temperature = ew_rnd(rng, 0, 1) ? 0.8f : 0.0f;
+    q->params.max_tokens = ew_rnd(rng, 1, 60);
+    q->params.n = ew_rnd(rng, 1, 4);
+    q->params.seed = s->seed_per_request ? (uint64_t)i : s->seed;
+    q->params.spec_tokens = s->random_spec_k ? ew_rnd(rng, 0, 5) - 1 : 0;
+    sampling_params_default(&q->params.sp);
+    q->params.sp.temperature = ew_rnd(rng, 0, 1) ? 0.8f : 0.0f;
 }
 
 void ew_run(engine_t *e, int n, uint64_t rng_seed, ew_make_fn make, void *ctx,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_frontend.c - a stand-in for deras-router in a thread (see fake_frontend.h).
  *
  * One thread owns the ROUTER socket: it polls with a short timeout, answers what arrives,
@@ -25,9 +26,9 @@ typedef struct fake_req {
     uint8_t ident[256];
     size_t ident_len;
     char id[PROTO_MAX_ID + 1];
-    int n, limit, generated[PROTO_MAX_N], prompt_tokens, n_done;
-    bool done[PROTO_MAX_N];
-    const char *finish;
+    int n, limit, generated[REQ_MAX_N], prompt_tokens, n_done;
+    bool done[REQ_MAX_N];
+    finish_reason finish;
     double delay, next_at, t0, t_first;
 } fake_req;
 
@@ -36,8 +37,8 @@ struct fake_frontend {
     pthread_t thread;
     atomic_int quit;
     char address[64];
-    proto_decoder *dec;
-    proto_encoder *enc;
+    proto_decoder_t *dec;
+    proto_encoder_t *enc;
     fake_req live[MAX_LIVE];
     fake_frontend_stats stats;
 };
@@ -65,7 +66,7 @@ static void send_error(fake_frontend *r, const uint8_t *ident, size_t ident_len,
         send_to(r, ident, ident_len, buf, len);
 }
 
-static void send_final(fake_frontend *r, fake_req *q, int k, const char *reason,
+static void send_final(fake_frontend *r, fake_req *q, int k, finish_reason reason,
                        const char *abort_reason)
 {
     double now = now_s();
@@ -132,15 +133,15 @@ static void on_request(fake_frontend *r, const uint8_t *ident, size_t ident_len,
     memcpy(q->ident, ident, ident_len);
     q->ident_len = ident_len;
     snprintf(q->id, sizeof q->id, "%s", req->id);
-    q->n = req->n;
+    q->n = req->params.n;
     q->stream = req->stream;
-    q->limit = req->max_tokens;
-    q->finish = "length";
+    q->limit = req->params.max_tokens;
+    q->finish = FINISH_LENGTH;
     if (!strncmp(prompt, "stop:", 5)) {
         int k = atoi(prompt + 5);
         if (k < q->limit)
             q->limit = k;
-        q->finish = "stop";
+        q->finish = FINISH_STOP;
     }
     q->prompt_tokens = req->prompt ? 1 : req->n_prompt_ids;
     for (size_t i = 0; req->prompt && i < req->prompt_len; i++)
@@ -158,7 +159,7 @@ static void on_cancel(fake_frontend *r, const uint8_t *ident, size_t ident_len, 
         return send_error(r, ident, ident_len, id, PE_UNKNOWN_REQUEST, "no such live request");
     for (int k = 0; k < q->n; k++)
         if (!q->done[k])
-            send_final(r, q, k, "abort", "cancelled");
+            send_final(r, q, k, FINISH_ABORT, "cancelled");
 }
 
 static void on_ping(fake_frontend *r, const uint8_t *ident, size_t ident_len)
@@ -261,11 +262,11 @@ fake_frontend *fake_frontend_start(const char *curve_secret_key)
         return NULL;
     proto_limits lim;
     proto_limits_default(&lim);
-    r->dec = proto_decoder_new(&lim);
-    r->enc = proto_encoder_new();
+    if (proto_decoder_new(&lim, &r->dec) || proto_encoder_new(&r->enc))
+        goto fail;
     r->ctx = zmq_ctx_new();
     r->sock = r->ctx ? zmq_socket(r->ctx, ZMQ_ROUTER) : NULL;
-    if (!r->dec || !r->enc || !r->sock)
+    if (!r->sock)
         goto fail;
     int zero = 0, one = 1;
     zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);

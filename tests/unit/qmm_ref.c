@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_ref.c - see qmm_ref.h. */
 #include "qmm_ref.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* qmm_ref.h - references for the quantized matrix products (kernels/cpu/qmatmul.h), shared
  * by test_qmatmul and bench_qmatmul.
  *

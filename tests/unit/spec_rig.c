@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_rig.c - the engine rig of test_speculative (see spec_rig.h). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,9 +127,9 @@ void run_greedy(rig *g, const prompts *pr, const spec_opts *so, int max_out, out
     engine_t *e = engine_for(g, o, so, true, &drafter);
     for (int r = 0; r < pr->n; r++) {
         engine_request q = {.id = (uint64_t)r, .prompt = pr->tok[r], .n_prompt = pr->len[r],
-                            .max_tokens = max_out, .n = 1};
-        sampling_params_default(&q.sp);
-        q.sp.n_logprobs = 2;
+                            .params.max_tokens = max_out, .params.n = 1};
+        sampling_params_default(&q.params.sp);
+        q.params.sp.n_logprobs = 2;
         if (engine_add(e, &q))
             fail_msg("engine_add: %s", deras_errmsg());
     }
@@ -137,7 +138,7 @@ void run_greedy(rig *g, const prompts *pr, const spec_opts *so, int max_out, out
     engine_destroy(&e);
     model_destroy(&drafter);
     /* each sample's own counters (on_finish) add up to the engine's */
-    spec_stats sum = {0};
+    spec_counters sum = {0};
     for (int r = 0; r < pr->n; r++) {
         sum.proposed += o->s[r][0].spec.proposed;
         sum.accepted += o->s[r][0].spec.accepted;
@@ -166,7 +167,7 @@ int compare(const prompts *pr, const outputs *ref, const outputs *got, const cha
         if (k == a->n && k == b->n) {
             if (a->why != b->why)
                 fail_msg("%s: request %d: finish %s, without speculation %s", what, r,
-                         engine_finish_name(b->why), engine_finish_name(a->why));
+                         finish_reason_name(b->why), finish_reason_name(a->why));
             continue;
         }
         if (k < a->n && k < b->n && a->margin[k] < NEAR_TIE) {
@@ -185,7 +186,7 @@ int compare(const prompts *pr, const outputs *ref, const outputs *got, const cha
 
 void report(const char *what, const engine_stats *st, int n_prompts, int near)
 {
-    const spec_stats *s = &st->spec;
+    const spec_counters *s = &st->spec;
     printf("  %-28s %d prompts: identical to non-speculative greedy (%d near-tie divergences); "
            "%llu drafts proposed, %llu accepted (acceptance %.1f%%), %llu verifications, "
            "mean accepted length %.2f, %llu steps\n",

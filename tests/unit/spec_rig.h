@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_rig.h - the engine rig of test_speculative: a small model on the test backend, an
  * engine with a given proposer whose callbacks record every sample's tokens (with the
  * top-2 logprob margin) and finish, greedy runs over a set of prompts, and their
@@ -25,8 +26,8 @@ typedef struct out_seq {
     int32_t tokens[MAX_GEN];
     float margin[MAX_GEN];
     int n, finished;
-    engine_finish why;
-    spec_stats spec;   /* as on_finish reported it */
+    finish_reason why;
+    spec_counters spec;   /* as on_finish reported it */
 } out_seq;
 
 typedef struct outputs {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client.c - the C client library (tools/client) against a fake router thread.
  *
  * The fake router (fake_frontend.c) speaks the protocol through the real codec, so these
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,7 +26,7 @@
 
 typedef struct fixture {
     fake_frontend *router;
-    deras_client *cl;
+    deras_client_t *cl;
 } fixture;
 
 static int setup(void **state)
@@ -32,7 +34,8 @@ static int setup(void **state)
     fixture *f = calloc(1, sizeof *f);
     f->router = fake_frontend_start(NULL);
     assert_non_null(f->router);
-    f->cl = deras_client_new(&(deras_client_opts){.address = fake_frontend_address(f->router)});
+    assert_int_equal(deras_client_new(&(deras_client_opts){
+                         .address = fake_frontend_address(f->router)}, &f->cl), DERAS_OK);
     assert_non_null(f->cl);
     *state = f;
     return 0;
@@ -60,7 +63,7 @@ static void text_request(proto_request *r, const char *prompt, int max_tokens, b
     deras_client_request_init(r);
     r->prompt = prompt;
     r->prompt_len = strlen(prompt);
-    r->max_tokens = max_tokens;
+    r->params.max_tokens = max_tokens;
     r->stream = stream;
 }
 
@@ -73,7 +76,7 @@ static void expected_text(char *buf, size_t cap, int from, int to)
 }
 
 /* Receive one event, failing the test (with the client's message) on anything but OK. */
-static void recv_ok(deras_client *cl, deras_event *ev)
+static void recv_ok(deras_client_t *cl, deras_event *ev)
 {
     int rc = deras_client_recv(cl, WAIT_MS, ev);
     if (rc)
@@ -99,7 +102,7 @@ static void test_stream_delivers_chunks_then_a_final_marked_done(void **state)
         if (ev.msg.type == PROTO_FINAL) {
             assert_int_equal(i, 5);
             assert_true(ev.done);
-            assert_string_equal(ev.msg.finish_reason, "length");
+            assert_int_equal(ev.msg.finish, FINISH_LENGTH);
             assert_int_equal(ev.msg.usage.prompt_tokens, 2);
             assert_int_equal(ev.msg.usage.completion_tokens, 5);
             break;
@@ -125,7 +128,7 @@ static void test_non_stream_final_carries_text_and_ids(void **state)
     recv_ok(f->cl, &ev);
     assert_int_equal(ev.msg.type, PROTO_FINAL);
     assert_true(ev.done);
-    assert_string_equal(ev.msg.finish_reason, "stop");
+    assert_int_equal(ev.msg.finish, FINISH_STOP);
     char want[64];
     expected_text(want, sizeof want, 0, 3);
     assert_int_equal(ev.msg.text_len, strlen(want));
@@ -139,7 +142,7 @@ static void test_done_only_after_the_last_sample_finished(void **state)
     fixture *f = *state;
     proto_request r;
     text_request(&r, "p", 2, true);
-    r.n = 3;
+    r.params.n = 3;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_OK);
     int finals = 0, chunks[3] = {0};
     for (;;) {
@@ -167,7 +170,7 @@ static void test_prompt_ids_reach_the_router(void **state)
     int32_t ids[] = {1, 2, 3, 4, 5, 6, 7};
     r.prompt_ids = ids;
     r.n_prompt_ids = 7;
-    r.max_tokens = 1;
+    r.params.max_tokens = 1;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_OK);
     deras_event ev;
     recv_ok(f->cl, &ev);
@@ -212,7 +215,9 @@ static void test_silent_router_times_out(void **state)
 
 static void test_no_router_times_out_instead_of_hanging(void **state)
 {
-    deras_client *cl = deras_client_new(&(deras_client_opts){.address = "tcp://127.0.0.1:1"});
+    deras_client_t *cl = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = "tcp://127.0.0.1:1"}, &cl),
+                     DERAS_OK);
     assert_non_null(cl);
     proto_request r;
     text_request(&r, "p", 5, true);
@@ -281,7 +286,7 @@ static void test_cancel_ends_the_request_with_abort(void **state)
         chunks++;
     }
     assert_int_equal(ev.msg.type, PROTO_FINAL);
-    assert_string_equal(ev.msg.finish_reason, "abort");
+    assert_int_equal(ev.msg.finish, FINISH_ABORT);
     assert_string_equal(ev.msg.abort_reason, "cancelled");
     assert_true(ev.done);
     assert_true(chunks < 50);
@@ -340,7 +345,7 @@ static void test_refuses_bad_requests_and_overflow(void **state)
     r.n_prompt_ids = 1;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_EINVAL); /* both prompts */
     text_request(&r, "p", 3, true);
-    r.n = 0;
+    r.params.n = 0;
     assert_int_equal(deras_client_send(f->cl, &r, NULL), DERAS_EINVAL);
     text_request(&r, "silent", 3, true);
     snprintf(r.id, sizeof r.id, "mine");
@@ -350,8 +355,9 @@ static void test_refuses_bad_requests_and_overflow(void **state)
     assert_non_null(strstr(deras_errmsg(), "already in flight"));
     assert_int_equal(deras_client_cancel(f->cl, ""), DERAS_EINVAL);
 
-    deras_client *small = deras_client_new(&(deras_client_opts){
-        .address = fake_frontend_address(f->router), .max_in_flight = 2});
+    deras_client_t *small = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){
+        .address = fake_frontend_address(f->router), .max_in_flight = 2}, &small), DERAS_OK);
     assert_non_null(small);
     for (int i = 0; i < 2; i++) {
         text_request(&r, "silent", 3, true);
@@ -361,9 +367,15 @@ static void test_refuses_bad_requests_and_overflow(void **state)
     assert_int_equal(deras_client_send(small, &r, NULL), DERAS_EBUSY);
     deras_client_destroy(&small);
 
-    assert_null(deras_client_new(&(deras_client_opts){.curve_server_key = "short"}));
+    deras_client_t *refused = (deras_client_t *)(uintptr_t)1; /* a refusal NULLs *out */
+    assert_int_equal(deras_client_new(&(deras_client_opts){.curve_server_key = "short"}, &refused),
+                     DERAS_EINVAL);
+    assert_null(refused);
     assert_non_null(strstr(deras_errmsg(), "40 Z85"));
-    assert_null(deras_client_new(&(deras_client_opts){.address = "nonsense://x"}));
+    refused = (deras_client_t *)(uintptr_t)1;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = "nonsense://x"}, &refused),
+                     DERAS_EIO);
+    assert_null(refused);
     deras_client_destroy(NULL);
 }
 
@@ -372,13 +384,15 @@ static void test_request_init_sets_protocol_defaults(void **state)
     proto_request r;
     memset(&r, 0x5a, sizeof r);
     deras_client_request_init(&r);
-    assert_int_equal(r.max_tokens, 256);
-    assert_int_equal(r.n, 1);
-    assert_true(r.temperature == 1.0f && r.top_p == 1.0f && r.repetition_penalty == 1.0f);
-    assert_true(r.min_p == 0 && r.presence_penalty == 0 && r.frequency_penalty == 0);
-    assert_int_equal(r.top_k, 0);
+    assert_int_equal(r.params.max_tokens, 256);
+    assert_int_equal(r.params.n, 1);
+    assert_true(r.params.sp.temperature == 1.0f && r.params.sp.top_p == 1.0f &&
+                r.params.sp.repetition_penalty == 1.0f);
+    assert_true(r.params.sp.min_p == 0 && r.params.sp.presence_penalty == 0 &&
+                r.params.sp.frequency_penalty == 0);
+    assert_int_equal(r.params.sp.top_k, 0);
     assert_true(r.add_special_tokens);
-    assert_false(r.stream || r.ignore_eos || r.has_seed);
+    assert_false(r.stream || r.params.ignore_eos || r.has_seed);
     assert_null(r.prompt);
     assert_null(r.prompt_ids);
     assert_string_equal(r.id, "");
@@ -392,10 +406,13 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     zmq_curve_keypair(wrong, wsec);
     fake_frontend *fr = fake_frontend_start(sec);
     assert_non_null(fr);
-    deras_client *good = deras_client_new(
-        &(deras_client_opts){.address = fake_frontend_address(fr), .curve_server_key = pub});
-    deras_client *bad = deras_client_new(
-        &(deras_client_opts){.address = fake_frontend_address(fr), .curve_server_key = wrong});
+    deras_client_t *good = NULL, *bad = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = fake_frontend_address(fr),
+                                                           .curve_server_key = pub}, &good),
+                     DERAS_OK);
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = fake_frontend_address(fr),
+                                                           .curve_server_key = wrong}, &bad),
+                     DERAS_OK);
     assert_non_null(good);
     assert_non_null(bad);
     proto_server_msg pong;
@@ -406,8 +423,10 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     deras_event ev;
     assert_int_equal(deras_client_recv(bad, 300, &ev), DERAS_ETIMEOUT);
     /* a given client key: the public key is derived from it */
-    deras_client *mine = deras_client_new(&(deras_client_opts){
-        .address = fake_frontend_address(fr), .curve_server_key = pub, .curve_secret_key = wsec});
+    deras_client_t *mine = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){
+        .address = fake_frontend_address(fr), .curve_server_key = pub, .curve_secret_key = wsec},
+        &mine), DERAS_OK);
     assert_non_null(mine);
     assert_int_equal(deras_client_ping(mine, WAIT_MS, &pong), DERAS_OK);
     deras_client_destroy(&mine);
@@ -419,13 +438,19 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     assert_int_equal(st.requests, 0);
 
     /* refused at construction: a secret key without the server's, a key that is not Z85 */
-    assert_null(deras_client_new(&(deras_client_opts){.curve_secret_key = wsec}));
+    deras_client_t *refused = (deras_client_t *)(uintptr_t)1; /* a refusal NULLs *out */
+    assert_int_equal(deras_client_new(&(deras_client_opts){.curve_secret_key = wsec}, &refused),
+                     DERAS_EINVAL);
+    assert_null(refused);
     assert_non_null(strstr(deras_errmsg(), "public key too"));
     char bad_key[41];
     memset(bad_key, '~', 40);
     bad_key[40] = '\0';
-    assert_null(deras_client_new(
-        &(deras_client_opts){.curve_server_key = pub, .curve_secret_key = bad_key}));
+    refused = (deras_client_t *)(uintptr_t)1;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.curve_server_key = pub,
+                                                           .curve_secret_key = bad_key},
+                                      &refused), DERAS_EINVAL);
+    assert_null(refused);
     assert_non_null(strstr(deras_errmsg(), "not a valid Z85 key"));
 }
 

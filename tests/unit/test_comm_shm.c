@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_comm_shm.c - the shared-memory communicator: sums in rank order on every rank,
  * chunking and buffer reuse, all-gather placement, and what a dead, missing or failing
  * rank does to the others (a bounded failure, never a hang).
@@ -38,6 +39,7 @@ static float value(int rank, int op, size_t i)
 
 typedef struct rank_ctx {
     void *region;
+    size_t bytes;
     int rank, size, n_ops;
     size_t sizes[16];
     int status;
@@ -49,7 +51,7 @@ static void *run_rank(void *arg)
     rank_ctx *rc = arg;
     comm_shm_opts o = {.timeout_s = 20};
     comm_t *c = NULL;
-    rc->status = comm_shm_new(rc->region, rc->rank, rc->size, &o, &c);
+    rc->status = comm_shm_new(rc->region, rc->bytes, rc->rank, rc->size, &o, &c);
     for (int op = 0; op < rc->n_ops && !rc->status; op++) {
         size_t n = rc->sizes[op % 16];
         float *buf = malloc(n * sizeof(float));
@@ -99,7 +101,8 @@ static void run_group(int size, size_t cap, const size_t *sizes, int n_sizes, in
     pthread_t th[MAXR];
     for (int r = 0; r < size; r++) {
         memset(&ctx[r], 0, sizeof ctx[r]);
-        ctx[r] = (rank_ctx){.region = region, .rank = r, .size = size, .n_ops = n_ops};
+        ctx[r] = (rank_ctx){.region = region, .bytes = bytes, .rank = r, .size = size,
+                            .n_ops = n_ops};
         for (int k = 0; k < 16; k++)
             ctx[r].sizes[k] = sizes[k % n_sizes];
         pthread_create(&th[r], NULL, run_rank, &ctx[r]);
@@ -140,11 +143,14 @@ static void region_checks_refuse_mismatches(void **state)
     void *region = calloc(1, bytes);
     comm_shm_opts o = {.timeout_s = 1};
     comm_t *c = NULL;
-    assert_int_equal(comm_shm_new(region, 0, 2, &o, &c), DERAS_EFORMAT); /* not laid out */
+    assert_int_equal(comm_shm_new(region, bytes, 0, 2, &o, &c), DERAS_EFORMAT); /* not laid out */
     assert_int_equal(comm_shm_init(region, bytes - 1, 2, 128), DERAS_EINVAL);
     assert_int_equal(comm_shm_init(region, bytes, 2, 128), DERAS_OK);
-    assert_int_equal(comm_shm_new(region, 0, 3, &o, &c), DERAS_EFORMAT); /* other size */
-    assert_int_equal(comm_shm_new(region, 2, 2, &o, &c), DERAS_EINVAL);  /* no such rank */
+    assert_int_equal(comm_shm_new(region, bytes, 0, 3, &o, &c), DERAS_EFORMAT); /* other size */
+    assert_int_equal(comm_shm_new(region, bytes, 2, 2, &o, &c), DERAS_EINVAL);  /* no such rank */
+    /* a region smaller than the layout it holds claims: refused before any use */
+    assert_int_equal(comm_shm_new(region, bytes - 64, 0, 2, &o, &c), DERAS_EFORMAT);
+    assert_null(c);
     assert_null(c);
     free(region);
 }
@@ -188,7 +194,8 @@ static void a_killed_rank_fails_the_collective_within_a_second(void **state)
         comm_shm_opts o = {.timeout_s = 30};
         comm_t *c = NULL;
         float x[4] = {1, 2, 3, 4};
-        if (comm_shm_new(sh->region, 1, 2, &o, &c) || comm_all_reduce(c, x, 4))
+        if (comm_shm_new(sh->region, comm_shm_bytes(2, 256), 1, 2, &o, &c) ||
+            comm_all_reduce(c, x, 4))
             _exit(4);
         char b = 'r';
         if (write(pipefd[1], &b, 1) != 1)
@@ -199,7 +206,7 @@ static void a_killed_rank_fails_the_collective_within_a_second(void **state)
     assert_int_equal(shm_life_hold(&sh->life[0]), DERAS_OK);
     comm_shm_opts o = {.timeout_s = 30, .check = peers_alive, .check_ctx = sh};
     comm_t *c = NULL;
-    assert_int_equal(comm_shm_new(sh->region, 0, 2, &o, &c), DERAS_OK);
+    assert_int_equal(comm_shm_new(sh->region, comm_shm_bytes(2, 256), 0, 2, &o, &c), DERAS_OK);
     float x[4] = {10, 20, 30, 40};
     assert_int_equal(comm_all_reduce(c, x, 4), DERAS_OK);
     assert_true(x[0] == 11 && x[3] == 44);
@@ -244,7 +251,7 @@ static void *wait_rank(void *arg)
     comm_t *c = NULL;
     float x[8] = {0};
     double t0 = shm_now();
-    w->status = comm_shm_new(w->region, w->rank, 3, &o, &c);
+    w->status = comm_shm_new(w->region, comm_shm_bytes(3, 64), w->rank, 3, &o, &c);
     if (!w->status)
         w->status = comm_all_reduce(c, x, 8);
     w->seconds = shm_now() - t0;

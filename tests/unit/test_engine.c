@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_engine.c - continuous batching: many sequences at once give each one's own output.
  *
  * The reference for a request is the same engine running that request alone. Batched,
@@ -36,7 +37,7 @@ typedef struct out_seq {
     float margin[MAX_GEN]; /* top-1 minus top-2 logprob at each token */
     int n;
     int finished;          /* times on_finish was called */
-    engine_finish why;
+    finish_reason why;
 } out_seq;
 
 typedef struct outputs {
@@ -98,10 +99,10 @@ static void make_workload(workload *w, int n, int max_prompt, int max_out, int v
         q->id = (uint64_t)r;
         q->prompt = w->prompts[r];
         q->n_prompt = len;
-        sampling_params_default(&q->sp);
-        q->sp.n_logprobs = 2;
-        q->max_tokens = out;
-        q->n = 1;
+        sampling_params_default(&q->params.sp);
+        q->params.sp.n_logprobs = 2;
+        q->params.max_tokens = out;
+        q->params.n = 1;
     }
     free(prefix);
 }
@@ -219,7 +220,7 @@ static int compare(const workload *w, const outputs *solo, const outputs *got, c
         if (k == a->n && k == b->n) {
             if (a->why != b->why)
                 fail_msg("%s: request %d: finish %s vs %s alone", what, r,
-                         engine_finish_name(b->why), engine_finish_name(a->why));
+                         finish_reason_name(b->why), finish_reason_name(a->why));
             continue;
         }
         if (k < a->n && k < b->n && a->margin[k] < NEAR_TIE) {
@@ -230,7 +231,7 @@ static int compare(const workload *w, const outputs *solo, const outputs *got, c
         }
         fail_msg("%s: request %d (prompt %d, max_tokens %d): token %d is %d, alone %d (solo "
                  "top-2 margin %.3g); lengths %d vs %d",
-                 what, r, w->req[r].n_prompt, w->req[r].max_tokens, k,
+                 what, r, w->req[r].n_prompt, w->req[r].params.max_tokens, k,
                  k < b->n ? b->tokens[k] : -1, k < a->n ? a->tokens[k] : -1,
                  k < a->n ? a->margin[k] : 0.0, b->n, a->n);
     }
@@ -281,7 +282,7 @@ static void run_scenario(const scenario *sc, const char *what, scenario_result *
     res->tokens = res->stops = 0;
     for (int r = 0; r < w.n; r++) {
         res->tokens += got->s[r][0].n;
-        res->stops += got->s[r][0].why == ENGINE_FINISH_STOP;
+        res->stops += got->s[r][0].why == FINISH_STOP;
     }
     engine_destroy(&e);
     free(solo), free(got);
@@ -345,10 +346,11 @@ static void n_samples_share_the_prompt_and_equal_independent_requests(void **sta
     rng_state = 77;
     for (int i = 0; i < 45; i++) /* 45 tokens: a partly filled last block to copy on write */
         prompt[i] = rnd(3, g.vocab - 1);
-    engine_request q = {.id = 0, .prompt = prompt, .n_prompt = 45, .seed = 1000, .max_tokens = 30, .n = 4};
-    sampling_params_default(&q.sp);
-    q.sp.temperature = 0.9f;
-    q.sp.top_p = 0.95f;
+    engine_request q = {.id = 0, .prompt = prompt, .n_prompt = 45, .params.seed = 1000,
+                        .params.max_tokens = 30, .params.n = 4};
+    sampling_params_default(&q.params.sp);
+    q.params.sp.temperature = 0.9f;
+    q.params.sp.top_p = 0.95f;
     outputs *forked = calloc(1, sizeof *forked), *indep = calloc(1, sizeof *indep);
     engine_t *e = engine_for(&g, forked, 16, 256, true, false);
     assert_int_equal(engine_add(e, &q), DERAS_OK);
@@ -359,8 +361,8 @@ static void n_samples_share_the_prompt_and_equal_independent_requests(void **sta
     for (int i = 0; i < 4; i++) {
         engine_request one = q;
         one.id = (uint64_t)i;
-        one.n = 1;
-        one.seed = q.seed + (uint64_t)i;
+        one.params.n = 1;
+        one.params.seed = q.params.seed + (uint64_t)i;
         assert_int_equal(engine_add(e, &one), DERAS_OK);
         run_stats r2;
         run_to_end(e, &r2, 16);
@@ -368,7 +370,7 @@ static void n_samples_share_the_prompt_and_equal_independent_requests(void **sta
         assert_int_equal(b->finished, 1);
         if (a->n != b->n || memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)))
             fail_msg("sample %d of an n=4 request differs from an independent request with seed "
-                     "%llu", i, (unsigned long long)one.seed);
+                     "%llu", i, (unsigned long long)one.params.seed);
     }
     printf("n=4 request: prompt computed once, %llu copy-on-write block copies, each sample "
            "equals an independent request with its seed\n", (unsigned long long)rs.cow);
@@ -388,10 +390,12 @@ static void decodes_progress_every_step_while_a_long_prompt_prefills(void **stat
     int32_t shortp[4] = {5, 6, 7, 8}, longp[1000];
     for (int i = 0; i < 1000; i++)
         longp[i] = 3 + i % 200;
-    engine_request a = {.id = 0, .prompt = shortp, .n_prompt = 4, .max_tokens = 40, .n = 1, .ignore_eos = true};
-    engine_request b = {.id = 1, .prompt = longp, .n_prompt = 1000, .max_tokens = 2, .n = 1, .ignore_eos = true};
-    sampling_params_default(&a.sp);
-    sampling_params_default(&b.sp);
+    engine_request a = {.id = 0, .prompt = shortp, .n_prompt = 4, .params.max_tokens = 40,
+                        .params.n = 1, .params.ignore_eos = true};
+    engine_request b = {.id = 1, .prompt = longp, .n_prompt = 1000, .params.max_tokens = 2,
+                        .params.n = 1, .params.ignore_eos = true};
+    sampling_params_default(&a.params.sp);
+    sampling_params_default(&b.params.sp);
     assert_int_equal(engine_add(e, &a), DERAS_OK);
     assert_int_equal(engine_step(e, NULL), DERAS_OK);
     assert_int_equal(engine_add(e, &b), DERAS_OK);
@@ -418,8 +422,9 @@ static void abort_frees_blocks_at_once_and_finishes_once(void **state)
     int32_t p[100];
     for (int i = 0; i < 100; i++)
         p[i] = 3 + i;
-    engine_request q = {.id = 5, .prompt = p, .n_prompt = 100, .max_tokens = 50, .n = 2, .ignore_eos = true};
-    sampling_params_default(&q.sp);
+    engine_request q = {.id = 5, .prompt = p, .n_prompt = 100, .params.max_tokens = 50,
+                        .params.n = 2, .params.ignore_eos = true};
+    sampling_params_default(&q.params.sp);
     assert_int_equal(engine_add(e, &q), DERAS_OK);
     for (int i = 0; i < 3; i++)
         assert_int_equal(engine_step(e, NULL), DERAS_OK);
@@ -431,7 +436,7 @@ static void abort_frees_blocks_at_once_and_finishes_once(void **state)
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(o->s[5][0].finished, 1);
     assert_int_equal(o->s[5][1].finished, 1);
-    assert_int_equal(o->s[5][0].why, ENGINE_FINISH_ABORT);
+    assert_int_equal(o->s[5][0].why, FINISH_ABORT);
     assert_int_equal(engine_abort(e, 5), DERAS_ENOTFOUND);
     assert_false(engine_has_work(e));
     assert_int_equal(engine_check(e), DERAS_OK);
@@ -448,24 +453,73 @@ static void bad_requests_get_clear_errors(void **state)
     outputs *o = calloc(1, sizeof *o);
     engine_t *e = engine_for(&g, o, 4, 64, false, false);
     int32_t p[3] = {1, 2, 3}, bad[2] = {1, 256};
-    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .max_tokens = 5000, .n = 1};
-    sampling_params_default(&q.sp);
-    assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
+    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .params.max_tokens = 5000,
+                        .params.n = 1};
+    sampling_params_default(&q.params.sp);
+    assert_int_equal(engine_add(e, &q), DERAS_ECONTEXT);
     assert_non_null(strstr(deras_errmsg(), "context_length_exceeded"));
-    q.max_tokens = 4;
+    q.params.max_tokens = 4;
     q.prompt = bad;
     q.n_prompt = 2;
     assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
     q.prompt = p;
     q.n_prompt = 3;
-    q.sp.temperature = -1;
+    q.params.sp.temperature = -1;
     assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
-    sampling_params_default(&q.sp);
-    q.n = 0;
+    sampling_params_default(&q.params.sp);
+    q.params.n = 0;
     assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
-    q.n = 1;
+    q.params.n = 1;
     assert_int_equal(engine_add(e, &q), DERAS_OK);
     assert_int_equal(engine_add(e, &q), DERAS_EINVAL); /* same id live */
+    engine_destroy(&e);
+    free(o);
+    rig_close(&g);
+}
+
+/* min_tokens and logit_bias through the engine: a +100 bias makes token X every greedy
+ * choice; with X a stop token a sample ends at its first token, with min_tokens 3 at its
+ * fourth (the first three are neither X nor end of generation), with min_tokens =
+ * max_tokens never by a stop; the rules across fields are refused at engine_add. */
+static void min_tokens_and_logit_bias_through_the_engine(void **state)
+{
+    (void)state;
+    rig g;
+    rig_open(&g, engine_model(), 100, 4, 64);
+    outputs *o = calloc(1, sizeof *o);
+    engine_t *e = engine_for(&g, o, 4, 64, false, false);
+    int32_t p[3] = {1, 5, 9};
+    const int32_t X = 7;
+    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .params.max_tokens = 10,
+                        .params.n = 1, .params.n_stop_ids = 1, .params.stop_ids = {X}};
+    sampling_params_default(&q.params.sp);
+    assert_int_equal(logit_bias_add(&q.params.sp.logit_bias, X, 100.0f), DERAS_OK);
+    static const int min_tokens[3] = {0, 3, 10};
+    run_stats rs;
+    for (int i = 0; i < 3; i++) {
+        q.id = (uint64_t)(1 + i);
+        q.params.sp.min_tokens = min_tokens[i];
+        assert_int_equal(engine_add(e, &q), DERAS_OK);
+        run_to_end(e, &rs, 16);
+        const out_seq *s = &o->s[1 + i][0];
+        assert_int_equal(s->finished, 1);
+        assert_int_equal(s->n, i < 2 ? min_tokens[i] + 1 : 10);
+        for (int k = 0; k < s->n; k++) {
+            bool stop_token = s->tokens[k] == X || s->tokens[k] == 2; /* 2: end of generation */
+            if (stop_token != (k == min_tokens[i]))
+                fail_msg("min_tokens %d: token %d is %d", min_tokens[i], k, s->tokens[k]);
+        }
+        assert_int_equal(s->why, i < 2 ? FINISH_STOP : FINISH_LENGTH);
+    }
+    q.id = 9;
+    q.params.sp.min_tokens = 11; /* above max_tokens */
+    assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
+    assert_non_null(strstr(deras_errmsg(), "min_tokens"));
+    q.params.sp.min_tokens = 0;
+    assert_int_equal(logit_bias_add(&q.params.sp.logit_bias, g.vocab, 1.0f), DERAS_OK);
+    assert_int_equal(engine_add(e, &q), DERAS_ERANGE); /* a bias id outside the vocabulary */
+    assert_non_null(strstr(deras_errmsg(), "logit_bias"));
+    assert_false(engine_has_work(e));
     engine_destroy(&e);
     free(o);
     rig_close(&g);
@@ -479,12 +533,13 @@ static void static_batching_admits_only_when_the_batch_drains(void **state)
     outputs *o = calloc(1, sizeof *o);
     engine_t *e = engine_for(&g, o, 8, 256, false, true);
     int32_t p[8] = {4, 5, 6, 7, 8, 9, 10, 11};
-    engine_request a = {.id = 0, .prompt = p, .n_prompt = 8, .max_tokens = 10, .n = 1, .ignore_eos = true};
+    engine_request a = {.id = 0, .prompt = p, .n_prompt = 8, .params.max_tokens = 10, .params.n = 1,
+                        .params.ignore_eos = true};
     engine_request b = a;
     b.id = 1;
-    b.max_tokens = 3;
-    sampling_params_default(&a.sp);
-    b.sp = a.sp;
+    b.params.max_tokens = 3;
+    sampling_params_default(&a.params.sp);
+    b.params.sp = a.params.sp;
     assert_int_equal(engine_add(e, &a), DERAS_OK);
     assert_int_equal(engine_step(e, NULL), DERAS_OK);
     assert_int_equal(engine_add(e, &b), DERAS_OK);
@@ -570,6 +625,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_requests_get_clear_errors),
+        cmocka_unit_test(min_tokens_and_logit_bias_through_the_engine),
         cmocka_unit_test(abort_frees_blocks_at_once_and_finishes_once),
         cmocka_unit_test(decodes_progress_every_step_while_a_long_prompt_prefills),
         cmocka_unit_test(static_batching_admits_only_when_the_batch_drains),

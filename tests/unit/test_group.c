@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_group.c - the plan ring and the worker group's segment: every follower reads every
  * plan in order while the leader reuses slots only once they are read; bad sizes and
  * corrupt slots are refused; a leader waiting on a follower that stopped reading gives up
@@ -52,7 +53,8 @@ static void *follower(void *p)
     follower_arg *a = p;
     plan_ring_t *r = NULL;
     unsigned char buf[MAX_MSG], want[MAX_MSG];
-    a->status = plan_ring_new(a->region, a->rank, 3, NULL, NULL, &r);
+    a->status = plan_ring_new(a->region, plan_ring_bytes(3, SLOTS, MAX_MSG), a->rank, 3, NULL,
+                              NULL, &r);
     for (uint32_t seq = 1; !a->status; seq++) {
         enum plan_msg type;
         size_t len;
@@ -81,7 +83,7 @@ static void every_follower_reads_every_message_in_order(void **state)
     void *region = calloc(1, bytes);
     assert_int_equal(plan_ring_init(region, bytes, 3, SLOTS, MAX_MSG), DERAS_OK);
     plan_ring_t *lead = NULL;
-    assert_int_equal(plan_ring_new(region, 0, 3, NULL, NULL, &lead), DERAS_OK);
+    assert_int_equal(plan_ring_new(region, bytes, 0, 3, NULL, NULL, &lead), DERAS_OK);
     follower_arg f[2] = {{region, 1, 0, 0, ""}, {region, 2, 0, 0, ""}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
@@ -113,10 +115,10 @@ static void bad_sizes_and_corrupt_slots_are_refused(void **state)
     size_t bytes = plan_ring_bytes(2, 2, 64);
     void *region = calloc(1, bytes);
     plan_ring_t *lead = NULL, *fol = NULL;
-    assert_int_equal(plan_ring_new(region, 0, 2, NULL, NULL, &lead), DERAS_EFORMAT);
+    assert_int_equal(plan_ring_new(region, bytes, 0, 2, NULL, NULL, &lead), DERAS_EFORMAT);
     assert_int_equal(plan_ring_init(region, bytes, 2, 2, 64), DERAS_OK);
-    assert_int_equal(plan_ring_new(region, 0, 2, NULL, NULL, &lead), DERAS_OK);
-    assert_int_equal(plan_ring_new(region, 1, 2, NULL, NULL, &fol), DERAS_OK);
+    assert_int_equal(plan_ring_new(region, bytes, 0, 2, NULL, NULL, &lead), DERAS_OK);
+    assert_int_equal(plan_ring_new(region, bytes, 1, 2, NULL, NULL, &fol), DERAS_OK);
     unsigned char buf[128] = {0};
     assert_int_equal(plan_ring_publish(lead, PLAN_MSG_STEP, buf, 65, 1), DERAS_ERANGE);
     assert_int_equal(plan_ring_publish(fol, PLAN_MSG_STEP, buf, 8, 1), DERAS_EINVAL);
@@ -156,8 +158,8 @@ static void a_leader_gives_up_on_a_follower_that_stopped_reading(void **state)
     void *region = calloc(1, bytes);
     plan_ring_t *lead = NULL, *fol = NULL;
     assert_int_equal(plan_ring_init(region, bytes, 2, 2, 16), DERAS_OK);
-    assert_int_equal(plan_ring_new(region, 0, 2, NULL, NULL, &lead), DERAS_OK);
-    assert_int_equal(plan_ring_new(region, 1, 2, NULL, NULL, &fol), DERAS_OK);
+    assert_int_equal(plan_ring_new(region, bytes, 0, 2, NULL, NULL, &lead), DERAS_OK);
+    assert_int_equal(plan_ring_new(region, bytes, 1, 2, NULL, NULL, &fol), DERAS_OK);
     char b[16] = "plan";
     assert_int_equal(plan_ring_publish(lead, PLAN_MSG_STEP, b, 4, 0.2), DERAS_OK);
     assert_int_equal(plan_ring_publish(lead, PLAN_MSG_STEP, b, 4, 0.2), DERAS_OK);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_model_tp.c - tensor parallelism inside one process: the shard layout, reading
  * column slices of quantized tensors, and TP = 2, 3, 4 forward passes against TP = 1.
  *
@@ -93,7 +94,7 @@ static void *rank_main(void *p)
     int rc = backend_new("cpu", 1, &be);
     if (!rc && a->size > 1) {
         comm_shm_opts co = {.timeout_s = 120};
-        rc = comm_shm_new(a->region, a->rank, a->size, &co, &comm);
+        rc = comm_shm_new(a->region, comm_shm_bytes(a->size, 4096), a->rank, a->size, &co, &comm);
     }
     model_opts mo = {.max_batch_tokens = cap, .max_seqs = 2, .max_logits = 2, .block_size = BS,
                      .n_kv_blocks = 2 * nb + 1, .max_blocks_per_seq = per_seq,
@@ -345,7 +346,7 @@ static void an_impossible_layout_is_refused_at_load(void **state)
     comm_t *comm = NULL;
     comm_shm_opts co = {.timeout_s = 1};
     assert_int_equal(comm_shm_init(region, bytes, 5, 64), DERAS_OK);
-    assert_int_equal(comm_shm_new(region, 0, 5, &co, &comm), DERAS_OK);
+    assert_int_equal(comm_shm_new(region, bytes, 0, 5, &co, &comm), DERAS_OK);
     model_opts mo = {.max_batch_tokens = 8, .max_seqs = 1, .max_logits = 1, .block_size = 4,
                      .n_kv_blocks = 4, .max_blocks_per_seq = 2, .tp_rank = 0, .tp_size = 5,
                      .comm = comm};

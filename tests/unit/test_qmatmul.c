@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_qmatmul.c - the quantized matrix products (kernels/cpu/qmatmul.h): every format x
  * mode x path this CPU has, against double-precision references and against the scalar
  * path, batch and thread invariance bit for bit, the path selection, bad arguments.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_metrics.c - the router's metrics (router/metrics.c) rendered as Prometheus
  * text, read back line by line.
  *
@@ -32,8 +33,8 @@ static size_t len;
 static int setup(void **state)
 {
     (void)state;
-    m = metrics_new();
-    reg = workers_new(VOCAB, "/models/tiny-chat", 3000, 10000);
+    assert_int_equal(metrics_new(&m), DERAS_OK);
+    assert_int_equal(workers_new(VOCAB, "/models/tiny-chat", 3000, 10000, &reg), DERAS_OK);
     memset(errors, 0, sizeof errors);
     assert_non_null(m);
     assert_non_null(reg);
@@ -95,7 +96,7 @@ static bool has_line(const char *line)
     return false;
 }
 
-static worker *add_worker(const char *name, int kv_total, int kv_free)
+static worker_t *add_worker(const char *name, int kv_total, int kv_free)
 {
     wp_hello h = {0};
     snprintf(h.name, sizeof h.name, "%s", name);
@@ -108,7 +109,7 @@ static worker *add_worker(const char *name, int kv_total, int kv_free)
     h.block_size = 16;
     h.tp_size = 1;
     h.pid = 7;
-    worker *k;
+    worker_t *k;
     char why[256];
     if (workers_hello(reg, name, (int)strlen(name), &h, -1, 0, &k, why, sizeof why) != HELLO_NEW)
         fail_msg("HELLO from %s refused: %s", name, why);
@@ -149,10 +150,10 @@ static void every_family_has_help_and_type_before_its_samples(void **state)
 static void request_ends_are_counted_by_finish_reason_and_tokens_as_given(void **state)
 {
     (void)state;
-    metrics_sample_end(m, "length", 7, 0.01, 0.002, 0.05);
-    metrics_sample_end(m, "length", 5, 0.02, 0.003, 0.06);
-    metrics_sample_end(m, "stop", 1, 0.03, -1, 0.04);   /* one token: no TPOT */
-    metrics_sample_end(m, "abort", 0, -1, -1, 0.5);     /* no token: no TTFT */
+    metrics_sample_end(m, FINISH_LENGTH, 7, 0.01, 0.002, 0.05);
+    metrics_sample_end(m, FINISH_LENGTH, 5, 0.02, 0.003, 0.06);
+    metrics_sample_end(m, FINISH_STOP, 1, 0.03, -1, 0.04);   /* one token: no TPOT */
+    metrics_sample_end(m, FINISH_ABORT, 0, -1, -1, 0.5);     /* no token: no TTFT */
     metrics_request_end(m, 11, 0.001);
     metrics_request_end(m, 4, 0.002);
     metrics_request_error(m);
@@ -183,9 +184,9 @@ static void request_ends_are_counted_by_finish_reason_and_tokens_as_given(void *
 static void histograms_are_cumulative_and_a_bound_belongs_to_its_bucket(void **state)
 {
     (void)state;
-    metrics_sample_end(m, "length", 2, 0.1, 0.1, 0.1);  /* exactly on the 0.1 bounds */
-    metrics_sample_end(m, "length", 2, 0.2, 0.2, 0.2);
-    metrics_sample_end(m, "length", 2, 1e6, 1e6, 1e6); /* above every bound */
+    metrics_sample_end(m, FINISH_LENGTH, 2, 0.1, 0.1, 0.1);  /* exactly on the 0.1 bounds */
+    metrics_sample_end(m, FINISH_LENGTH, 2, 0.2, 0.2, 0.2);
+    metrics_sample_end(m, FINISH_LENGTH, 2, 1e6, 1e6, 1e6); /* above every bound */
     render();
     expect_series("deras_time_to_first_token_seconds_bucket{le=\"0.08\"}", 0);
     expect_series("deras_time_to_first_token_seconds_bucket{le=\"0.1\"}", 1);
@@ -220,9 +221,9 @@ static void histograms_are_cumulative_and_a_bound_belongs_to_its_bucket(void **s
 static void worker_series_cover_live_workers_with_escaped_names(void **state)
 {
     (void)state;
-    worker *a = add_worker("w0", 200, 50);
+    worker_t *a = add_worker("w0", 200, 50);
     add_worker("we\"ird\\name", 100, 100);
-    worker *dead = add_worker("gone", 10, 10);
+    worker_t *dead = add_worker("gone", 10, 10);
     workers_dead(dead, 5);
     a->inflight_reqs = 3;
     render();
@@ -248,14 +249,14 @@ static void worker_series_cover_live_workers_with_escaped_names(void **state)
 static void speculation_series_carry_the_proposer_label(void **state)
 {
     (void)state;
-    worker *a = add_worker("w0", 100, 100), *b = add_worker("w1", 100, 100);
+    worker_t *a = add_worker("w0", 100, 100), *b = add_worker("w1", 100, 100);
     add_worker("w2", 100, 100); /* named no proposer */
     snprintf(a->hello.spec, sizeof a->hello.spec, "ngram");
     snprintf(b->hello.spec, sizeof b->hello.spec, "x\"}y"); /* unknown: never a raw label */
-    a->load.spec_proposed = 40;
-    a->load.spec_accepted = 30;
-    a->load.spec_verifications = 12;
-    b->load.spec_proposed = 5;
+    a->load.spec.proposed = 40;
+    a->load.spec.accepted = 30;
+    a->load.spec.verifications = 12;
+    b->load.spec.proposed = 5;
     render();
     expect_series("deras_spec_draft_tokens_total{worker=\"w0\",proposer=\"ngram\"}", 40);
     expect_series("deras_spec_accepted_tokens_total{worker=\"w0\",proposer=\"ngram\"}", 30);
@@ -274,7 +275,7 @@ static void a_warm_render_reuses_its_buffer(void **state)
     render();
     const char *first = text;
     size_t first_len = len;
-    metrics_sample_end(m, "stop", 3, 0.1, 0.01, 0.2);
+    metrics_sample_end(m, FINISH_STOP, 3, 0.1, 0.01, 0.2);
     render();
     if (text != first)
         fail_msg("second render: expected the same buffer %p, got %p", (const void *)first,

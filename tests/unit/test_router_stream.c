@@ -1,8 +1,10 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_stream.c - one sample's text as the router relays it: token ids in, text
  * deltas out. Whatever the batching of tokens into chunks, the chunks concatenate to the
  * decoded text; no chunk ends inside a UTF-8 character; no byte of a stop string is ever
  * emitted and nothing after it either; held text comes out at a natural end; special
- * tokens add no text; a reused stream forgets its previous sample.
+ * tokens add no text; a reused stream forgets its previous sample; with min_tokens, stop
+ * strings count only in the text after the first min_tokens tokens.
  * Tokenizer: tests/data/tiny-chat (byte-level BPE, 1005 tokens, so non-ASCII characters
  * arrive as several byte tokens).
  */
@@ -80,10 +82,11 @@ static void chunks_concatenate_to_the_text_for_any_batching(void **state)
     const char *text = "Hello, world! Caf\xc3\xa9 \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x99\x82 done.";
     int32_t ids[256];
     int n = encode(text, ids, 256);
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     assert_non_null(s);
     for (int batch = 1; batch <= 7; batch++) {
-        assert_int_equal(stream_start(s, NULL, NULL, 0, false), DERAS_OK);
+        assert_int_equal(stream_start(s, NULL, NULL, 0, false, 0), DERAS_OK);
         int chunks;
         char *got = relay(s, ids, n, batch, &chunks);
         if (strcmp(got, text))
@@ -100,8 +103,9 @@ static void one_pending_chunk_holds_every_token_of_a_step(void **state)
     (void)state;
     int32_t ids[64];
     int n = encode("one two three", ids, 64);
-    stream_t *s = stream_new(tok);
-    assert_int_equal(stream_start(s, NULL, NULL, 0, true), DERAS_OK);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
+    assert_int_equal(stream_start(s, NULL, NULL, 0, true, 0), DERAS_OK);
     proto_logprob lp = {.logprob = -0.5f, .n_top = 1};
     for (int i = 0; i < n; i++) {
         lp.token_id = ids[i];
@@ -135,7 +139,7 @@ static void check_stop(stream_t *s, const char *text, const char *const *stops, 
     for (int i = 0; i < n_stops; i++)
         lens[i] = strlen(stops[i]);
     for (int batch = 1; batch <= 4; batch++) {
-        assert_int_equal(stream_start(s, stops, lens, n_stops, false), DERAS_OK);
+        assert_int_equal(stream_start(s, stops, lens, n_stops, false, 0), DERAS_OK);
         char out[1024] = "";
         size_t at = 0;
         for (int i = 0; i < n && !stream_stopped(s); i++) {
@@ -166,7 +170,8 @@ static void check_stop(stream_t *s, const char *text, const char *const *stops, 
 static void stop_strings_are_never_emitted_even_in_part(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"STOP", "\nUser:", "\xe4\xb8\x96"};
     check_stop(s, "Hello world. STOP and more text", stops, 3, "Hello world. ", 0);
     check_stop(s, "A reply.\nUser: next turn", stops, 3, "A reply.", 1);
@@ -180,12 +185,13 @@ static void stop_strings_are_never_emitted_even_in_part(void **state)
 static void pushes_after_a_stop_are_ignored(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"!"};
     size_t lens[] = {1};
     int32_t ids[64];
     int n = encode("Hi! there", ids, 64);
-    assert_int_equal(stream_start(s, stops, lens, 1, false), DERAS_OK);
+    assert_int_equal(stream_start(s, stops, lens, 1, false, 0), DERAS_OK);
     int i = 0;
     while (!stream_stopped(s))
         assert_int_equal(stream_push(s, ids[i++], NULL), DERAS_OK);
@@ -200,11 +206,52 @@ static void pushes_after_a_stop_are_ignored(void **state)
     stream_destroy(&s);
 }
 
+/* min_tokens: a stop string in the text of the first min_tokens tokens does not count (the
+ * text passes as it is); one after them does. */
+static void stop_strings_wait_for_min_tokens(void **state)
+{
+    (void)state;
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
+    const char *stops[] = {"!"};
+    size_t lens[] = {1};
+    int32_t ids[64];
+    int n = encode("Hi! there! end", ids, 64);
+    assert_int_equal(stream_start(s, stops, lens, 1, false, 0), DERAS_OK);
+    int i = 0;
+    while (!stream_stopped(s))
+        assert_int_equal(stream_push(s, ids[i++], NULL), DERAS_OK);
+    int first = stream_n_tokens(s); /* the token that completed the first "!" */
+    for (int min_tokens = first; min_tokens <= first + 1; min_tokens++) {
+        assert_int_equal(stream_start(s, stops, lens, 1, false, min_tokens), DERAS_OK);
+        for (i = 0; i < n && !stream_stopped(s); i++)
+            assert_int_equal(stream_push(s, ids[i], NULL), DERAS_OK);
+        assert_true(stream_stopped(s));
+        assert_true(stream_n_tokens(s) > first);
+        size_t len;
+        const char *t = stream_text(s, &len);
+        assert_int_equal(len, strlen("Hi! there"));
+        assert_memory_equal(t, "Hi! there", len);
+    }
+    /* a min_tokens beyond the output: no stop at all, everything is text */
+    assert_int_equal(stream_start(s, stops, lens, 1, false, n), DERAS_OK);
+    for (i = 0; i < n; i++)
+        assert_int_equal(stream_push(s, ids[i], NULL), DERAS_OK);
+    assert_int_equal(stream_finish(s), DERAS_OK);
+    assert_false(stream_stopped(s));
+    size_t len;
+    const char *t = stream_text(s, &len);
+    assert_int_equal(len, strlen("Hi! there! end"));
+    assert_memory_equal(t, "Hi! there! end", len);
+    stream_destroy(&s);
+}
+
 static void special_tokens_add_no_text(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
-    assert_int_equal(stream_start(s, NULL, NULL, 0, false), DERAS_OK);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
+    assert_int_equal(stream_start(s, NULL, NULL, 0, false, 0), DERAS_OK);
     int32_t eos = tokenizer_eos(tok);
     assert_true(eos >= 0);
     int32_t ids[16];
@@ -227,16 +274,17 @@ static void special_tokens_add_no_text(void **state)
 static void a_restarted_stream_forgets_the_previous_sample(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"x"};
     size_t lens[] = {1};
     int32_t ids[16];
     /* leave an incomplete character and a stop in the first sample */
     int n = encode("\xe4\xb8\x96", ids, 16);
     assert_true(n > 1);
-    assert_int_equal(stream_start(s, stops, lens, 1, true), DERAS_OK);
+    assert_int_equal(stream_start(s, stops, lens, 1, true, 0), DERAS_OK);
     assert_int_equal(stream_push(s, ids[0], NULL), DERAS_OK);
-    assert_int_equal(stream_start(s, NULL, NULL, 0, false), DERAS_OK);
+    assert_int_equal(stream_start(s, NULL, NULL, 0, false, 0), DERAS_OK);
     assert_false(stream_has_pending(s));
     assert_null(stream_logprobs(s));
     n = encode("x y", ids, 16);
@@ -254,12 +302,13 @@ static void a_restarted_stream_forgets_the_previous_sample(void **state)
 static void bad_stop_strings_are_refused(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"a\0b"};
     size_t lens[] = {3};
-    assert_int_equal(stream_start(s, stops, lens, 1, false), DERAS_EINVAL);
+    assert_int_equal(stream_start(s, stops, lens, 1, false, 0), DERAS_EINVAL);
     size_t zero[] = {0};
-    assert_int_equal(stream_start(s, stops, zero, 1, false), DERAS_EINVAL);
+    assert_int_equal(stream_start(s, stops, zero, 1, false, 0), DERAS_EINVAL);
     stream_destroy(&s);
 }
 
@@ -270,6 +319,7 @@ int main(void)
         cmocka_unit_test(one_pending_chunk_holds_every_token_of_a_step),
         cmocka_unit_test(stop_strings_are_never_emitted_even_in_part),
         cmocka_unit_test(pushes_after_a_stop_are_ignored),
+        cmocka_unit_test(stop_strings_wait_for_min_tokens),
         cmocka_unit_test(special_tokens_add_no_text),
         cmocka_unit_test(a_restarted_stream_forgets_the_previous_sample),
         cmocka_unit_test(bad_stop_strings_are_refused),

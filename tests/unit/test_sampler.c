@@ -1,10 +1,12 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sampler.c - logits processors, sampling distributions, seeds and logprobs.
  *
  * Distribution checks draw many samples with a fixed seed and compare the counts with the
  * exact target distribution by a chi-square statistic against the 0.1% critical value of
  * its degrees of freedom: a correct sampler passes with probability 99.9% for a random
  * seed, and for the fixed seeds used here it passes deterministically; a sampler off by a
- * few percent on any token fails.
+ * few percent on any token fails. The logit bias and min_tokens are checked the same way
+ * and through greedy choices.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -55,7 +57,8 @@ static void greedy_takes_argmax_and_lowest_id_on_ties(void **state)
 {
     (void)state;
     float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f, 0.0f};
-    sampler_t *s = sampler_new(6);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(6, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     sample_result r;
@@ -69,7 +72,8 @@ static void temperature_sampling_follows_softmax(void **state)
 {
     (void)state;
     float l[5] = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f};
-    sampler_t *s = sampler_new(5);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(5, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     p.temperature = 0.7f;
@@ -92,7 +96,8 @@ static void top_k_top_p_min_p_restrict_and_renormalise(void **state)
     (void)state;
     /* probabilities at T=1: 0.5, 0.3, 0.15, 0.05 (logits = log p) */
     float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
-    sampler_t *s = sampler_new(4);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(4, &s), DERAS_OK);
     sampler_rng rng;
     sampler_rng_seed(&rng, 99);
     sample_result r;
@@ -140,7 +145,8 @@ static void top_p_over_a_flat_large_vocabulary_widens_past_first_slice(void **st
     int nucleus = 0;
     for (double acc = 0; nucleus < V && acc < 0.9; nucleus++)
         acc += p[nucleus];
-    sampler_t *s = sampler_new(V);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(V, &s), DERAS_OK);
     sampling_params sp;
     sampling_params_default(&sp);
     sp.temperature = 1.0f;
@@ -167,7 +173,8 @@ static void same_seed_same_tokens_different_seed_differs(void **state)
     float l[300];
     uint64_t seed = 5;
     test_fill_random(l, V, &seed, 3.0f);
-    sampler_t *s = sampler_new(V);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(V, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     p.temperature = 1.0f;
@@ -192,12 +199,13 @@ static void penalties_change_logits_as_specified(void **state)
     (void)state;
     /* token 0 leads; penalties must make token 1 win exactly when expected */
     float l[3] = {2.0f, 1.5f, -1.0f};
-    sampler_t *s = sampler_new(3);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(3, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     sample_result r;
     int32_t prompt[1] = {0}, out_ids[3] = {0, 0, 2};
-    sample_history h = {prompt, 1, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
     p.repetition_penalty = 1.2f; /* 2.0 / 1.2 = 1.67 > 1.5: token 0 still wins */
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
@@ -210,7 +218,7 @@ static void penalties_change_logits_as_specified(void **state)
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
     /* frequency 0.3 x count 2 = 0.6 > 0.5 margin */
-    h = (sample_history){prompt, 1, out_ids, 3};
+    h = (sample_history){prompt, 1, out_ids, 3, NULL, 0};
     sampling_params_default(&p);
     p.frequency_penalty = 0.2f; /* 0.4 < 0.5 */
     sampler_sample(s, l, &p, NULL, &h, &r);
@@ -221,7 +229,7 @@ static void penalties_change_logits_as_specified(void **state)
     /* negative logits are multiplied: token 2 at -1.0 with penalty 2 -> -2.0 */
     float l2[3] = {-1.0f, -1.5f, -3.0f};
     int32_t prompt2[1] = {0};
-    h = (sample_history){prompt2, 1, NULL, 0};
+    h = (sample_history){prompt2, 1, NULL, 0, NULL, 0};
     sampling_params_default(&p);
     p.repetition_penalty = 2.0f;
     sampler_sample(s, l2, &p, NULL, &h, &r);
@@ -239,13 +247,14 @@ static void logprobs_are_raw_log_softmax_with_sorted_top_n(void **state)
     float l[6] = {0.1f, 3.0f, 3.0f, -2.0f, 1.0f, 2.5f};
     double p[6];
     softmax(l, 6, 1.0f, p);
-    sampler_t *s = sampler_new(6);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(6, &s), DERAS_OK);
     sampling_params sp;
     sampling_params_default(&sp);
     sp.n_logprobs = 4;
     sp.repetition_penalty = 3.0f; /* processors must not change reported logprobs */
     int32_t prompt[1] = {1};
-    sample_history h = {prompt, 1, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
     sample_result r;
     sampler_sample(s, l, &sp, NULL, &h, &r);
     assert_int_equal(r.token, 2); /* 1 penalised to 1.0 */
@@ -285,6 +294,125 @@ static void validate_rejects_out_of_range_and_non_finite(void **state)
     assert_int_equal(sampling_params_validate(&p, 100), DERAS_ERANGE);
 }
 
+/* The logit bias is added to the raw logits before every other processor: it moves greedy
+ * and sampled choices exactly as the shifted logits say, -100 in effect bans a token, and
+ * the reported logprobs stay the model's. */
+static void logit_bias_shifts_logits_before_the_processors(void **state)
+{
+    (void)state;
+    float l[4] = {2.0f, 1.0f, 0.0f, -1.0f};
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(4, &s), DERAS_OK);
+    sampling_params p;
+    sampling_params_default(&p);
+    p.n_logprobs = 2;
+    sample_result r;
+    assert_int_equal(logit_bias_add(&p.logit_bias, 2, 2.5f), DERAS_OK); /* 0 + 2.5 > 2 */
+    sampler_sample(s, l, &p, NULL, NULL, &r);
+    assert_int_equal(r.token, 2);
+    assert_true(fabs(r.logprob - (0.0 - log(exp(2.0) + exp(1.0) + 1.0 + exp(-1.0)))) < 1e-5);
+    assert_int_equal(r.top_ids[0], 0); /* logprobs of the raw distribution */
+    assert_int_equal(sampler_greedy(s, l, &p, NULL), 2);
+    /* before the repetition penalty: 2 + 2.5 = 4.5 / 3 = 1.5 loses to token 0's 2.0 */
+    int32_t prompt[1] = {2};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
+    p.repetition_penalty = 3.0f;
+    sampler_sample(s, l, &p, NULL, &h, &r);
+    assert_int_equal(r.token, 0);
+    /* sampling follows the biased softmax: token 0 banned, token 3 raised by 3 */
+    sampling_params_default(&p);
+    p.temperature = 1.0f;
+    assert_int_equal(logit_bias_add(&p.logit_bias, 0, -100.0f), DERAS_OK);
+    assert_int_equal(logit_bias_add(&p.logit_bias, 3, 3.0f), DERAS_OK);
+    float biased[4] = {2.0f - 100.0f, 1.0f, 0.0f, 2.0f};
+    double want[4];
+    softmax(biased, 4, 1.0f, want);
+    want[0] = 0; /* exp(-98 - 2): never drawn in 40,000 draws */
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 17);
+    int counts[4] = {0};
+    for (int i = 0; i < 40000; i++) {
+        sampler_sample(s, l, &p, &rng, NULL, &r);
+        counts[r.token]++;
+    }
+    expect_distribution("logit_bias", counts, want, 4, 40000);
+    sampler_destroy(&s);
+}
+
+/* min_tokens: while the output is shorter, the stop tokens the history names are out of
+ * reach, greedy or sampled, whatever their logits and biases; from then on they are back. */
+static void min_tokens_holds_stop_tokens_back(void **state)
+{
+    (void)state;
+    float l[4] = {5.0f, 1.0f, 0.5f, 4.0f};
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(4, &s), DERAS_OK);
+    sampling_params p;
+    sampling_params_default(&p);
+    p.min_tokens = 2;
+    int32_t stops[2] = {0, 3}, out[2] = {1, 1};
+    sample_history h = {NULL, 0, out, 0, stops, 2};
+    sample_result r;
+    for (int n = 0; n < 2; n++) {
+        h.n_output = n;
+        sampler_sample(s, l, &p, NULL, &h, &r);
+        assert_int_equal(r.token, 1);
+        assert_int_equal(sampler_greedy(s, l, &p, &h), 1);
+    }
+    h.n_output = 2;
+    sampler_sample(s, l, &p, NULL, &h, &r);
+    assert_int_equal(r.token, 0);
+    /* sampled, with a bias pushing a stop token up: still never drawn */
+    h.n_output = 1;
+    p.temperature = 1.0f;
+    assert_int_equal(logit_bias_add(&p.logit_bias, 3, 100.0f), DERAS_OK);
+    float probs[4];
+    assert_int_equal(sampler_probs(s, l, &p, &h, probs), DERAS_OK);
+    assert_true(probs[0] == 0.0f && probs[3] == 0.0f);
+    assert_true(fabsf(probs[1] + probs[2] - 1.0f) < 1e-6f);
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 3);
+    for (int i = 0; i < 2000; i++) {
+        sampler_sample(s, l, &p, &rng, &h, &r);
+        assert_true(r.token == 1 || r.token == 2);
+    }
+    /* no history, or no stops named: min_tokens cannot hold anything back */
+    sampler_sample(s, l, &p, &rng, NULL, &r);
+    assert_int_equal(r.token, 3);
+    sampler_destroy(&s);
+}
+
+static void logit_bias_is_validated(void **state)
+{
+    (void)state;
+    sampling_params p;
+    sampling_params_default(&p);
+    logit_bias *b = &p.logit_bias;
+    assert_int_equal(logit_bias_add(b, 5, 100.0f), DERAS_OK);
+    assert_int_equal(logit_bias_add(b, 6, -100.0f), DERAS_OK);
+    assert_int_equal(sampling_params_validate(&p, 100), DERAS_OK);
+    assert_int_equal(logit_bias_add(b, 5, 1.0f), DERAS_EINVAL); /* twice */
+    assert_int_equal(logit_bias_add(b, -1, 1.0f), DERAS_EINVAL);
+    assert_int_equal(logit_bias_add(b, 7, 100.5f), DERAS_ERANGE);
+    assert_int_equal(logit_bias_add(b, 7, NAN), DERAS_ERANGE);
+    assert_int_equal(b->n, 2);
+    assert_int_equal(sampling_params_validate(&p, 6), DERAS_ERANGE); /* id 6 >= vocab */
+    assert_non_null(strstr(deras_errmsg(), "logit_bias"));
+    b->bias[0] = INFINITY;
+    assert_int_equal(sampling_params_validate(&p, 100), DERAS_ERANGE);
+    b->bias[0] = 1;
+    b->ids[1] = 5; /* duplicate written past logit_bias_add */
+    assert_int_equal(sampling_params_validate(&p, 100), DERAS_ERANGE);
+    sampling_params_default(&p);
+    for (int i = 0; i < SAMPLING_MAX_LOGIT_BIAS; i++)
+        assert_int_equal(logit_bias_add(b, i, 1.0f), DERAS_OK);
+    assert_int_equal(sampling_params_validate(&p, 1000), DERAS_OK);
+    assert_int_equal(logit_bias_add(b, SAMPLING_MAX_LOGIT_BIAS, 1.0f), DERAS_ERANGE); /* full */
+    sampling_params_default(&p);
+    p.min_tokens = -1;
+    assert_int_equal(sampling_params_validate(&p, 100), DERAS_ERANGE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +424,9 @@ int main(void)
         cmocka_unit_test(penalties_change_logits_as_specified),
         cmocka_unit_test(logprobs_are_raw_log_softmax_with_sorted_top_n),
         cmocka_unit_test(validate_rejects_out_of_range_and_non_finite),
+        cmocka_unit_test(logit_bias_shifts_logits_before_the_processors),
+        cmocka_unit_test(min_tokens_holds_stop_tokens_back),
+        cmocka_unit_test(logit_bias_is_validated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

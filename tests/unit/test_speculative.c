@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_speculative.c - speculative decoding never changes the output.
  *
  * 1. The rejection rule on explicit distributions: drafts drawn from q and verified
@@ -250,7 +251,8 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
     sp.top_k = 12;
     sp.repetition_penalty = 1.2f; /* penalties apply to p and q alike, drafts in the history */
     const int V = g.vocab;
-    sampler_t *smp = sampler_new(V);
+    sampler_t *smp = NULL;
+    assert_int_equal(sampler_new(V, &smp), DERAS_OK);
     float *lg = malloc((size_t)V * sizeof(float)), *pf = malloc((size_t)V * sizeof(float));
     double *p1 = malloc((size_t)V * sizeof(double)), *p2 = malloc((size_t)V * sizeof(double));
     uint64_t *c1 = malloc((size_t)V * sizeof(uint64_t)), *c2 = malloc((size_t)V * sizeof(uint64_t));
@@ -270,8 +272,9 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
             memset(o, 0, sizeof *o);
             for (int r = base; r < base + MAX_REQS && r < E2E_N; r++) {
                 engine_request q = {.id = (uint64_t)r, .prompt = prompt, .n_prompt = n_prompt,
-                                    .max_tokens = 4, .n = 1, .seed = 1000003ull * (uint64_t)r,
-                                    .sp = sp, .ignore_eos = true};
+                                    .params.max_tokens = 4, .params.n = 1,
+                                    .params.seed = 1000003ull * (uint64_t)r,
+                                    .params.sp = sp, .params.ignore_eos = true};
                 if (engine_add(e, &q))
                     fail_msg("engine_add: %s", deras_errmsg());
             }
@@ -286,7 +289,7 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
         model_destroy(&drafter);
 
         /* token 1 against p(. | prompt) */
-        sample_history h = {prompt, n_prompt, NULL, 0};
+        sample_history h = {prompt, n_prompt, NULL, 0, NULL, 0};
         target_logits(&g, prompt, n_prompt, lg);
         assert_int_equal(sampler_probs(smp, lg, &sp, &h, pf), DERAS_OK);
         memset(c1, 0, (size_t)V * sizeof(uint64_t));
@@ -304,7 +307,7 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
         int32_t ext[E2E_LEN + 1];
         memcpy(ext, prompt, (size_t)n_prompt * sizeof(int32_t));
         ext[n_prompt] = mode;
-        sample_history h2 = {prompt, n_prompt, ext + n_prompt, 1};
+        sample_history h2 = {prompt, n_prompt, ext + n_prompt, 1, NULL, 0};
         target_logits(&g, ext, n_prompt + 1, lg);
         assert_int_equal(sampler_probs(smp, lg, &sp, &h2, pf), DERAS_OK);
         memset(c2, 0, (size_t)V * sizeof(uint64_t));
@@ -440,9 +443,9 @@ static void bad_speculation_settings_get_clear_errors(void **state)
     eo.spec = proposer(SPEC_NGRAM, 0, NULL, 4);
     assert_int_equal(engine_new(g.m, &eo, &e), DERAS_OK);
     int32_t p[3] = {3, 4, 5};
-    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .max_tokens = 4, .n = 1,
-                        .spec_k = SPEC_MAX_K + 1};
-    sampling_params_default(&q.sp);
+    engine_request q = {.id = 1, .prompt = p, .n_prompt = 3, .params.max_tokens = 4, .params.n = 1,
+                        .params.spec_tokens = SPEC_MAX_K + 1};
+    sampling_params_default(&q.params.sp);
     assert_int_equal(engine_add(e, &q), DERAS_ERANGE);
     assert_non_null(strstr(deras_errmsg(), "num_speculative_tokens"));
     engine_destroy(&e);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_status.c - the status convention: stable names, messages per thread, context prefix. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@ static void status_names_are_stable_snake_case(void **state)
     assert_string_equal(deras_status_name(DERAS_EFORMAT), "format_error");
     assert_string_equal(deras_status_name(DERAS_EUNSUPPORTED), "unsupported");
     assert_string_equal(deras_status_name(DERAS_EBUSY), "busy");
+    assert_string_equal(deras_status_name(DERAS_ECONTEXT), "context_length_exceeded");
     assert_string_equal(deras_status_name(12345), "unknown");
 }
 

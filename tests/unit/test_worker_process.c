@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_process.c - deras-worker as a process: options, exit statuses, signals.
  *
  * Runs $DERAS_BUILD_DIR/worker/deras-worker as a child (skips when it is absent) on
@@ -232,7 +233,7 @@ static void test_sigterm_finishes_work_in_flight_and_exits_0(void **state)
     for (int i = 0; i < 20; i++)
         prompt[i] = 10 + i * 13;
     wp_submit q = fr_submit_defaults(1, prompt, 20, 200);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 1;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token");
@@ -259,7 +260,7 @@ static void test_second_signal_says_bye_and_exits_at_once(void **state)
     for (int i = 0; i < 20; i++)
         prompt[i] = 10 + i * 17;
     wp_submit q = fr_submit_defaults(2, prompt, 20, 4000);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 2;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token");

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_proto.c - the router <-> worker protocol: every message round-trips, a STEP
  * built incrementally carries exactly what was added, and a broken or hostile worker's
  * frames are refused with the right code (a router must survive them). */
@@ -25,8 +26,8 @@ static wp_load sample_load(void)
                      .kv_blocks_free = 17, .kv_blocks_total = 64, .tokens_per_s = 123.5,
                      .steps = 1ull << 40, .preemptions = 4, .prefix_hit_tokens = 300,
                      .prefix_query_tokens = 900, .prompt_tokens = 12345,
-                     .generated_tokens = UINT64_MAX, .spec_proposed = 400,
-                     .spec_accepted = 310, .spec_verifications = 120};
+                     .generated_tokens = UINT64_MAX, .spec.proposed = 400,
+                     .spec.accepted = 310, .spec.verifications = 120};
 }
 
 static void assert_load_equal(const wp_load *a, const wp_load *b)
@@ -43,11 +44,11 @@ static void assert_load_equal(const wp_load *a, const wp_load *b)
                 a->prefix_query_tokens == b->prefix_query_tokens);
     assert_true(a->prompt_tokens == b->prompt_tokens &&
                 a->generated_tokens == b->generated_tokens);
-    assert_true(a->spec_proposed == b->spec_proposed && a->spec_accepted == b->spec_accepted &&
-                a->spec_verifications == b->spec_verifications);
+    assert_true(a->spec.proposed == b->spec.proposed && a->spec.accepted == b->spec.accepted &&
+                a->spec.verifications == b->spec.verifications);
 }
 
-static void decode_ok(wp_decoder *d, const void *buf, size_t len, wp_msg *m)
+static void decode_ok(wp_decoder_t *d, const void *buf, size_t len, wp_msg *m)
 {
     proto_error err;
     int rc = wp_decode(d, buf, len, m, &err);
@@ -59,8 +60,10 @@ static void decode_ok(wp_decoder *d, const void *buf, size_t len, wp_msg *m)
 static void every_message_round_trips(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     wp_msg m;
@@ -106,10 +109,14 @@ static void every_message_round_trips(void **state)
 
     static const int32_t prompt[] = {1, 2, 3, 128000, 2147483647, 0};
     wp_submit s = {.rid = 0xfeedfacecafebeefull, .prompt_ids = prompt, .n_prompt = 6,
-                   .max_tokens = 77, .n = 4, .top_k = 50, .logprobs = 3, .temperature = 0.8f,
-                   .top_p = 0.95f, .min_p = 0.1f, .repetition_penalty = 1.2f,
-                   .presence_penalty = 0.5f, .frequency_penalty = -0.5f, .seed = 99,
-                   .n_stop_ids = 2, .stop_ids = {128001, 128009}, .ignore_eos = true};
+                   .params.max_tokens = 77, .params.n = 4, .params.sp.top_k = 50,
+                   .params.sp.n_logprobs = 3, .params.sp.temperature = 0.8f,
+                   .params.sp.top_p = 0.95f, .params.sp.min_p = 0.1f,
+                   .params.sp.repetition_penalty = 1.2f,
+                   .params.sp.presence_penalty = 0.5f, .params.sp.frequency_penalty = -0.5f,
+                   .params.seed = 99,
+                   .params.n_stop_ids = 2, .params.stop_ids = {128001, 128009},
+                   .params.ignore_eos = true};
     assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
     decode_ok(d, buf, len, &m);
     assert_int_equal(m.type, WP_SUBMIT);
@@ -117,31 +124,34 @@ static void every_message_round_trips(void **state)
     assert_true(g->rid == s.rid);
     assert_int_equal(g->n_prompt, 6);
     assert_memory_equal(g->prompt_ids, prompt, sizeof prompt);
-    assert_int_equal(g->max_tokens, 77);
-    assert_int_equal(g->n, 4);
-    assert_int_equal(g->top_k, 50);
-    assert_int_equal(g->logprobs, 3);
-    assert_true(g->temperature == 0.8f && g->top_p == 0.95f && g->min_p == 0.1f);
-    assert_true(g->repetition_penalty == 1.2f && g->presence_penalty == 0.5f &&
-                g->frequency_penalty == -0.5f);
-    assert_true(g->seed == 99);
-    assert_int_equal(g->n_stop_ids, 2);
-    assert_int_equal(g->stop_ids[1], 128009);
-    assert_true(g->ignore_eos);
-    assert_int_equal(g->spec_tokens, 0); /* not sent: the worker's default */
+    assert_int_equal(g->params.max_tokens, 77);
+    assert_int_equal(g->params.n, 4);
+    assert_int_equal(g->params.sp.top_k, 50);
+    assert_int_equal(g->params.sp.n_logprobs, 3);
+    assert_true(g->params.sp.temperature == 0.8f && g->params.sp.top_p == 0.95f &&
+                g->params.sp.min_p == 0.1f);
+    assert_true(g->params.sp.repetition_penalty == 1.2f && g->params.sp.presence_penalty == 0.5f &&
+                g->params.sp.frequency_penalty == -0.5f);
+    assert_true(g->params.seed == 99);
+    assert_int_equal(g->params.n_stop_ids, 2);
+    assert_int_equal(g->params.stop_ids[1], 128009);
+    assert_true(g->params.ignore_eos);
+    assert_int_equal(g->params.spec_tokens, 0); /* not sent: the worker's default */
 
     /* spec_tokens: -1 (off) and 1..16 travel; beyond 16 is refused */
     for (int v = -1; v <= 17; v += 9) {
-        s.spec_tokens = v == 8 ? 16 : v;
+        s.params.spec_tokens = v == 8 ? 16 : v;
         assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
         proto_error err;
         int rc = wp_decode(d, buf, len, &m, &err);
-        if (s.spec_tokens > 16) {
+        if (s.params.spec_tokens > 16) {
             if (rc != DERAS_EFORMAT || err.code != PE_VALUE_OUT_OF_RANGE)
-                fail_msg("spec_tokens %d: expected value_out_of_range, got %s", s.spec_tokens,
+                fail_msg("spec_tokens %d: expected value_out_of_range, got %s",
+                         s.params.spec_tokens,
                          proto_error_name(err.code));
-        } else if (rc != DERAS_OK || m.submit.spec_tokens != s.spec_tokens) {
-            fail_msg("spec_tokens %d: decoded %d (%s)", s.spec_tokens, m.submit.spec_tokens,
+        } else if (rc != DERAS_OK || m.submit.params.spec_tokens != s.params.spec_tokens) {
+            fail_msg("spec_tokens %d: decoded %d (%s)", s.params.spec_tokens,
+                     m.submit.params.spec_tokens,
                      err.message);
         }
     }
@@ -174,11 +184,50 @@ static void every_message_round_trips(void **state)
     assert_null(d);
 }
 
+/* The parameters added after version 1 travel when set and are absent otherwise, so a
+ * router without them still speaks to a worker with them and back. */
+static void submit_carries_min_tokens_and_logit_bias_when_set(void **state)
+{
+    (void)state;
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
+    static const int32_t prompt[] = {5, 6};
+    wp_submit s = {.rid = 9, .prompt_ids = prompt, .n_prompt = 2};
+    req_params_init(&s.params);
+    const void *buf;
+    size_t len, len_plain;
+    wp_msg m;
+    assert_int_equal(wp_encode_submit(e, &s, &buf, &len_plain), DERAS_OK);
+    decode_ok(d, buf, len_plain, &m);
+    assert_int_equal(m.submit.params.sp.min_tokens, 0);
+    assert_int_equal(m.submit.params.sp.logit_bias.n, 0);
+    s.params.sp.min_tokens = 7;
+    for (int i = 0; i < SAMPLING_MAX_LOGIT_BIAS; i++)
+        assert_int_equal(logit_bias_add(&s.params.sp.logit_bias, 1000 - i, (float)(i % 201 - 100)),
+                         DERAS_OK);
+    assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
+    assert_true(len > len_plain);
+    decode_ok(d, buf, len, &m);
+    const sampling_params *g = &m.submit.params.sp;
+    assert_int_equal(g->min_tokens, 7);
+    assert_int_equal(g->logit_bias.n, SAMPLING_MAX_LOGIT_BIAS);
+    assert_memory_equal(g->logit_bias.ids, s.params.sp.logit_bias.ids,
+                        sizeof g->logit_bias.ids);
+    assert_memory_equal(g->logit_bias.bias, s.params.sp.logit_bias.bias,
+                        sizeof g->logit_bias.bias);
+    wp_encoder_destroy(&e);
+    wp_decoder_destroy(&d);
+}
+
 static void step_carries_what_was_added(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     wp_msg m;
@@ -205,8 +254,8 @@ static void step_carries_what_was_added(void **state)
         wp_finish f = {.rid = 5, .index = 2, .reason = 1, .n_prompt = 10, .n_generated = 20};
         assert_int_equal(wp_step_add_finish(e, &f), DERAS_OK);
         wp_finish fs = {.rid = 6, .index = 0, .reason = 0, .n_prompt = 3, .n_generated = 40,
-                        .spec_proposed = UINT64_MAX - 1, .spec_accepted = 77,
-                        .spec_verifications = 19};
+                        .spec.proposed = UINT64_MAX - 1, .spec.accepted = 77,
+                        .spec.verifications = 19};
         assert_int_equal(wp_step_add_finish(e, &fs), DERAS_OK);
         assert_false(wp_step_empty(e));
         assert_int_equal(wp_step_end(e, &l, &buf, &len), DERAS_OK);
@@ -234,11 +283,11 @@ static void step_carries_what_was_added(void **state)
         assert_int_equal(m.finishes[0].reason, 1);
         assert_int_equal(m.finishes[0].n_prompt, 10);
         assert_int_equal(m.finishes[0].n_generated, 20);
-        assert_true(m.finishes[0].spec_proposed == 0 && m.finishes[0].spec_accepted == 0 &&
-                    m.finishes[0].spec_verifications == 0);
+        assert_true(m.finishes[0].spec.proposed == 0 && m.finishes[0].spec.accepted == 0 &&
+                    m.finishes[0].spec.verifications == 0);
         assert_true(m.finishes[1].rid == 6 && m.finishes[1].n_generated == 40);
-        assert_true(m.finishes[1].spec_proposed == UINT64_MAX - 1 &&
-                    m.finishes[1].spec_accepted == 77 && m.finishes[1].spec_verifications == 19);
+        assert_true(m.finishes[1].spec.proposed == UINT64_MAX - 1 &&
+                    m.finishes[1].spec.accepted == 77 && m.finishes[1].spec.verifications == 19);
         assert_load_equal(&m.load, &l);
     }
     /* bad entries are refused at the source */
@@ -252,7 +301,7 @@ static void step_carries_what_was_added(void **state)
     assert_int_equal(wp_step_add_token(e, &bad), DERAS_EINVAL);
     wp_finish badf = {.reason = 3};
     assert_int_equal(wp_step_add_finish(e, &badf), DERAS_EINVAL);
-    badf = (wp_finish){.spec_proposed = 4, .spec_accepted = 5, .spec_verifications = 1};
+    badf = (wp_finish){.spec.proposed = 4, .spec.accepted = 5, .spec.verifications = 1};
     assert_int_equal(wp_step_add_finish(e, &badf), DERAS_EINVAL);
     wp_encoder_destroy(&e);
     wp_decoder_destroy(&d);
@@ -312,6 +361,11 @@ static const vcase cases[] = {
     {"{" SUBMIT ", prompt_ids: b\"\\x01\\x00\\x00\\x00\\xff\\xff\\xff\\xff\"}",
      PE_TOKEN_OUT_OF_RANGE, "prompt_ids[1] must be in [0, 2147483647], got -1"},
     {"{" SUBMIT "}", PE_MISSING_FIELD, "prompt_ids is required in submit"},
+    {"{" SUBMIT ", prompt_ids: bin(4), min_tokens: 2, logit_bias: {3: -1.5}}", PE_NONE, ""},
+    {"{" SUBMIT ", prompt_ids: bin(4), logit_bias: {3: 200}}", PE_VALUE_OUT_OF_RANGE,
+     "logit_bias[3] must be in [-100, 100], got 200"},
+    {"{" SUBMIT ", prompt_ids: bin(4), min_tokens: -1}", PE_VALUE_OUT_OF_RANGE,
+     "min_tokens must be in [0, 2147483647], got -1"},
     {"{" SUBMIT ", prompt_ids: bin(4), temperature: 1}", PE_INVALID_FIELD, "duplicate key 'temperature'"},
     {"{type: \"submit\", rid: -1}", PE_VALUE_OUT_OF_RANGE, "rid must be in [0, 18446744073709551615], got -1"},
     {"{type: \"submit\", top_p: 0}", PE_VALUE_OUT_OF_RANGE, "top_p must be in (0, 1], got 0"},
@@ -352,7 +406,8 @@ static const vcase cases[] = {
 static void hostile_worker_frames_are_refused(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         wp_msg m;
         proto_error err;
@@ -373,8 +428,10 @@ static void hostile_worker_frames_are_refused(void **state)
 static void reject_codes_survive_and_unknown_ones_are_internal(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     wp_msg m;
@@ -401,8 +458,10 @@ static void reject_codes_survive_and_unknown_ones_are_internal(void **state)
 static void truncated_step_at_every_length_is_malformed(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     wp_load l = sample_load();
     wp_step_begin(e);
     wp_token t = {.rid = 9, .index = 1, .lp = {.token_id = 3, .logprob = -1, .n_top = 2,
@@ -425,7 +484,8 @@ static void truncated_step_at_every_length_is_malformed(void **state)
         free(cut);
     }
     /* the frame cap */
-    wp_decoder *small = wp_decoder_new(len - 1);
+    wp_decoder_t *small = NULL;
+    assert_int_equal(wp_decoder_new(len - 1, &small), DERAS_OK);
     wp_msg m;
     proto_error err;
     assert_int_equal(wp_decode(small, buf, len, &m, &err), DERAS_EFORMAT);
@@ -441,11 +501,15 @@ static void truncated_step_at_every_length_is_malformed(void **state)
 static void mutated_worker_frames_decode_cleanly_or_fail(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     static const int32_t prompt[] = {5, 6, 7};
-    wp_submit s = {.rid = 3, .prompt_ids = prompt, .n_prompt = 3, .max_tokens = 4, .n = 1,
-                   .temperature = 1, .top_p = 1, .repetition_penalty = 1};
+    wp_submit s = {.rid = 3, .prompt_ids = prompt, .n_prompt = 3, .params.max_tokens = 4,
+                   .params.n = 1,
+                   .params.sp.temperature = 1, .params.sp.top_p = 1,
+                   .params.sp.repetition_penalty = 1};
     const void *buf;
     size_t len;
     assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
@@ -476,6 +540,7 @@ int main(void)
     msgpack_sbuffer_init(&sb);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_message_round_trips),
+        cmocka_unit_test(submit_carries_min_tokens_and_logit_bias_when_set),
         cmocka_unit_test(step_carries_what_was_added),
         cmocka_unit_test(hostile_worker_frames_are_refused),
         cmocka_unit_test(reject_codes_survive_and_unknown_ones_are_internal),

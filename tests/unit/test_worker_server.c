@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_server.c - the worker's event loop (worker/server.c) against a fake router.
  *
  * Each test runs worker_server_run() in a thread over tests/data/tiny-chat (random Llama
@@ -32,7 +33,7 @@ static char *model_dir;
 
 typedef struct worker_thread {
     worker_opts o;
-    worker_server *s;
+    worker_server_t *s;
     pthread_t th;
     int stop[2];
     int rc;
@@ -118,7 +119,7 @@ typedef struct ref_out {
     int n[FR_MAX_N];
     int32_t tokens[FR_MAX_N][FR_MAX_GEN];
     sample_result lps[FR_MAX_N][FR_MAX_GEN];
-    engine_finish why[FR_MAX_N];
+    finish_reason why[FR_MAX_N];
 } ref_out;
 
 static void ref_on_token(void *ctx, uint64_t id, int index, const sample_result *r)
@@ -169,14 +170,7 @@ static void reference_run(const worker_thread *w, const wp_submit *q, ref_out *o
                       .cb = {ref_on_token, ref_on_finish, out}};
     assert_int_equal(engine_new(m, &eo, &e), 0);
     engine_request r = {.id = q->rid, .prompt = q->prompt_ids, .n_prompt = q->n_prompt,
-                        .seed = q->seed, .max_tokens = q->max_tokens, .n = q->n,
-                        .stop_ids = q->stop_ids, .n_stop_ids = q->n_stop_ids,
-                        .ignore_eos = q->ignore_eos};
-    sampling_params_default(&r.sp);
-    r.sp.temperature = q->temperature;
-    r.sp.top_k = q->top_k;
-    r.sp.top_p = q->top_p;
-    r.sp.n_logprobs = q->logprobs;
+                        .params = q->params};
     if (engine_add(e, &r))
         fail_msg("reference engine_add: %s", deras_errmsg());
     while (engine_has_work(e))
@@ -273,7 +267,7 @@ static void test_greedy_tokens_equal_the_engine_in_process(void **state)
     int32_t prompt[100];
     make_prompt(prompt, 100, 1); /* longer than max_batch_tokens: a chunked prefill */
     wp_submit q = fr_submit_defaults(7, prompt, 100, 40);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 7;
     fr_until(r, WAIT_S, fr_cond_finished, &rid, "request 7 to finish");
@@ -309,8 +303,8 @@ static void test_speculating_worker_sends_the_same_tokens_and_counts_drafts(void
     for (int i = 0; i < 60; i++) /* a repeating prompt: n-gram lookup has matches */
         prompt[i] = 3 + i % 10;
     wp_submit q = fr_submit_defaults(9, prompt, 60, 40);
-    q.ignore_eos = true;
-    q.logprobs = 2;
+    q.params.ignore_eos = true;
+    q.params.sp.n_logprobs = 2;
     fr_submit(r, &q);
     uint64_t rid = 9;
     fr_until(r, WAIT_S, fr_cond_finished, &rid, "request 9 to finish");
@@ -319,16 +313,16 @@ static void test_speculating_worker_sends_the_same_tokens_and_counts_drafts(void
     expect_same_as_reference(fr_req_of(r, 9), ref, 1);
     r->load_from_heartbeat = false;
     fr_until(r, WAIT_S, fr_cond_idle_heartbeat, NULL, "an idle heartbeat after request 9");
-    if (r->load.spec_proposed == 0 || r->load.spec_accepted > r->load.spec_proposed ||
-        r->load.spec_verifications == 0)
+    if (r->load.spec.proposed == 0 || r->load.spec.accepted > r->load.spec.proposed ||
+        r->load.spec.verifications == 0)
         fail_msg("load report: %llu drafts proposed, %llu accepted, %llu verifications; "
-                 "expected drafts on a repeating prompt", (unsigned long long)r->load.spec_proposed,
-                 (unsigned long long)r->load.spec_accepted,
-                 (unsigned long long)r->load.spec_verifications);
+                 "expected drafts on a repeating prompt", (unsigned long long)r->load.spec.proposed,
+                 (unsigned long long)r->load.spec.accepted,
+                 (unsigned long long)r->load.spec.verifications);
     printf("  n-gram worker: 40 tokens identical to the engine without speculation; %llu drafts, "
-           "%llu accepted, %llu verifications\n", (unsigned long long)r->load.spec_proposed,
-           (unsigned long long)r->load.spec_accepted,
-           (unsigned long long)r->load.spec_verifications);
+           "%llu accepted, %llu verifications\n", (unsigned long long)r->load.spec.proposed,
+           (unsigned long long)r->load.spec.accepted,
+           (unsigned long long)r->load.spec.verifications);
     free(ref);
     stop_clean(&w);
     fr_destroy(&r);
@@ -343,12 +337,12 @@ static void test_n_samples_and_logprobs_pass_through(void **state)
     int32_t prompt[20];
     make_prompt(prompt, 20, 2);
     wp_submit q = fr_submit_defaults(9, prompt, 20, 12);
-    q.n = 3;
-    q.temperature = 0.9f;
-    q.top_k = 50;
-    q.seed = 1234;
-    q.logprobs = 3;
-    q.ignore_eos = true;
+    q.params.n = 3;
+    q.params.sp.temperature = 0.9f;
+    q.params.sp.top_k = 50;
+    q.params.seed = 1234;
+    q.params.sp.n_logprobs = 3;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     double end = fr_now() + WAIT_S;
     const fr_req *got = fr_req_of(r, 9);
@@ -383,7 +377,7 @@ static void test_abort_ends_the_request_and_frees_its_blocks(void **state)
     int32_t prompt[40];
     make_prompt(prompt, 40, 3);
     wp_submit q = fr_submit_defaults(11, prompt, 40, 4000);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 11;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token of request 11");
@@ -425,10 +419,10 @@ static void test_bad_requests_are_rejected_with_their_code(void **state)
     q = fr_submit_defaults(2, prompt, 10, 4090); /* 10 + 4090 > 4096 */
     fr_submit(r, &q);
     q = fr_submit_defaults(3, prompt, 10, 5);
-    q.top_k = 2000; /* more than the vocabulary: the sampler refuses */
+    q.params.sp.top_k = 2000; /* more than the vocabulary: the sampler refuses */
     fr_submit(r, &q);
     q = fr_submit_defaults(5, prompt, 10, 5);
-    q.temperature = -1; /* the worker's decoder refuses it: still answered, by rid */
+    q.params.sp.temperature = -1; /* the worker's decoder refuses it: still answered, by rid */
     fr_submit(r, &q);
     q = fr_submit_defaults(4, prompt, 10, 5); /* a good one still runs */
     fr_submit(r, &q);
@@ -461,8 +455,8 @@ static void test_busy_and_draining_workers_reject_with_busy(void **state)
     int32_t prompt[10];
     make_prompt(prompt, 10, 5);
     wp_submit q = fr_submit_defaults(1, prompt, 10, 4000);
-    q.n = 2; /* takes both live sequences */
-    q.ignore_eos = true;
+    q.params.n = 2; /* takes both live sequences */
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     q = fr_submit_defaults(2, prompt, 10, 5);
     fr_submit(r, &q);
@@ -475,7 +469,7 @@ static void test_busy_and_draining_workers_reject_with_busy(void **state)
 
     /* DRAIN: in-flight work goes on, new work is refused */
     q = fr_submit_defaults(3, prompt, 10, 30);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     fr_drain(r);
     q = fr_submit_defaults(4, prompt, 10, 5);
@@ -540,7 +534,7 @@ static void test_refuse_while_registered_aborts_and_says_hello_again(void **stat
     int32_t prompt[30];
     make_prompt(prompt, 30, 6);
     wp_submit q = fr_submit_defaults(5, prompt, 30, 4000);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 5;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token of request 5");
@@ -571,7 +565,7 @@ static void test_router_restart_is_answered_with_hello(void **state)
     int32_t prompt[30];
     make_prompt(prompt, 30, 10);
     wp_submit q = fr_submit_defaults(5, prompt, 30, 4000);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 5;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token of request 5");
@@ -609,7 +603,7 @@ static void test_shutdown_finishes_in_flight_work_then_returns(void **state)
     int32_t prompt[30];
     make_prompt(prompt, 30, 7);
     wp_submit q = fr_submit_defaults(8, prompt, 30, 50);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     fr_shutdown(r);
     q = fr_submit_defaults(9, prompt, 30, 5);
@@ -638,7 +632,7 @@ static void test_stop_past_the_drain_timeout_says_bye_and_drops_what_is_left(voi
     int32_t prompt[30];
     make_prompt(prompt, 30, 8);
     wp_submit q = fr_submit_defaults(3, prompt, 30, 4000);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 3;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token of request 3");
@@ -662,7 +656,7 @@ static void test_second_stop_says_bye_at_once(void **state)
     int32_t prompt[30];
     make_prompt(prompt, 30, 9);
     wp_submit q = fr_submit_defaults(4, prompt, 30, 4000);
-    q.ignore_eos = true;
+    q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 4;
     fr_until(r, WAIT_S, fr_cond_has_token, &rid, "a first token of request 4");

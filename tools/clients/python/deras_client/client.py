@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """client.py - the deras client: one ZeroMQ DEALER socket, msgpack frames, many requests.
 
 Design: every message from the router names the request it belongs to ("id"), so one
@@ -35,12 +36,13 @@ DEFAULT_TIMEOUT = 120.0
 # they must have. Anything else passed to complete()/stream() is a TypeError, raised before
 # a byte is sent.
 INT_PARAMS = ("max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms",
-              "num_speculative_tokens")
+              "num_speculative_tokens", "min_tokens")
 FLOAT_PARAMS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                 "frequency_penalty")
 BOOL_PARAMS = ("ignore_eos", "add_special_tokens")
 LIST_PARAMS = ("stop", "stop_token_ids")
-PARAMS = INT_PARAMS + FLOAT_PARAMS + BOOL_PARAMS + LIST_PARAMS
+MAP_PARAMS = ("logit_bias",)  # {token id: bias}; ids as ints or decimal strings (OpenAI's)
+PARAMS = INT_PARAMS + FLOAT_PARAMS + BOOL_PARAMS + LIST_PARAMS + MAP_PARAMS
 
 
 def _curve_key(key, what):
@@ -82,7 +84,27 @@ def _build_params(params):
             v = list(v)
             if not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
                 raise TypeError("stop_token_ids: expected a list of ints")
+        elif k == "logit_bias":
+            v = _logit_bias(v)
         out[k] = v
+    return out
+
+
+def _logit_bias(v):
+    """{token id: bias} with int keys (the wire's) and float values."""
+    if not isinstance(v, dict):
+        raise TypeError("logit_bias: expected a dict of token id to bias, got %r" % (v,))
+    out = {}
+    for t, b in v.items():
+        if isinstance(t, str) and t.isdigit():
+            t = int(t)
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise TypeError("logit_bias: token ids must be ints, got %r" % (t,))
+        if isinstance(b, bool) or not isinstance(b, (int, float)):
+            raise TypeError("logit_bias: biases must be numbers, got %r" % (b,))
+        if t in out:
+            raise TypeError("logit_bias: token %d given twice" % t)
+        out[t] = float(b)
     return out
 
 
