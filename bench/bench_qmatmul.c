@@ -3,7 +3,8 @@
  * machine's floors, and their error against a double-precision reference.
  *
  *   bench_qmatmul [--formats Q4_0,Q8_0,...] [--paths scalar,avx2,avx512] [--modes exact,q8]
- *                 [--ns 1,128,512] [--threads 1,2] [--min-time 0.3] [--no-errors]
+ *                 [--shapes 576x576,...] [--ns 1,128,512] [--threads 1,2] [--min-time 0.3]
+ *                 [--no-errors]
  *
  * Shapes: the test model's matrices (SmolLM2-135M: 576x576 attention, 1536x576 gate/up,
  * 576x1536 down, 49152x576 LM head; n_out x n_in) and Llama-3-8B's down projection
@@ -16,7 +17,8 @@
  *
  * Floors measured in the same run: read bandwidth per thread count (summing a 1 GiB
  * array) and the OpenBLAS sgemm rate (f32, 2048^3). A decode-shaped (n = 1) call can go
- * no faster than weight_bytes / bandwidth: frac_read_bw = achieved weight GB/s over that.
+ * no faster than weight_bytes / bandwidth (floor_us, for the call's thread count):
+ * frac_read_bw = floor_us / us, the achieved weight GB/s over the measured bandwidth.
  * The fixed cost per call is measured too: a tiny call on one thread, an empty OpenMP
  * region on two, and a call just big enough to use both threads.
  *
@@ -131,6 +133,14 @@ static int one_mode(const char *s, int *v)
     return !strcmp(s, "exact") ? (*v = QMM_EXACT, 0) : !strcmp(s, "q8") ? (*v = QMM_Q8, 0) : -1;
 }
 
+static int one_shape(const char *s, int *v)
+{
+    for (int i = 0; i < N_SHAPES; i++)
+        if (!strcmp(s, shapes[i].name))
+            return *v = i, 0;
+    return -1;
+}
+
 static int one_int(const char *s, int *v)
 {
     char *end;
@@ -241,12 +251,15 @@ int main(int argc, char **argv)
 {
     int dts[MAX_LIST], n_dts = 0, paths[3], n_paths = 0, modes[2] = {QMM_EXACT, QMM_Q8}, n_modes = 2;
     int ns[MAX_LIST] = {1, 128, 512}, n_ns = 3, threads[MAX_LIST] = {1, 2}, n_threads = 2;
+    int shs[MAX_LIST], n_shs = 0;
     bool errors = true;
     bench b = {.min_time = 0.3};
     for (size_t i = 0; i < sizeof all_dtypes / sizeof all_dtypes[0]; i++)
         dts[n_dts++] = all_dtypes[i];
     for (int i = QMM_ISA_SCALAR; i <= qmm_isa_best(); i++)
         paths[n_paths++] = i;
+    for (int i = 0; i < N_SHAPES; i++)
+        shs[n_shs++] = i;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";
         int rc = 0;
@@ -261,6 +274,8 @@ int main(int argc, char **argv)
             rc = n_paths = parse_list(val, "path", paths, 3, qmm_isa_parse);
         else if (!strcmp(arg, "--modes"))
             rc = n_modes = parse_list(val, "mode", modes, 2, one_mode);
+        else if (!strcmp(arg, "--shapes"))
+            rc = n_shs = parse_list(val, "shape", shs, MAX_LIST, one_shape);
         else if (!strcmp(arg, "--ns"))
             rc = n_ns = parse_list(val, "n", ns, MAX_LIST, one_int);
         else if (!strcmp(arg, "--threads"))
@@ -271,7 +286,8 @@ int main(int argc, char **argv)
             rc = -1;
         if (rc <= 0) {
             fprintf(stderr, "usage: bench_qmatmul [--formats F,..] [--paths P,..] [--modes exact,q8] "
-                            "[--ns 1,128,512] [--threads 1,2] [--min-time S] [--no-errors]\n");
+                            "[--shapes 576x576,..] [--ns 1,128,512] [--threads 1,2] [--min-time S] "
+                            "[--no-errors]\n");
             return 2;
         }
     }
@@ -317,8 +333,8 @@ int main(int argc, char **argv)
 
     for (int di = 0; di < n_dts; di++) {
         const int dt = dts[di];
-        for (int si = 0; si < N_SHAPES; si++) {
-            const struct shape *s = &shapes[si];
+        for (int si = 0; si < n_shs; si++) {
+            const struct shape *s = &shapes[shs[si]];
             if (s->n_in % dtype_block_elems(dt))
                 continue;
             b.mat_bytes = qref_row_bytes(dt, s->n_in) * s->n_out;
@@ -349,11 +365,11 @@ int main(int argc, char **argv)
                             const double gbps = b.mat_bytes / t / 1e9;
                             printf("{\"bench\":\"qmatmul\",\"format\":\"%s\",\"mode\":\"%s\","
                                    "\"path\":\"%s\",\"shape\":\"%s\",\"n\":%d,\"threads\":%d,"
-                                   "\"us\":%.1f,\"weight_GBps\":%.2f,\"GFLOPs\":%.2f,"
-                                   "\"frac_read_bw\":%.3f}\n",
+                                   "\"us\":%.1f,\"floor_us\":%.1f,\"weight_GBps\":%.2f,"
+                                   "\"GFLOPs\":%.2f,\"frac_read_bw\":%.3f}\n",
                                    dtype_name(dt), mode ? "q8" : "exact", qmm_isa_name(paths[pi]),
-                                   s->name, n, nt, t * 1e6, gbps, 2 * macs / t / 1e9,
-                                   gbps * 1e9 / bw[ti]);
+                                   s->name, n, nt, t * 1e6, b.mat_bytes / bw[ti] * 1e6, gbps,
+                                   2 * macs / t / 1e9, gbps * 1e9 / bw[ti]);
                             fflush(stdout);
                         }
             }

@@ -59,7 +59,7 @@ static int n_ins(int dtype, int out[3])
     switch (dtype_block_elems(dtype)) {
     case 1: out[0] = 1, out[1] = 45, out[2] = 1003; return 3;
     case 32: out[0] = 32, out[1] = 576, out[2] = 1056; return 3;
-    default: out[0] = 256, out[1] = 1536; return 2;
+    default: out[0] = 256, out[1] = 768, out[2] = 1536; return 3;
     }
 }
 
@@ -117,6 +117,16 @@ static void every_format_mode_and_path_matches_references(void **state)
     (void)state;
     uint64_t seed = 20240611;
     const int best = qmm_isa_best();
+    print_message("paths tested:");
+    for (int isa = QMM_ISA_SCALAR; isa <= best; isa++)
+        print_message(" %s", qmm_isa_name(isa));
+#ifdef QMM_X86 /* the AVX-512 path's Q8 kernels: its own (VNNI, BF16) or AVX2's */
+    if (best == QMM_ISA_AVX512)
+        print_message(" (avx512 q8: %s, bf16: %s)",
+                      __builtin_cpu_supports("avx512vnni") ? "vnni" : "avx2 kernels",
+                      __builtin_cpu_supports("avx512bf16") ? "vdpbf16ps" : "avx2 kernels");
+#endif
+    print_message("\n");
     for (int di = 0; di < N_DTYPES; di++) {
         const int dt = dtypes[di];
         int sizes[3], n_sizes = n_ins(dt, sizes);
