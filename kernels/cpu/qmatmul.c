@@ -203,6 +203,11 @@ int qmm_matmul(const qmm_args *a)
     return DERAS_OK;
 }
 
+bool qmm_computes(int dtype)
+{
+    return qmm_fmt_of(dtype) >= 0;
+}
+
 int qmm_embed_row(float *out, const void *w, int dtype, int64_t n_rows, int n_in, int64_t row)
 {
     int rc = check_shape("qmm_embed_row", dtype, QMM_EXACT, 1, 1, n_in);

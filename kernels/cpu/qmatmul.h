@@ -37,6 +37,7 @@
 #ifndef DERAS_QMATMUL_H
 #define DERAS_QMATMUL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,9 @@ int qmm_matmul(const qmm_args *a);
  * and F16): the quantized activations, n rows of a 64-byte-aligned stride. Size it once
  * for the largest n and n_in of a model. Same failures as qmm_matmul's argument checks. */
 int qmm_scratch_bytes(int dtype, int mode, int n, int n_in, size_t *out);
+
+/* True for the dtypes qmm_matmul computes on (the list above). O(1). */
+bool qmm_computes(int dtype);
 
 /* out (n_in) = row `row` of W, dequantized bit for bit as dtype_to_f32 does (the
  * embedding lookup). DERAS_EINVAL for NULL pointers or row outside [0, n_rows),
