@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -149,7 +150,8 @@ struct mm_ctx { void *y, *x, *w; int n, no, ni; };
 static void run_mm(void *p)
 {
     struct mm_ctx *c = p;
-    OK(backend_matmul(be, c->y, c->x, c->w, NULL, c->n, c->no, c->ni));
+    const backend_weight w = {backend_weight_dtype(be, DT_F32), c->no, c->ni, c->w};
+    OK(backend_matmul(be, c->y, c->x, &w, NULL, c->n));
 }
 
 static void ceilings(void)
@@ -296,7 +298,11 @@ static void run_op(void *p)
         OK(backend_kv_write(be, c->a, c->b, c->c, (char *)c->c + 8 * 128 * 2, 48 * 128, c->d,
                             c->n, 8, 128, 16));
         break;
-    case OP_EMBED: OK(backend_embed(be, c->a, c->b, c->c, c->n, c->dim, 128256)); break;
+    case OP_EMBED: {
+        const backend_weight t = {backend_weight_dtype(be, DT_F32), 128256, c->dim, c->b};
+        OK(backend_embed(be, c->a, &t, c->c, c->n));
+        break;
+    }
     case OP_SAMPLE: OK(backend_cuda_sample(be, c->a, c->b, c->c, c->n, c->dim)); break;
     case OP_DEQUANT: OK(backend_cuda_dequant(be, c->a, c->b, 12 /* Q4_K */, (int64_t)c->n * c->dim)); break;
     }

@@ -16,8 +16,9 @@
  *   logits = rmsnorm(x[logits_rows]) Wout^T
  *
  * Residual adds are fused into the next norm (backend_add_rmsnorm), so the residual
- * stream x is touched once per sub-block. Weights live in a single allocation per tensor
- * kind; scratch buffers are sized at load from the options.
+ * stream x is touched once per sub-block. Each matrix is a weight descriptor
+ * (backend_weight) over one allocation, kept in its stored block format where the backend
+ * computes on it (load_matrix); scratch buffers are sized at load from the options.
  *
  * Tensor parallelism (Megatron): a rank holds its query heads' rows of Wq and its KV
  * heads' rows of Wk/Wv (column-parallel), the matching columns of Wo (row-parallel), its
@@ -40,13 +41,13 @@
 #include "kernels/backend.h"
 
 typedef struct layer_weights {
-    void *attn_norm; /* (d_model) */
-    void *wqkv;      /* (q_dim + 2 kv_dim, d_model) */
-    void *bqkv;      /* (q_dim + 2 kv_dim) or NULL */
-    void *wo;        /* (d_model, q_dim) */
-    void *ffn_norm;  /* (d_model) */
-    void *wgu;       /* (2 d_ff, d_model): gate rows then up rows */
-    void *wdown;     /* (d_model, d_ff) */
+    void *attn_norm;     /* (d_model) */
+    backend_weight wqkv; /* (q_dim + 2 kv_dim, d_model) */
+    void *bqkv;          /* (q_dim + 2 kv_dim) or NULL */
+    backend_weight wo;   /* (d_model, q_dim) */
+    void *ffn_norm;      /* (d_model) */
+    backend_weight wgu;  /* (2 d_ff, d_model): gate rows then up rows */
+    backend_weight wdown; /* (d_model, d_ff) */
     void *k_cache;   /* (n_kv_blocks, n_kv_heads, block_size, head_dim) */
     void *v_cache;
 } layer_weights;
@@ -59,9 +60,9 @@ struct model {
     bool tp;           /* tp_size > 1: shard + collectives */
     int n_heads, n_kv_heads, d_ff, vocab; /* this rank's counts */
     int q_dim, kv_dim, qkv_dim;            /* this rank's widths */
-    void *tok_embd;    /* (vocab, d_model) */
+    backend_weight tok_embd; /* (vocab, d_model), plus a zero row when tensor-parallel */
     void *out_norm;    /* (d_model) */
-    void *lm_head;     /* (vocab, d_model); == tok_embd when tied */
+    backend_weight lm_head;  /* (vocab, d_model); data == tok_embd's when tied */
     float *inv_freq;   /* (head_dim / 2), backend f32 */
     layer_weights *layers;
     uint64_t weight_bytes, kv_bytes;
@@ -125,12 +126,10 @@ typedef struct part {
     int64_t row0, n_rows, col0, n_cols;
 } part;
 
-/* Allocate one buffer holding the given slices one after another (extra_elems more,
- * zero-filled, at the end), reading each through the host staging buffer: the rows of
- * matrices with equal column counts (a fused weight), or vectors end to end (a fused
- * bias). Only the slices are read from the checkpoint. */
-static int load_parts(model_t *m, void **dst, const part *parts, int n_parts, int layer,
-                      const checkpoint_t *ck, float *stage, size_t extra_elems)
+/* Allocate one buffer holding the given vectors end to end (a norm, a fused bias) in the
+ * backend's dtype, reading each through the host staging buffer. */
+static int load_vectors(model_t *m, void **dst, const part *parts, int n_parts, int layer,
+                      const checkpoint_t *ck, float *stage)
 {
     part p[4];
     int64_t total = 0;
@@ -144,16 +143,13 @@ static int load_parts(model_t *m, void **dst, const part *parts, int n_parts, in
             p[i].n_rows = rows;
         if (p[i].n_cols < 0)
             p[i].n_cols = cols;
-        if (p[i].n_rows > 1 && p[i].n_cols != p[0].n_cols)
-            return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
-                              layer, (long long)p[0].n_cols, (long long)p[i].n_cols);
         total += p[i].n_rows * p[i].n_cols;
     }
     const size_t es = backend_elem_size(m->be);
-    int rc = balloc(m, dst, (size_t)total + extra_elems, es);
+    int rc = balloc(m, dst, (size_t)total, es);
     if (rc)
         return rc;
-    m->weight_bytes += ((uint64_t)total + extra_elems) * es;
+    m->weight_bytes += (uint64_t)total * es;
     int64_t off = 0;
     for (int i = 0; i < n_parts; i++) {
         if ((rc = checkpoint_read_cols(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
@@ -166,12 +162,68 @@ static int load_parts(model_t *m, void **dst, const part *parts, int n_parts, in
     return DERAS_OK;
 }
 
-/* A whole tensor. */
-static int load_tensor(model_t *m, void **dst, enum ckpt_tensor t, int layer,
+/* A whole vector. */
+static int load_vector(model_t *m, void **dst, enum ckpt_tensor t, int layer,
                        const checkpoint_t *ck, float *stage)
 {
     const part p = {t, 0, -1, 0, -1};
-    return load_parts(m, dst, &p, 1, layer, ck, stage, 0);
+    return load_vectors(m, dst, &p, 1, layer, ck, stage);
+}
+
+/* A matrix made of the given row slices one after another (a fused weight), extra_rows
+ * zero rows at the end. Kept in the dtype the backend keeps for the stored one when every
+ * slice is stored in it and the columns are whole blocks: the stored bytes are copied,
+ * nothing is dequantized, and the weight takes the file's bytes. Otherwise each slice is
+ * dequantized to f32 through the host staging buffer and uploaded in the backend's dtype.
+ * Only the slices are read from the checkpoint. */
+static int load_matrix(model_t *m, backend_weight *w, const part *parts, int n_parts, int layer,
+                       const checkpoint_t *ck, float *stage, int extra_rows)
+{
+    part p[4];
+    int64_t rows = 0;
+    const int native = backend_weight_dtype(m->be, DT_F32);
+    const int first = checkpoint_dtype(ck, parts[0].t, layer), blk = dtype_block_elems(first);
+    int dt = backend_weight_dtype(m->be, first);
+    for (int i = 0; i < n_parts; i++) {
+        int64_t r, c;
+        int rc = checkpoint_shape(ck, parts[i].t, layer, &r, &c);
+        if (rc)
+            return rc;
+        p[i] = parts[i];
+        p[i].n_rows = p[i].n_rows < 0 ? r : p[i].n_rows;
+        p[i].n_cols = p[i].n_cols < 0 ? c : p[i].n_cols;
+        if (p[i].n_cols != p[0].n_cols)
+            return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
+                              layer, (long long)p[0].n_cols, (long long)p[i].n_cols);
+        if (checkpoint_dtype(ck, p[i].t, layer) != first || blk <= 0 || p[i].col0 % blk ||
+            p[i].n_cols % blk)
+            dt = native;
+        rows += p[i].n_rows;
+    }
+    const int64_t cols = p[0].n_cols;
+    const bool stored = dt != native;
+    const size_t row_bytes = stored ? backend_weight_bytes(dt, 1, cols)
+                                    : (size_t)cols * backend_elem_size(m->be);
+    void *data;
+    int rc = balloc(m, &data, (size_t)(rows + extra_rows), row_bytes);
+    if (rc)
+        return rc;
+    *w = (backend_weight){dt, (int)(rows + extra_rows), (int)cols, data};
+    m->weight_bytes += (uint64_t)(rows + extra_rows) * row_bytes;
+    char *at = data;
+    for (int i = 0; i < n_parts; i++) {
+        if (stored)
+            rc = checkpoint_read_stored(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
+                                        cols, stage);
+        else
+            rc = checkpoint_read_cols(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
+                                      cols, stage, m->row_scratch);
+        if (rc || (rc = stored ? backend_upload(m->be, at, stage, (size_t)p[i].n_rows * row_bytes)
+                               : backend_upload_f32(m->be, at, stage, (size_t)(p[i].n_rows * cols))))
+            return rc;
+        at += (size_t)p[i].n_rows * row_bytes;
+    }
+    return DERAS_OK;
 }
 
 static int alloc_scratch(model_t *m)
@@ -282,15 +334,15 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     const int total = c->n_layers + 2;
     /* vocab-parallel: this rank's rows, then one zero row for every other rank's token */
     const part embd = {CKPT_TOK_EMBD, sh->v0, m->vocab, 0, -1};
-    if ((rc = load_parts(m, &m->tok_embd, &embd, 1, 0, ck, stage, m->tp ? (size_t)c->d_model : 0)) ||
-        (rc = load_tensor(m, &m->out_norm, CKPT_OUTPUT_NORM, 0, ck, stage)))
+    if ((rc = load_matrix(m, &m->tok_embd, &embd, 1, 0, ck, stage, m->tp ? 1 : 0)) ||
+        (rc = load_vector(m, &m->out_norm, CKPT_OUTPUT_NORM, 0, ck, stage)))
         goto fail;
     if (opts->progress)
         opts->progress(opts->progress_ctx, 1, total);
     const part head = {CKPT_OUTPUT, sh->v0, m->vocab, 0, -1};
     if (c->tied_embeddings)
-        m->lm_head = m->tok_embd;
-    else if ((rc = load_parts(m, &m->lm_head, &head, 1, 0, ck, stage, 0)))
+        m->lm_head = (backend_weight){m->tok_embd.dtype, m->vocab, c->d_model, m->tok_embd.data};
+    else if ((rc = load_matrix(m, &m->lm_head, &head, 1, 0, ck, stage, 0)))
         goto fail;
     if (opts->progress)
         opts->progress(opts->progress_ctx, 2, total);
@@ -309,13 +361,13 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     size_t es = backend_elem_size(b);
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *L = &m->layers[l];
-        if ((rc = load_tensor(m, &L->attn_norm, CKPT_ATTN_NORM, l, ck, stage)) ||
-            (rc = load_parts(m, &L->wqkv, qkv_parts, 3, l, ck, stage, 0)) ||
-            (c->qkv_bias && (rc = load_parts(m, &L->bqkv, qkv_bias_parts, 3, l, ck, stage, 0))) ||
-            (rc = load_parts(m, &L->wo, &wo_part, 1, l, ck, stage, 0)) ||
-            (rc = load_tensor(m, &L->ffn_norm, CKPT_FFN_NORM, l, ck, stage)) ||
-            (rc = load_parts(m, &L->wgu, gu_parts, 2, l, ck, stage, 0)) ||
-            (rc = load_parts(m, &L->wdown, &down_part, 1, l, ck, stage, 0)))
+        if ((rc = load_vector(m, &L->attn_norm, CKPT_ATTN_NORM, l, ck, stage)) ||
+            (rc = load_matrix(m, &L->wqkv, qkv_parts, 3, l, ck, stage, 0)) ||
+            (c->qkv_bias && (rc = load_vectors(m, &L->bqkv, qkv_bias_parts, 3, l, ck, stage))) ||
+            (rc = load_matrix(m, &L->wo, &wo_part, 1, l, ck, stage, 0)) ||
+            (rc = load_vector(m, &L->ffn_norm, CKPT_FFN_NORM, l, ck, stage)) ||
+            (rc = load_matrix(m, &L->wgu, gu_parts, 2, l, ck, stage, 0)) ||
+            (rc = load_matrix(m, &L->wdown, &down_part, 1, l, ck, stage, 0)))
             goto fail;
         size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
         if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
@@ -404,17 +456,18 @@ void model_destroy(model_t **mp)
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             layer_weights *L = &m->layers[l];
-            void *bufs[] = {L->attn_norm, L->wqkv, L->bqkv, L->wo, L->ffn_norm,
-                            L->wgu, L->wdown, L->k_cache, L->v_cache};
+            void *bufs[] = {L->attn_norm, (void *)L->wqkv.data, L->bqkv, (void *)L->wo.data,
+                            L->ffn_norm, (void *)L->wgu.data, (void *)L->wdown.data, L->k_cache,
+                            L->v_cache};
             for (size_t i = m->borrowed ? 7 : 0; i < sizeof bufs / sizeof bufs[0]; i++)
                 backend_free(b, bufs[i]); /* a partial view frees only its own caches */
         }
         free(m->layers);
     }
     if (!m->borrowed) {
-        if (m->lm_head != m->tok_embd)
-            backend_free(b, m->lm_head);
-        void *weights[] = {m->tok_embd, m->out_norm, m->inv_freq};
+        if (m->lm_head.data != m->tok_embd.data)
+            backend_free(b, (void *)m->lm_head.data);
+        void *weights[] = {(void *)m->tok_embd.data, m->out_norm, m->inv_freq};
         for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
             backend_free(b, weights[i]);
     }
@@ -573,8 +626,7 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
             return rc;
 
     /* x (T, D) = embeddings; cos_sin (T, hd) for this step's positions */
-    if ((rc = backend_embed(b, m->x, m->tok_embd, m->d_tokens, T, D,
-                            m->tp ? m->vocab + 1 : c->vocab_size)) ||
+    if ((rc = backend_embed(b, m->x, &m->tok_embd, m->d_tokens, T)) ||
         (rc = all_reduce(m, m->x, (size_t)T * D)) ||
         (rc = backend_rope_table(b, m->cos_sin, m->d_positions, m->inv_freq, T, hd)))
         return rc;
@@ -597,7 +649,7 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
         if (rc)
             return rc;
         /* qkv (T, q_dim + 2 kv_dim) */
-        if ((rc = backend_matmul(b, m->qkv, m->h, L->wqkv, L->bqkv, T, m->qkv_dim, D)))
+        if ((rc = backend_matmul(b, m->qkv, m->h, &L->wqkv, L->bqkv, T)))
             return rc;
         void *q = qkv, *k = qkv + (size_t)m->q_dim * es, *v = qkv + (size_t)(m->q_dim + m->kv_dim) * es;
         if ((rc = backend_rope(b, q, m->cos_sin, T, m->n_heads, hd, m->qkv_dim)) ||
@@ -611,14 +663,14 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
         if ((rc = backend_attention(b, &aa)))
             return rc;
         /* o (T, D) = att Wo^T (summed over ranks); x += o; h = norm(x) */
-        if ((rc = backend_matmul(b, m->o, m->att, L->wo, NULL, T, D, m->q_dim)) ||
+        if ((rc = backend_matmul(b, m->o, m->att, &L->wo, NULL, T)) ||
             (rc = all_reduce(m, m->o, (size_t)T * D)) ||
             (rc = backend_add_rmsnorm(b, m->h, m->x, m->o, L->ffn_norm, T, D, c->norm_eps)))
             return rc;
         /* gu (T, 2 d_ff); ff (T, d_ff); o (T, D) = ff Wdown^T (summed over ranks) */
-        if ((rc = backend_matmul(b, m->gu, m->h, L->wgu, NULL, T, 2 * m->d_ff, D)) ||
+        if ((rc = backend_matmul(b, m->gu, m->h, &L->wgu, NULL, T)) ||
             (rc = backend_silu_mul(b, m->ff, m->gu, T, m->d_ff)) ||
-            (rc = backend_matmul(b, m->o, m->ff, L->wdown, NULL, T, D, m->d_ff)) ||
+            (rc = backend_matmul(b, m->o, m->ff, &L->wdown, NULL, T)) ||
             (rc = all_reduce(m, m->o, (size_t)T * D)))
             return rc;
     }
@@ -630,7 +682,7 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
     if ((rc = backend_gather_rows(b, m->lg_x, m->x, m->d_lrows, NL, D)) ||
         (rc = backend_gather_rows(b, m->h, m->o, m->d_lrows, NL, D)) ||
         (rc = backend_add_rmsnorm(b, m->lg_x, m->lg_x, m->h, m->out_norm, NL, D, c->norm_eps)) ||
-        (rc = backend_matmul(b, m->lg, m->lg_x, m->lm_head, NULL, NL, m->vocab, D)))
+        (rc = backend_matmul(b, m->lg, m->lg_x, &m->lm_head, NULL, NL)))
         return rc;
     rc = m->tp ? gather_logits(m, NL, logits)
                : backend_download_f32(b, logits, m->lg, (size_t)NL * c->vocab_size);

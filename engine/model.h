@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* model.h - a Llama-family model's weights on a backend, and its forward pass.
  *
- * model_new() reads every weight from a checkpoint (dequantized to f32 by the checkpoint,
- * converted to the backend's dtype on upload), fusing Q/K/V into one matrix and gate/up
- * into another so each layer runs three large matrix products and one output projection.
+ * model_new() reads every weight from a checkpoint, fusing Q/K/V into one matrix and
+ * gate/up into another so each layer runs three large matrix products and one output
+ * projection. A matrix whose parts are stored in a block format the backend keeps
+ * (backend_weight_dtype: Q4_1, Q8_0, ... on the CPU) is copied as stored, so it takes the
+ * file's bytes; every other weight is dequantized to f32 by the checkpoint and converted to
+ * the backend's dtype on upload.
  * It also owns the paged KV cache (n_kv_blocks blocks of block_size tokens per layer) and
  * the per-step scratch, sized once from the options: a forward pass allocates nothing.
  *

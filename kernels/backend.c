@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -37,15 +38,22 @@ int backend_new(const char *device, int n_threads, backend_t **out)
     if (!device || !out)
         return deras_fail(DERAS_EINVAL, "backend_new: NULL argument");
     *out = NULL;
-    if (!strcmp(device, "cpu"))
-        return backend_cpu_new(n_threads, out);
+    int rc;
+    if (!strcmp(device, "cpu")) {
+        if ((rc = backend_cpu_new(n_threads, out)))
+            return rc;
+        (*out)->dtype = DT_F32;
+        return DERAS_OK;
+    }
     if (!strncmp(device, "cuda:", 5)) {
         int id, dtype;
-        int rc = parse_cuda_spec(device + 5, &id, &dtype);
-        if (rc)
+        if ((rc = parse_cuda_spec(device + 5, &id, &dtype)))
             return deras_fail(rc, "device '%s': expected cuda:N, cuda:N:bf16 or cuda:N:fp16",
                               device);
-        return backend_cuda_new(id, dtype, out); /* the plugin, or why there is none */
+        if ((rc = backend_cuda_new(id, dtype, out))) /* the plugin, or why there is none */
+            return rc;
+        (*out)->dtype = dtype == CUDA_DTYPE_BF16 ? DT_BF16 : DT_F16;
+        return DERAS_OK;
     }
     return deras_fail(DERAS_EINVAL, "unknown device '%s' (expected cpu or cuda:N)", device);
 }
@@ -110,11 +118,38 @@ int backend_sync(backend_t *b)
     return b->ops->sync(b);
 }
 
-int backend_embed(backend_t *b, void *out, const void *table, const int32_t *ids, int n, int d,
-                  int vocab)
+int backend_weight_dtype(const backend_t *b, int stored)
 {
-    CHECK(b && out && table && ids && n > 0 && d > 0 && vocab > 0, "embed");
-    return b->ops->embed(b, out, table, ids, n, d, vocab);
+    return b && b->ops->keeps && b->ops->keeps(stored) ? stored : b ? b->dtype : DT_F32;
+}
+
+size_t backend_weight_bytes(int dtype, int64_t rows, int64_t cols)
+{
+    const int64_t blk = dtype_block_elems(dtype);
+    if (blk <= 0 || rows <= 0 || cols <= 0 || cols % blk)
+        return 0;
+    return (size_t)rows * (size_t)(cols / blk) * dtype_block_bytes(dtype);
+}
+
+/* A descriptor the backend can compute with: its own dtype, or one it keeps. */
+static int check_weight(const backend_t *b, const backend_weight *w, const char *op)
+{
+    if (w->dtype != b->dtype && !(b->ops->keeps && b->ops->keeps(w->dtype)))
+        return deras_fail(DERAS_EUNSUPPORTED, "%s on %s: weights of dtype %s are not kept by "
+                          "this backend", op, b->name, dtype_name(w->dtype));
+    return DERAS_OK;
+}
+
+int backend_embed(backend_t *b, void *out, const backend_weight *table, const int32_t *ids, int n)
+{
+    CHECK(b && out && table && table->data && ids && n > 0 && table->rows > 0 && table->cols > 0,
+          "embed");
+    int rc = check_weight(b, table, "embed");
+    if (rc)
+        return rc;
+    if (table->dtype != b->dtype)
+        return b->ops->embed_q(b, out, table, ids, n);
+    return b->ops->embed(b, out, table->data, ids, n, table->cols, table->rows);
 }
 
 int backend_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n, int d, float eps)
@@ -130,11 +165,16 @@ int backend_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, 
     return b->ops->add_rmsnorm(b, out, residual, x, w, n, d, eps);
 }
 
-int backend_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
-                   int n_out, int n_in)
+int backend_matmul(backend_t *b, void *y, const void *x, const backend_weight *w,
+                   const void *bias, int n)
 {
-    CHECK(b && y && x && w && n > 0 && n_out > 0 && n_in > 0 && y != x, "matmul");
-    return b->ops->matmul(b, y, x, w, bias, n, n_out, n_in);
+    CHECK(b && y && x && w && w->data && n > 0 && w->rows > 0 && w->cols > 0 && y != x, "matmul");
+    int rc = check_weight(b, w, "matmul");
+    if (rc)
+        return rc;
+    if (w->dtype != b->dtype)
+        return b->ops->matmul_q(b, y, x, w, bias, n);
+    return b->ops->matmul(b, y, x, w->data, bias, n, w->rows, w->cols);
 }
 
 int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d)

@@ -4,8 +4,11 @@
  * The model is written once against this interface; a backend (CPU reference, CUDA)
  * supplies memory and kernels. Every pointer named a "buffer" below is backend memory from
  * backend_alloc(): host memory on the CPU backend, device memory on CUDA. Activations and
- * weights are stored in the backend's dtype (f32 on CPU; bf16/fp16 on CUDA) and are moved
- * with backend_upload_f32 / backend_download_f32, which convert. Integer index arrays
+ * norm weights are stored in the backend's dtype (f32 on CPU; bf16/fp16 on CUDA) and are
+ * moved with backend_upload_f32 / backend_download_f32, which convert. Matrices and
+ * embedding tables are weight descriptors (backend_weight): in the backend's dtype, or, on
+ * the CPU backend, in a GGUF block format as stored in the file (backend_weight_dtype says
+ * which a backend keeps), moved with backend_upload as bytes. Integer index arrays
  * (token ids, positions, block tables, slot mappings) are int32 buffers uploaded with
  * backend_upload.
  *
@@ -40,6 +43,27 @@ const char *backend_name(const backend_t *b);  /* "cpu", "cuda:0" */
 void backend_describe_cuda(char *buf, size_t cap);
 size_t backend_elem_size(const backend_t *b);  /* bytes per activation/weight element */
 
+/* A matrix (rows, cols) = (n_out, n_in) or an embedding table (vocab, d) in backend
+ * memory: `dtype` (enum deras_dtype) is the backend's own (backend_weight_dtype(b,
+ * DT_F32)) or a block format the backend computes on, rows of whole blocks one after
+ * another. A value the caller embeds; it owns nothing. */
+typedef struct backend_weight {
+    int dtype;
+    int rows, cols;
+    const void *data;
+} backend_weight;
+
+/* The dtype in which this backend keeps a weight stored as `stored` (enum deras_dtype):
+ * the CPU backend keeps the block formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and
+ * Q6_K as they are (kernels/cpu/qmatmul.h computes on them) and anything else (F16, BF16
+ * included, for now) as F32; CUDA keeps its activation dtype (DT_BF16 or DT_F16) whatever
+ * the file holds. O(1). */
+int backend_weight_dtype(const backend_t *b, int stored);
+
+/* Bytes of a weight of that dtype and shape; 0 for a dtype or shape that is not one
+ * (cols not a whole number of blocks). */
+size_t backend_weight_bytes(int dtype, int64_t rows, int64_t cols);
+
 /* Memory. backend_alloc returns zero-filled memory aligned to 64 bytes. */
 int backend_alloc(backend_t *b, size_t bytes, void **out);
 void backend_free(backend_t *b, void *buf);
@@ -48,9 +72,10 @@ int backend_upload_f32(backend_t *b, void *dst, const float *src, size_t n_elems
 int backend_download_f32(backend_t *b, float *dst, const void *src, size_t n_elems);
 int backend_sync(backend_t *b);
 
-/* out (n, d) = table[ids[i]] rows; ids (n) int32 buffer, checked against vocab. */
-int backend_embed(backend_t *b, void *out, const void *table, const int32_t *ids, int n, int d,
-                  int vocab);
+/* out (n, table.cols) = table rows ids[i] (dequantized); ids (n) int32 buffer, checked
+ * against table.rows. DERAS_EUNSUPPORTED for a table dtype the backend does not keep. */
+int backend_embed(backend_t *b, void *out, const backend_weight *table, const int32_t *ids,
+                  int n);
 
 /* out (n, d) = x / sqrt(mean(x^2) + eps) * w, per row; w (d). out may equal x. */
 int backend_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n, int d,
@@ -60,9 +85,12 @@ int backend_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n
 int backend_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, const void *w,
                         int n, int d, float eps);
 
-/* y (n, n_out) = x (n, n_in) * w^T + bias, w (n_out, n_in) row-major, bias (n_out) or NULL. */
-int backend_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
-                   int n_out, int n_in);
+/* y (n, w.rows) = x (n, w.cols) * w^T + bias, bias (w.rows) or NULL. A block-format w
+ * is computed in exact mode (f32 activations against the stored weights: the math of the
+ * dequantized weights up to f32 summation order, kernels/cpu/qmatmul.h).
+ * DERAS_EUNSUPPORTED for a w dtype the backend does not keep. */
+int backend_matmul(backend_t *b, void *y, const void *x, const backend_weight *w,
+                   const void *bias, int n);
 
 /* out (n, d) = rows[i] of x (., d); rows (n) int32 buffer. */
 int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d);

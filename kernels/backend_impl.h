@@ -8,6 +8,8 @@
 #ifndef DERAS_BACKEND_IMPL_H
 #define DERAS_BACKEND_IMPL_H
 
+#include <stdbool.h>
+
 #include "backend.h"
 
 struct backend_ops {
@@ -36,12 +38,20 @@ struct backend_ops {
     int (*attention)(backend_t *b, const attn_args *a);
     int (*silu_mul)(backend_t *b, void *out, const void *gu, int n, int d_ff);
     int (*copy_blocks)(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems);
+    /* Weights in a block format (w->dtype other than the backend's own); NULL where the
+     * backend keeps only its own dtype (backend_weight_dtype). */
+    bool (*keeps)(int dtype);
+    int (*matmul_q)(backend_t *b, void *y, const void *x, const backend_weight *w,
+                    const void *bias, int n);
+    int (*embed_q)(backend_t *b, void *out, const backend_weight *table, const int32_t *ids,
+                   int n);
 };
 
 struct backend {
     const struct backend_ops *ops;
     char name[32];
     size_t elem_size;
+    int dtype; /* enum deras_dtype of elem_size: F32 (cpu), BF16 or F16 (cuda); set by backend_new */
 };
 
 int backend_cpu_new(int n_threads, backend_t **out);

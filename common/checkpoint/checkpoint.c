@@ -499,6 +499,16 @@ int checkpoint_shape(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64
     return DERAS_OK;
 }
 
+/* Where row r (Hugging Face order) of tensor t is stored: GGUF's llama Q/K rows are
+ * permuted for interleaved RoPE, within each head. */
+static int64_t stored_row(const checkpoint_t *c, enum ckpt_tensor t, int64_t r)
+{
+    if (!c->permuted_qk || (t != CKPT_ATTN_Q && t != CKPT_ATTN_K))
+        return r;
+    const int64_t hd = c->cfg.head_dim, half = hd / 2, h = r / hd, w = r % hd;
+    return h * hd + 2 * (w % half) + w / half;
+}
+
 int checkpoint_read_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
                          int64_t n_rows, float *dst)
 {
@@ -514,15 +524,9 @@ int checkpoint_read_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer, i
         return DERAS_OK;
     if (!dst)
         return deras_fail(DERAS_EINVAL, "checkpoint_read_rows: dst is NULL");
-    const bool permuted = c->permuted_qk && (t == CKPT_ATTN_Q || t == CKPT_ATTN_K);
-    const int64_t hd = c->cfg.head_dim, half = hd / 2;
     const uint8_t *base = e->v.data;
     for (int64_t r = row0; r < row0 + n_rows; r++) {
-        int64_t stored = r;
-        if (permuted) {
-            const int64_t h = r / hd, w = r % hd;
-            stored = h * hd + 2 * (w % half) + w / half;
-        }
+        const int64_t stored = stored_row(c, t, r);
         rc = dtype_to_f32(e->v.dtype, base + (size_t)stored * e->row_bytes,
                           dst + (r - row0) * e->cols, e->cols);
         if (rc)
@@ -551,16 +555,10 @@ int checkpoint_read_cols(const checkpoint_t *c, enum ckpt_tensor t, int layer, i
     const bool aligned = blk > 0 && col0 % blk == 0 && n_cols % blk == 0;
     if (!dst || (!aligned && !scratch))
         return deras_fail(DERAS_EINVAL, "checkpoint_read_cols: dst or scratch is NULL");
-    const bool permuted = c->permuted_qk && (t == CKPT_ATTN_Q || t == CKPT_ATTN_K);
-    const int64_t hd = c->cfg.head_dim, half = hd / 2;
     const uint8_t *base = e->v.data;
     const size_t skip = aligned ? (size_t)(col0 / blk) * dtype_block_bytes(e->v.dtype) : 0;
     for (int64_t r = row0; r < row0 + n_rows; r++) {
-        int64_t stored = r;
-        if (permuted) {
-            const int64_t h = r / hd, w = r % hd;
-            stored = h * hd + 2 * (w % half) + w / half;
-        }
+        const int64_t stored = stored_row(c, t, r);
         const uint8_t *row = base + (size_t)stored * e->row_bytes;
         float *out = dst + (r - row0) * n_cols;
         if (aligned) {
@@ -572,6 +570,42 @@ int checkpoint_read_cols(const checkpoint_t *c, enum ckpt_tensor t, int layer, i
         }
         if (rc)
             return deras_fail_ctx(rc, "%s: tensor '%s': ", e->file, e->v.name);
+    }
+    return DERAS_OK;
+}
+
+int checkpoint_dtype(const checkpoint_t *c, enum ckpt_tensor t, int layer)
+{
+    return checkpoint_has(c, t, layer) ? entry_at(c, t, layer)->v.dtype : DT_UNSUPPORTED;
+}
+
+int checkpoint_read_stored(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
+                           int64_t n_rows, int64_t col0, int64_t n_cols, void *dst)
+{
+    const struct entry *e;
+    int rc = lookup(c, t, layer, &e);
+    if (rc)
+        return rc;
+    if (row0 < 0 || n_rows < 0 || row0 > e->rows || n_rows > e->rows - row0 || col0 < 0 ||
+        n_cols < 0 || col0 > e->cols || n_cols > e->cols - col0)
+        return deras_fail(DERAS_ERANGE, "%s: rows %lld+%lld, columns %lld+%lld of tensor '%s' "
+                          "requested, it is (%lld, %lld)", e->file, (long long)row0,
+                          (long long)n_rows, (long long)col0, (long long)n_cols, e->v.name,
+                          (long long)e->rows, (long long)e->cols);
+    const int64_t blk = dtype_block_elems(e->v.dtype);
+    if (blk <= 0 || col0 % blk || n_cols % blk)
+        return deras_fail(DERAS_EFORMAT, "%s: tensor '%s' (%s): columns %lld+%lld are not whole "
+                          "blocks", e->file, e->v.name, dtype_name(e->v.dtype), (long long)col0,
+                          (long long)n_cols);
+    if (!dst)
+        return deras_fail(DERAS_EINVAL, "checkpoint_read_stored: dst is NULL");
+    const size_t bb = dtype_block_bytes(e->v.dtype), skip = (size_t)(col0 / blk) * bb;
+    const size_t len = (size_t)(n_cols / blk) * bb;
+    const uint8_t *base = e->v.data;
+    for (int64_t r = row0; r < row0 + n_rows; r++) {
+        const int64_t stored = stored_row(c, t, r);
+        memcpy((uint8_t *)dst + (size_t)(r - row0) * len, base + (size_t)stored * e->row_bytes + skip,
+               len);
     }
     return DERAS_OK;
 }

@@ -94,6 +94,18 @@ int checkpoint_read_cols(const checkpoint_t *c, enum ckpt_tensor t, int layer, i
                          int64_t n_rows, int64_t col0, int64_t n_cols, float *dst,
                          float *scratch);
 
+/* The dtype the tensor is stored in (enum deras_dtype), DT_UNSUPPORTED when absent. O(1). */
+int checkpoint_dtype(const checkpoint_t *c, enum ckpt_tensor t, int layer);
+
+/* The stored bytes (checkpoint_dtype's blocks, not dequantized) of columns [col0, col0 +
+ * n_cols) of rows [row0, row0 + n_rows), rows in Hugging Face order (GGUF's permuted Q/K
+ * rows are gathered from where they are stored) one after another in dst. The column
+ * range must start and end on block boundaries. DERAS_ERANGE for a range outside the
+ * tensor, DERAS_EFORMAT for an unaligned one, DERAS_EINVAL for a NULL dst.
+ * O(bytes copied); allocates nothing. */
+int checkpoint_read_stored(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
+                           int64_t n_rows, int64_t col0, int64_t n_cols, void *dst);
+
 /* Bytes of the mapped tensor data the model uses (what reading every role of every layer
  * would touch); unused tensors (a tied config's lm_head, rope_freqs) are not counted. */
 uint64_t checkpoint_file_bytes(const checkpoint_t *c);

@@ -49,5 +49,6 @@ void version_print(const char *prog, FILE *f)
     FEATURE("avx512f") FEATURE("avx512bw") FEATURE("avx512vl") FEATURE("avx512vnni")
     FEATURE("avx512bf16")
 #undef FEATURE
-    fputs(" (detected; the CPU kernels are plain C + OpenBLAS today)\n", f);
+    fputs(" (detected; block-format weights run on the best of avx512/avx2/scalar, "
+          "$DERAS_CPU_ISA picks another)\n", f);
 }

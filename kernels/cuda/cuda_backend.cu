@@ -190,6 +190,9 @@ static const struct backend_ops cuda_ops = {
     .attention = cuda_attention,
     .silu_mul = cuda_silu_mul,
     .copy_blocks = cuda_copy_blocks,
+    .keeps = nullptr, /* weights in the activation dtype only: the loader dequantizes */
+    .matmul_q = nullptr,
+    .embed_q = nullptr,
 };
 
 /* The part of creation that can fail after the struct exists; cleanup is the caller's. */

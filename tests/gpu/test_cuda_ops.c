@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "common/base/dtype.h"
 #include "common/checkpoint/model_config.h"
 #include "gpu_test.h"
 
@@ -101,8 +102,10 @@ static void matmul_matches_cpu_with_and_without_bias(void **state)
                 dual x = dual_new(cpu, g, xh, (size_t)n * ni), w = dual_new(cpu, g, wh, (size_t)no * ni);
                 dual bias = dual_new(cpu, g, bh, (size_t)no), y = dual_new(cpu, g, NULL, (size_t)n * no);
                 gpu_poison(g, y.g, y.n * 2);
-                GPU_OK(backend_matmul(cpu, y.c, x.c, w.c, with_bias ? bias.c : NULL, n, no, ni));
-                GPU_OK(backend_matmul(g, y.g, x.g, w.g, with_bias ? bias.g : NULL, n, no, ni));
+                const backend_weight wc = {DT_F32, no, ni, w.c};
+                const backend_weight wg = {backend_weight_dtype(g, DT_F32), no, ni, w.g};
+                GPU_OK(backend_matmul(cpu, y.c, x.c, &wc, with_bias ? bias.c : NULL, n));
+                GPU_OK(backend_matmul(g, y.g, x.g, &wg, with_bias ? bias.g : NULL, n));
                 float *want, *got;
                 dual_read(cpu, g, &y, &want, &got);
                 float mx = 0;
@@ -150,8 +153,10 @@ static void embed_and_gather_copy_rows_exactly(void **state)
             dual t = dual_new(cpu, g, th, (size_t)vocab * d), id = dual_i32(cpu, g, ids, (size_t)n);
             dual out = dual_new(cpu, g, NULL, (size_t)n * d);
             gpu_poison(g, out.g, out.n * 2);
-            GPU_OK(backend_embed(cpu, out.c, t.c, id.c, n, d, vocab));
-            GPU_OK(backend_embed(g, out.g, t.g, id.g, n, d, vocab));
+            const backend_weight tc = {DT_F32, vocab, d, t.c};
+            const backend_weight tg = {backend_weight_dtype(g, DT_F32), vocab, d, t.g};
+            GPU_OK(backend_embed(cpu, out.c, &tc, id.c, n));
+            GPU_OK(backend_embed(g, out.g, &tg, id.g, n));
             float *want, *got;
             dual_read(cpu, g, &out, &want, &got);
             expect_equal("embed", dt, got, want, out.n);
@@ -190,7 +195,8 @@ static void embed_token_outside_vocab_fails_at_sync_with_erange(void **state)
     GPU_OK(backend_alloc(g, (size_t)n * d * 2, &out));
     GPU_OK(backend_alloc(g, sizeof ids, &id));
     GPU_OK(backend_upload(g, id, ids, sizeof ids));
-    GPU_OK(backend_embed(g, out, table, id, n, d, vocab));
+    const backend_weight t = {backend_weight_dtype(g, DT_F32), vocab, d, table};
+    GPU_OK(backend_embed(g, out, &t, id, n));
     int rc = backend_sync(g);
     if (rc != DERAS_ERANGE)
         fail_msg("sync after embedding id 10 of a 10-token vocabulary: expected %d "

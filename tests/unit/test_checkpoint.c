@@ -247,6 +247,32 @@ static void gguf_llama_q_k_rows_are_unpermuted_and_qwen2_not(void **state)
     free(p);
 }
 
+/* The stored bytes of a block-aligned slice, dequantized, are the rows checkpoint_read_cols
+ * gives (Q rows of a llama GGUF gathered through the permutation); an unaligned slice is
+ * refused. */
+static void stored_slices_are_the_dequantized_rows(void **state)
+{
+    (void)state;
+    char *p = data("tiny/llama-gqa-q8_0.gguf");
+    checkpoint_t *c = open_ok(p);
+    assert_int_equal(checkpoint_dtype(c, CKPT_ATTN_Q, 0), DT_Q8_0);
+    assert_int_equal(checkpoint_dtype(c, CKPT_ATTN_Q_BIAS, 0), DT_UNSUPPORTED);
+    int64_t rows, cols;
+    assert_int_equal(checkpoint_shape(c, CKPT_ATTN_Q, 0, &rows, &cols), DERAS_OK);
+    const int64_t r0 = 1, n = rows - 2, c0 = 32, nc = cols - 32; /* rows inside heads */
+    uint8_t *q = malloc((size_t)n * (size_t)(nc / 32) * 34);
+    float *got = malloc(sizeof(float) * (size_t)(n * nc)), *want = malloc(sizeof(float) * (size_t)(n * nc));
+    assert_int_equal(checkpoint_read_stored(c, CKPT_ATTN_Q, 0, r0, n, c0, nc, q), DERAS_OK);
+    assert_int_equal(dtype_to_f32(DT_Q8_0, q, got, n * nc), DERAS_OK);
+    assert_int_equal(checkpoint_read_cols(c, CKPT_ATTN_Q, 0, r0, n, c0, nc, want, NULL), DERAS_OK);
+    assert_memory_equal(got, want, sizeof(float) * (size_t)(n * nc));
+    assert_int_equal(checkpoint_read_stored(c, CKPT_ATTN_Q, 0, 0, 1, 16, 32, q), DERAS_EFORMAT);
+    assert_int_equal(checkpoint_read_stored(c, CKPT_ATTN_Q, 0, rows, 1, 0, 32, q), DERAS_ERANGE);
+    free(q), free(got), free(want);
+    checkpoint_destroy(&c);
+    free(p);
+}
+
 static void row_ranges_roles_and_layers_are_checked(void **state)
 {
     (void)state;
@@ -458,6 +484,7 @@ int main(void)
         cmocka_unit_test(llama_gguf_and_sharded_hf_dir_give_identical_rows),
         cmocka_unit_test(qwen2_gguf_and_hf_dir_give_identical_rows_with_biases),
         cmocka_unit_test(gguf_llama_q_k_rows_are_unpermuted_and_qwen2_not),
+        cmocka_unit_test(stored_slices_are_the_dequantized_rows),
         cmocka_unit_test(row_ranges_roles_and_layers_are_checked),
         cmocka_unit_test(gguf_checkpoint_errors_name_file_and_tensor),
         cmocka_unit_test(hf_checkpoint_errors_name_file_and_tensor),

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "kernels/backend.h"
 #include "test_util.h"
@@ -68,7 +69,8 @@ static void matmul_matches_reference_with_and_without_bias(void **state)
                         acc += (double)x[i * ni + k] * w[(size_t)j * ni + k];
                     ref[(size_t)i * no + j] = acc;
                 }
-            assert_int_equal(backend_matmul(be, y, x, w, bias, n, no, ni), DERAS_OK);
+            const backend_weight wd = {DT_F32, no, ni, w};
+            assert_int_equal(backend_matmul(be, y, x, &wd, bias, n), DERAS_OK);
             expect_close("matmul", y, ref, (size_t)n * no);
             free(x), free(w), free(bias), free(y), free(ref);
         }
@@ -154,11 +156,12 @@ static void silu_mul_embed_and_gather(void **state)
 
     float *table = rnd((size_t)vocab * d, &seed, 1), *emb = malloc((size_t)3 * d * sizeof(float));
     int32_t ids[3] = {10, 0, 4};
-    assert_int_equal(backend_embed(be, emb, table, ids, 3, d, vocab), DERAS_OK);
+    const backend_weight td = {DT_F32, vocab, d, table};
+    assert_int_equal(backend_embed(be, emb, &td, ids, 3), DERAS_OK);
     for (int i = 0; i < 3; i++)
         assert_memory_equal(emb + i * d, table + ids[i] * d, d * sizeof(float));
     int32_t bad[2] = {3, 11};
-    assert_int_equal(backend_embed(be, emb, table, bad, 2, d, vocab), DERAS_ERANGE);
+    assert_int_equal(backend_embed(be, emb, &td, bad, 2), DERAS_ERANGE);
     assert_non_null(strstr(deras_errmsg(), "token id 11"));
 
     float *g = malloc((size_t)2 * d * sizeof(float));
@@ -169,11 +172,56 @@ static void silu_mul_embed_and_gather(void **state)
     free(gu), free(out), free(ref), free(table), free(emb), free(g);
 }
 
+/* Weights kept in a block format (Q8_0 here; kernels/cpu/qmatmul.h tests every format)
+ * go through the same calls: the product and the embedding rows equal those of the
+ * dequantized f32 weights, up to f32 summation order for the product (exact mode: the
+ * weights are the dequantized ones bit for bit, so only the order of the n_in additions
+ * differs, within (n_in + 16) u sum|w x|, u = 2^-24). */
+static void block_format_weights_match_their_f32_dequantization(void **state)
+{
+    (void)state;
+    enum { N = 5, NO = 37, NI = 96, BB = 34 };
+    assert_int_equal(backend_weight_dtype(be, DT_Q8_0), DT_Q8_0);
+    assert_int_equal(backend_weight_dtype(be, 10 /* Q2_K */), DT_F32);
+    assert_int_equal(backend_weight_bytes(DT_Q8_0, NO, NI), (size_t)NO * NI / 32 * BB);
+    uint64_t seed = 21;
+    uint8_t *q = malloc((size_t)NO * NI / 32 * BB);
+    for (int b = 0; b < NO * NI / 32; b++) {
+        const uint16_t dh = f32_to_fp16(0.002f + 0.001f * (float)(test_rng_next(&seed) % 16));
+        memcpy(q + (size_t)b * BB, &dh, 2);
+        for (int i = 0; i < 32; i++)
+            q[(size_t)b * BB + 2 + i] = (uint8_t)(test_rng_next(&seed) % 255 + 1);
+    }
+    float *wf = malloc(sizeof(float) * NO * NI), *x = rnd((size_t)N * NI, &seed, 1);
+    float *bias = rnd(NO, &seed, 1), *yq = malloc(sizeof(float) * N * NO);
+    float *yf = malloc(sizeof(float) * N * NO), *eq = malloc(sizeof(float) * 2 * NI);
+    assert_int_equal(dtype_to_f32(DT_Q8_0, q, wf, (int64_t)NO * NI), DERAS_OK);
+    const backend_weight wq = {DT_Q8_0, NO, NI, q}, wd = {DT_F32, NO, NI, wf};
+    assert_int_equal(backend_matmul(be, yq, x, &wq, bias, N), DERAS_OK);
+    assert_int_equal(backend_matmul(be, yf, x, &wd, bias, N), DERAS_OK);
+    for (int i = 0; i < N * NO; i++) {
+        double mag = fabs(bias[i % NO]);
+        for (int k = 0; k < NI; k++)
+            mag += fabs((double)x[i / NO * NI + k] * wf[(size_t)(i % NO) * NI + k]);
+        if (!(fabs(yq[i] - yf[i]) <= 2 * (NI + 16) * 0x1p-24 * 1.01 * mag))
+            fail_msg("Q8_0 product row %d out %d: %.9g, f32 weights %.9g", i / NO, i % NO, yq[i],
+                     yf[i]);
+    }
+    const int32_t ids[2] = {36, 3}, bad[1] = {NO};
+    assert_int_equal(backend_embed(be, eq, &wq, ids, 2), DERAS_OK);
+    assert_memory_equal(eq, wf + 36 * NI, NI * sizeof(float));
+    assert_memory_equal(eq + NI, wf + 3 * NI, NI * sizeof(float));
+    assert_int_equal(backend_embed(be, eq, &wq, bad, 1), DERAS_ERANGE);
+    free(q), free(wf), free(x), free(bias), free(yq), free(yf), free(eq);
+}
+
 static void ops_reject_invalid_arguments(void **state)
 {
     (void)state;
     float buf[16] = {1};
-    assert_int_equal(backend_matmul(be, buf, buf, buf, NULL, 1, 1, 1), DERAS_EINVAL);
+    const backend_weight w1 = {DT_F32, 1, 1, buf}, q2k = {10 /* Q2_K */, 1, 256, buf};
+    assert_int_equal(backend_matmul(be, buf, buf, &w1, NULL, 1), DERAS_EINVAL);
+    assert_int_equal(backend_matmul(be, buf + 8, buf, &q2k, NULL, 1), DERAS_EUNSUPPORTED);
     assert_int_equal(backend_rmsnorm(be, buf, buf, buf, 0, 4, 1e-5f), DERAS_EINVAL);
     assert_int_equal(backend_rope(be, buf, buf, 1, 1, 3, 3), DERAS_EINVAL);
     backend_t *none = NULL;
@@ -188,6 +236,7 @@ int main(void)
         cmocka_unit_test(rmsnorm_and_fused_residual_match_reference),
         cmocka_unit_test(rope_rotates_half_pairs_by_position),
         cmocka_unit_test(silu_mul_embed_and_gather),
+        cmocka_unit_test(block_format_weights_match_their_f32_dequantization),
         cmocka_unit_test(ops_reject_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* qmatmul.c - the driver of qmatmul.h: argument checks, the Q8 activations, the tiling and
+ * the threads.
+ *
+ * One OpenMP parallel region per call. In it, Q8 mode first quantizes x (units of 256
+ * elements spread statically over the threads, then a barrier; a few rows are converted
+ * before the region instead, cheaper than the barrier), then the threads take chunks of
+ * weight rows dynamically (a preempted thread on a shared machine delays only its
+ * chunk). A chunk holds about CHUNK_BYTES of weights, so within it every tile of
+ * activation rows re-reads the weights from L2, not from memory, and there are at least
+ * four chunks per thread. Within a chunk: for each tile of rt activation rows (8, 4, 2 or
+ * 1, as many as are left, the last tile padded with a repeated row), the kernel of that
+ * level walks the chunk ot weight rows at a time, asking for short rows ahead of use
+ * (software prefetch: the hardware prefetcher loses track of many short streams). Small
+ * products run on the calling thread with no region at all: below MIN_WORK multiply-adds
+ * per thread a fork would cost more than it saves. Cost per call beyond the arithmetic:
+ * the region's fork and join (1-2 us on 2 cores; bench/bench_qmatmul.c measures it) and
+ * one atomic per chunk.
+ */
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/base/status.h"
+#include "kernels/cpu/qmatmul.h"
+#include "kernels/cpu/qmm_impl.h"
+
+#define CHUNK_BYTES (128 * 1024)
+#define CHUNKS_PER_THREAD 4
+#define MIN_WORK (64 * 1024)
+#define UNIT 256 /* elements per activation conversion unit */
+#define CONVERT_HERE 4096 /* activations converted before the parallel region */
+#define PREFETCH 4096     /* bytes of weights asked for ahead of the tile */
+#define PREFETCH_ROW 4096 /* longer rows: the hardware prefetcher does it */
+
+/* Bytes of one row of activations in layout `act`, rounded up to 64. */
+static size_t act_row_bytes(int act, int n_in)
+{
+    size_t b = 0;
+    switch (act) {
+    case QA_BF16: b = (size_t)n_in * sizeof(uint16_t); break;
+    case QA_Q8_32: b = (size_t)(n_in / 32) * sizeof(qmm_q8_32); break;
+    case QA_Q8_256: b = (size_t)(n_in / 256) * sizeof(qmm_q8_256); break;
+    default: break;
+    }
+    return (b + 63) & ~(size_t)63;
+}
+
+static int check_shape(const char *who, int dtype, int mode, int n, int n_out, int n_in)
+{
+    if (qmm_fmt_of(dtype) < 0)
+        return deras_fail(DERAS_EUNSUPPORTED, "%s: no kernel for dtype %s", who,
+                          dtype_name(dtype));
+    if (mode != QMM_EXACT && mode != QMM_Q8)
+        return deras_fail(DERAS_EINVAL, "%s: unknown mode %d", who, mode);
+    if (n <= 0 || n_out <= 0 || n_in <= 0)
+        return deras_fail(DERAS_EINVAL, "%s: sizes must be positive (n %d, n_out %d, n_in %d)",
+                          who, n, n_out, n_in);
+    if (n_in % dtype_block_elems(dtype))
+        return deras_fail(DERAS_EFORMAT, "%s: n_in %d is not a whole number of %s blocks of %d",
+                          who, n_in, dtype_name(dtype), dtype_block_elems(dtype));
+    return DERAS_OK;
+}
+
+int qmm_scratch_bytes(int dtype, int mode, int n, int n_in, size_t *out)
+{
+    int rc = check_shape("qmm_scratch_bytes", dtype, mode, n, 1, n_in);
+    if (rc)
+        return rc;
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "qmm_scratch_bytes: out is NULL");
+    size_t row = act_row_bytes(qmm_act_of(qmm_fmt_of(dtype), mode == QMM_Q8), n_in);
+    if (row && (size_t)n > SIZE_MAX / row)
+        return deras_fail(DERAS_ERANGE, "qmm_scratch_bytes: %d rows of %zu bytes overflow", n,
+                          row);
+    *out = row * (size_t)n;
+    return DERAS_OK;
+}
+
+/* Row r's unit u of the activations (UNIT elements, fewer at the end of the row). */
+static void convert_unit(const qmm_act_fns *f, int act, const float *x, uint8_t *xa,
+                         size_t xa_row, int n_in, int r, int u)
+{
+    const int e0 = u * UNIT, len = n_in - e0 < UNIT ? n_in - e0 : UNIT;
+    const float *src = x + (size_t)r * n_in + e0;
+    uint8_t *dst = xa + (size_t)r * xa_row;
+    if (act == QA_BF16)
+        f->bf16(src, (uint16_t *)dst + e0, len);
+    else if (act == QA_Q8_32)
+        f->q8_32(src, (qmm_q8_32 *)dst + e0 / 32, len / 32);
+    else
+        f->q8_256(src, (qmm_q8_256 *)dst + e0 / 256, 1);
+}
+
+/* One call's plan. */
+typedef struct job {
+    const qmm_args *a;
+    const qmm_kern *tab; /* the kernels of the format and mode, per level */
+    const uint8_t *xa;   /* activation rows (x itself, or the scratch) */
+    size_t xa_row, w_row;
+    int rows;            /* weight rows per chunk */
+} job;
+
+/* Chunk c of weight rows against every activation row. */
+static void run_chunk(const job *j, int c)
+{
+    const qmm_args *a = j->a;
+    const qmm_kern *tab = j->tab;
+    const uint8_t *xa = j->xa;
+    const size_t xa_row = j->xa_row, w_row = j->w_row;
+    const int o0 = c * j->rows, o1 = a->n_out - o0 < j->rows ? a->n_out : o0 + j->rows;
+    qmm_tile t;
+    t.n_in = a->n_in;
+    for (int r0 = 0; r0 < a->n;) {
+        const int left = a->n - r0;
+        int level = left >= 8 ? 3 : left >= 3 ? 2 : left - 1;
+        while (!tab[level].fn)
+            level--;
+        const qmm_kern *k = &tab[level];
+        const int nr = k->rt < left ? k->rt : left;
+        t.ot = k->ot;
+        t.rt = k->rt;
+        for (int r = 0; r < k->rt; r++)
+            t.x[r] = xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * xa_row;
+        const uint8_t *pf = (const uint8_t *)a->w + (size_t)o0 * w_row;
+        const uint8_t *const end = (const uint8_t *)a->w + (size_t)a->n_out * w_row;
+        for (int o = o0; o < o1; o += k->ot) {
+            const int no = k->ot < o1 - o ? k->ot : o1 - o;
+            for (int i = 0; i < k->ot; i++)
+                t.w[i] = (const uint8_t *)a->w + (size_t)(o + (i < no ? i : no - 1)) * w_row;
+            /* the tile's rows are PREFETCH bytes behind what has been asked for */
+            const uint8_t *want = t.w[0] + (size_t)no * w_row + PREFETCH;
+            for (want = want < end ? want : end; w_row <= PREFETCH_ROW && pf < want; pf += 64)
+                __builtin_prefetch(pf, 0, 3);
+            k->fn(&t);
+            for (int r = 0; r < nr; r++)
+                for (int i = 0; i < no; i++)
+                    a->y[(size_t)(r0 + r) * a->n_out + o + i] = t.res[i][r];
+        }
+        r0 += nr;
+    }
+}
+
+int qmm_matmul(const qmm_args *a)
+{
+    if (!a)
+        return deras_fail(DERAS_EINVAL, "qmm_matmul: NULL arguments");
+    int rc = check_shape("qmm_matmul", a->dtype, a->mode, a->n, a->n_out, a->n_in);
+    if (rc)
+        return rc;
+    if (!a->y || !a->x || !a->w)
+        return deras_fail(DERAS_EINVAL, "qmm_matmul: NULL y, x or w");
+    const int fmt = qmm_fmt_of(a->dtype), act = qmm_act_of(fmt, a->mode == QMM_Q8);
+    size_t need;
+    if ((rc = qmm_scratch_bytes(a->dtype, a->mode, a->n, a->n_in, &need)))
+        return rc;
+    if (need && (!a->scratch || a->scratch_bytes < need || ((uintptr_t)a->scratch & 63)))
+        return deras_fail(DERAS_EINVAL,
+                          "qmm_matmul: %s %s needs %zu bytes of 64-byte aligned scratch, got %zu "
+                          "at %p", dtype_name(a->dtype), a->mode == QMM_Q8 ? "q8" : "exact",
+                          need, a->scratch_bytes, a->scratch);
+    const qmm_path *p;
+    if ((rc = qmm_path_active(&p)))
+        return rc;
+    const size_t w_row = (size_t)(a->n_in / dtype_block_elems(a->dtype)) * dtype_block_bytes(a->dtype);
+    const size_t xa_row = act == QA_F32 ? (size_t)a->n_in * sizeof(float) : need / (size_t)a->n;
+    const uint8_t *xa = act == QA_F32 ? (const uint8_t *)a->x : a->scratch;
+
+    int nt = a->n_threads > 0 ? a->n_threads : omp_get_max_threads();
+    const double work = (double)a->n * a->n_out * a->n_in;
+    if (work < (double)MIN_WORK * nt)
+        nt = (int)(work / MIN_WORK) > 1 ? (int)(work / MIN_WORK) : 1;
+    int rows = (int)(CHUNK_BYTES / w_row), min_chunks = CHUNKS_PER_THREAD * nt;
+    if (rows > (a->n_out + min_chunks - 1) / min_chunks)
+        rows = (a->n_out + min_chunks - 1) / min_chunks;
+    rows = rows < QMM_MAX_OT ? QMM_MAX_OT : rows / QMM_MAX_OT * QMM_MAX_OT;
+    const int n_chunks = (a->n_out + rows - 1) / rows;
+    const int units = (a->n_in + UNIT - 1) / UNIT;
+    const long n_units = (long)a->n * units;
+    /* a few rows of activations cost less to convert here than a barrier in the region */
+    const int convert_here = act != QA_F32 && (nt == 1 || (long)a->n * a->n_in <= CONVERT_HERE);
+    for (long i = 0; convert_here && i < n_units; i++)
+        convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
+                     (int)(i % units));
+    const job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows};
+    if (nt == 1) {
+        for (int c = 0; c < n_chunks; c++)
+            run_chunk(&j, c);
+        return DERAS_OK;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        if (act != QA_F32 && !convert_here) {
+#pragma omp for schedule(static)
+            for (long i = 0; i < n_units; i++)
+                convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
+                             (int)(i % units));
+        }
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int c = 0; c < n_chunks; c++)
+            run_chunk(&j, c);
+    }
+    return DERAS_OK;
+}
+
+bool qmm_computes(int dtype)
+{
+    return qmm_fmt_of(dtype) >= 0;
+}
+
+int qmm_embed_row(float *out, const void *w, int dtype, int64_t n_rows, int n_in, int64_t row)
+{
+    int rc = check_shape("qmm_embed_row", dtype, QMM_EXACT, 1, 1, n_in);
+    if (rc)
+        return rc;
+    if (!out || !w || row < 0 || row >= n_rows)
+        return deras_fail(DERAS_EINVAL, "qmm_embed_row: NULL pointer or row %lld outside [0, %lld)",
+                          (long long)row, (long long)n_rows);
+    const size_t w_row = (size_t)(n_in / dtype_block_elems(dtype)) * dtype_block_bytes(dtype);
+    return dtype_to_f32(dtype, (const uint8_t *)w + (size_t)row * w_row, out, n_in);
+}

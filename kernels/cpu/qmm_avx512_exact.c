@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* qmm_avx512_exact.c - exact-mode kernels of qmatmul.h for AVX-512 F/BW/VL.
+ *
+ * The AVX2 kernels' design (qmm_avx2_exact.c) at twice the width: each 32-element block is
+ * decoded sixteen elements at a time into f32 lanes, bit for bit as dtype_to_f32 does,
+ * and meets each activation row of the tile with one FMA into that pair's single 16-lane
+ * accumulator; lanes are summed in a fixed order at the end, so the order of additions is
+ * fixed by n_in alone. Q4_0/Q4_1/Q8_0 widen bytes straight from the block; Q5_0/Q5_1 and
+ * the K formats are first decoded to byte codes (qmm_avx512_blocks.h: a K super-block's
+ * 256 codes and its scales once per weight row), then widened, converted and scaled;
+ * Q6_K's d * sc * (q - 32) is one fmsub of d * sc and 32 * d * sc, exact like the rest. F32/F16/BF16 rows ending in a partial vector use masked loads (no
+ * padding copies). Tile shapes: 4x1, 4x2, 4x4, 2x8 - up to 16 accumulators in the 32 zmm
+ * registers. Every function carries the AVX-512 target attribute and is reached only
+ * through the table, after qmm_isa.c has checked the CPU.
+ */
+#include "kernels/cpu/qmm_impl.h"
+
+#ifdef QMM_X86
+#include "kernels/cpu/qmm_avx512_blocks.h"
+
+/* A K super-block of one weight row: codes and per-group f32 scale and subtracted
+ * offset (Q4_K/Q5_K: a[j] = d * sc_j, a[8 + j] = dmin * m_j per 32-element sub-block j;
+ * Q6_K: a[g] = d * sc_g, b[g] = 32 a[g] per 16-element group g). */
+typedef struct kx {
+    kw k;
+    _Alignas(64) float a[16], b[16];
+} kx;
+
+INL void kx_unpack(int f, const uint8_t *p, kx *x)
+{
+    k_unpack(f, p, &x->k);
+    const __m512 raw = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(x->k.raw));
+    if (f == QF_Q6_K) {
+        const __m512 a = _mm512_mul_ps(raw, _mm512_set1_ps(x->k.d));
+        _mm512_store_ps(x->a, a);
+        _mm512_store_ps(x->b, _mm512_mul_ps(a, _mm512_set1_ps(32.0f)));
+    } else {
+        const __m512 d = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(x->k.d), _mm512_set1_ps(x->k.dmin));
+        _mm512_store_ps(x->a, _mm512_mul_ps(raw, d));
+    }
+}
+
+INL __m512i nib16(const uint8_t *p, int hi)
+{
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    return hi ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(15));
+}
+
+/* Per-32-element-block state of one weight row: scale, offset, byte codes. */
+typedef struct st5 {
+    __m512 a, b;
+    __m256i c;
+} st5;
+
+INL st5 prep(int f, const uint8_t *w, int b)
+{
+    st5 s = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm256_setzero_si256()};
+    const uint8_t *p;
+    float d, m = 0.0f;
+    switch (f) {
+    case QF_Q8_0: s.a = _mm512_set1_ps(half_at(w + 34 * (size_t)b)); break;
+    case QF_Q4_0: s.a = _mm512_set1_ps(half_at(w + 18 * (size_t)b)); break;
+    case QF_Q4_1:
+        p = w + 20 * (size_t)b;
+        s.a = _mm512_set1_ps(half_at(p)), s.b = _mm512_set1_ps(half_at(p + 2));
+        break;
+    case QF_Q5_0:
+    case QF_Q5_1:
+        s.c = legacy_codes(f, w, b, &d, &m);
+        s.a = _mm512_set1_ps(d), s.b = _mm512_set1_ps(m);
+        break;
+    default: break;
+    }
+    return s;
+}
+
+/* Elements 16v .. 16v + 15 of 32-element block b of row w (or of K sub-block j of x),
+ * the reference values. */
+INL __m512 vec(int f, const uint8_t *w, int b, const st5 *s, const kx *x, int j, int v)
+{
+    __m512i c;
+    switch (f) {
+    case QF_F32: return _mm512_loadu_ps((const float *)w + 32 * (size_t)b + 16 * v);
+    case QF_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 64 * (size_t)b + 32 * v)));
+    case QF_BF16:
+        c = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + 64 * (size_t)b + 32 * v)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(c, 16));
+    case QF_Q8_0:
+        c = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 34 * (size_t)b + 2 + 16 * v)));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(c), s->a);
+    case QF_Q4_0:
+        c = _mm512_sub_epi32(nib16(w + 18 * (size_t)b + 2, v), _mm512_set1_epi32(8));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(c), s->a);
+    case QF_Q4_1:
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(nib16(w + 20 * (size_t)b + 4, v)), s->a, s->b);
+    case QF_Q5_0:
+    case QF_Q5_1:
+        c = _mm512_cvtepu8_epi32(v ? _mm256_extracti128_si256(s->c, 1) : _mm256_castsi256_si128(s->c));
+        if (f == QF_Q5_1)
+            return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), s->a, s->b);
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(16))), s->a);
+    default: { /* K formats */
+        const int g = f == QF_Q6_K ? 2 * j + v : j;
+        c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)x->k.c + 32 * j + 16 * v)));
+        return _mm512_fmsub_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(x->a[g]),
+                               _mm512_set1_ps(f == QF_Q6_K ? x->b[g] : x->a[8 + g]));
+    }
+    }
+}
+
+/* F32/F16/BF16 elements e .. e + 15 under mask m (lanes off read nothing and are 0). */
+INL __m512 float_masked(int f, const uint8_t *w, int e, __mmask16 m)
+{
+    if (f == QF_F32)
+        return _mm512_maskz_loadu_ps(m, (const float *)w + e);
+    const __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, (const uint16_t *)w + e));
+    if (f == QF_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+INL void tile(qmm_tile *t, const int f, const int OT, const int RT)
+{
+    const int is_k = f == QF_Q4_K || f == QF_Q5_K || f == QF_Q6_K;
+    const int per = is_k ? 8 : 1; /* 32-element blocks per step */
+    const size_t kb = f == QF_Q4_K ? 144 : f == QF_Q5_K ? 176 : 210;
+    __m512 acc[QMM_MAX_OT][QMM_MAX_RT];
+    UNROLL for (int o = 0; o < OT; o++)
+        UNROLL for (int r = 0; r < RT; r++)
+            acc[o][r] = _mm512_setzero_ps();
+    const int nb = t->n_in / 32;
+    kx x[QMM_MAX_OT];
+    for (int b0 = 0; b0 < nb; b0 += per) {
+        if (is_k)
+            UNROLL for (int o = 0; o < OT; o++)
+                kx_unpack(f, t->w[o] + (size_t)(b0 / 8) * kb, &x[o]);
+        for (int j = 0; j < per; j++) {
+            st5 s[QMM_MAX_OT];
+            UNROLL for (int o = 0; o < OT; o++)
+                s[o] = prep(f, t->w[o], b0 + j);
+            UNROLL for (int v = 0; v < 2; v++) {
+                __m512 wv[QMM_MAX_OT];
+                UNROLL for (int o = 0; o < OT; o++)
+                    wv[o] = vec(f, t->w[o], b0 + j, &s[o], &x[o], j, v);
+                UNROLL for (int r = 0; r < RT; r++) {
+                    const __m512 xv = _mm512_loadu_ps((const float *)t->x[r] + 32 * (b0 + j) + 16 * v);
+                    UNROLL for (int o = 0; o < OT; o++)
+                        acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+                }
+            }
+        }
+    }
+    if (f == QF_F32 || f == QF_F16 || f == QF_BF16) {
+        for (int e = nb * 32; e < t->n_in; e += 16) {
+            const int k = t->n_in - e < 16 ? t->n_in - e : 16;
+            const __mmask16 m = (__mmask16)((1u << k) - 1);
+            __m512 wv[QMM_MAX_OT];
+            UNROLL for (int o = 0; o < OT; o++)
+                wv[o] = float_masked(f, t->w[o], e, m);
+            UNROLL for (int r = 0; r < RT; r++) {
+                const __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)t->x[r] + e);
+                UNROLL for (int o = 0; o < OT; o++)
+                    acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+            }
+        }
+    }
+    UNROLL for (int o = 0; o < OT; o++)
+        UNROLL for (int r = 0; r < RT; r++)
+            t->res[o][r] = hsum(acc[o][r]);
+}
+
+#define KERNELS(F)                                                                                 \
+    T5 static void F##_1(qmm_tile *t) { tile(t, QF_##F, 4, 1); }                                   \
+    T5 static void F##_2(qmm_tile *t) { tile(t, QF_##F, 4, 2); }                                   \
+    T5 static void F##_4(qmm_tile *t) { tile(t, QF_##F, 4, 4); }                                   \
+    T5 static void F##_8(qmm_tile *t) { tile(t, QF_##F, 2, 8); }
+KERNELS(F32) KERNELS(F16) KERNELS(BF16) KERNELS(Q8_0) KERNELS(Q4_0) KERNELS(Q4_1) KERNELS(Q5_0)
+KERNELS(Q5_1) KERNELS(Q4_K) KERNELS(Q5_K) KERNELS(Q6_K)
+
+#define ROW(F) [QF_##F] = {{F##_1, 4, 1}, {F##_2, 4, 2}, {F##_4, 4, 4}, {F##_8, 2, 8}}
+const qmm_kern qmm_avx512_exact[QF_COUNT][QMM_LEVELS] = {
+    ROW(F32), ROW(F16), ROW(BF16), ROW(Q8_0), ROW(Q4_0), ROW(Q4_1),
+    ROW(Q5_0), ROW(Q5_1), ROW(Q4_K), ROW(Q5_K), ROW(Q6_K),
+};
+#endif
