@@ -5,11 +5,11 @@
     bench/plot_bench.py --out DIR RUN.jsonl [RUN.jsonl ...]
 
 writes DIR/latency_cdf.png (the CDFs of time to first token, time per output token and
-end-to-end latency, one curve per run) and, with two or more runs, DIR/throughput_vs_load.png
-(output tokens/s and TTFT p50/p99 against the offered load, requests/s). Each run is one
-file from `deras bench --samples FILE`; its offered load is its --rate (a run with rate 0,
-everything at once, is placed at its achieved requests/s). Needs matplotlib (Debian
-python3-matplotlib); draws off-screen (Agg).
+end-to-end latency, one curve per run) and, with two or more Poisson runs (--rate > 0),
+DIR/throughput_vs_load.png (output tokens/s and TTFT p50/p99 against the offered load,
+requests/s). Each run is one file from `deras bench --samples FILE`; a run with rate 0
+(everything at once) is a burst, not a load level: it appears in the CDFs only. Needs
+matplotlib (Debian python3-matplotlib); draws off-screen (Agg).
 """
 
 import argparse
@@ -32,8 +32,7 @@ def load(path):
 
 
 def offered(run):
-    rate = run["config"]["rate"]
-    return rate if rate > 0 else run["requests_per_s"]
+    return run["config"]["rate"]
 
 
 def cdf(values):
@@ -105,8 +104,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     runs = [load(p) for p in args.runs]
     made = [plot_cdfs(runs, args.out)]
-    if len(runs) >= 2:
-        made.append(plot_load(runs, args.out))
+    poisson = [r for r in runs if offered(r[0]) > 0]
+    if len(poisson) >= 2:
+        made.append(plot_load(poisson, args.out))
     for p in made:
         print(p)
     return 0

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """test_bench_plots - `deras bench --samples` and bench/plot_bench.py (issue 16).
 
-Two short bench runs against a cluster on the tiny model (all at once, and Poisson at
-20 requests/s) write their samples; the file has the run line and one line per request,
+Three short bench runs against a cluster on the tiny model (all at once, and Poisson at
+10 and 20 requests/s) write their samples; the file has the run line and one line per request,
 consistent with the run's own totals; the plot script turns both into the two PNGs.
 """
 
@@ -27,7 +27,7 @@ class BenchPlots(unittest.TestCase):
         c = Cluster(n_workers=1)
         try:
             files = []
-            for rate in ("0", "20"):
+            for rate in ("0", "10", "20"):
                 path = os.path.join(d, "rate-%s.jsonl" % rate)
                 r = subprocess.run([DERAS, "bench", "--address", c.address, "--requests", "12",
                                     "--rate", rate, "--max-tokens", "4:8", "--seed", "1",
@@ -59,7 +59,7 @@ class BenchPlots(unittest.TestCase):
             for name in ("latency_cdf.png", "throughput_vs_load.png"):
                 with open(os.path.join(out, name), "rb") as f:
                     self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", name)
-            print("bench plots: 2 runs x 12 requests sampled; %s" % ", ".join(sorted(os.listdir(out))))
+            print("bench plots: 3 runs x 12 requests sampled; %s" % ", ".join(sorted(os.listdir(out))))
         finally:
             codes = c.stop()
             shutil.rmtree(d, ignore_errors=True)
