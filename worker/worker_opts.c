@@ -137,6 +137,9 @@ int worker_opts_check(const worker_opts *o)
     spec_opts so;
     if ((rc = worker_opts_spec(o, &so)))
         return rc;
+    if (o->test_step_delay_ms < 0 || o->test_step_delay_ms > 600000)
+        return deras_fail(DERAS_EINVAL, "DERAS_TEST_STEP_DELAY_MS %d: expected 0 to 600000",
+                          o->test_step_delay_ms);
     if (o->stop_fd < -1)
         return deras_fail(DERAS_EINVAL, "stop_fd %d: expected -1 or a file descriptor", o->stop_fd);
     return DERAS_OK;
