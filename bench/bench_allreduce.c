@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_allreduce.c - the shared-memory all-reduce (engine/comm.h) against memcpy.
  *
  *   bench_allreduce [--ranks 2] [--min 4096] [--max 67108864] [--chunk 1048576]

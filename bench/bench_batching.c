@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_batching.c - continuous batching against static batching on one engine.
  *
  *   bench_batching [--model PATH] [--requests 32] [--max-seqs 16] [--max-batch-tokens 256]

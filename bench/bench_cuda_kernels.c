@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_cuda_kernels.c - every CUDA kernel against its hardware floor, measured in the
  * same run on the same device.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_model.c - single-stream prefill and decode speed of a model on this machine,
  * against the machine's own limits measured in the same run.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_spec.c - speculative decoding: tokens/s and acceptance per proposer.
  *
  *   bench_spec [--model PATH] [--proposers none,ngram,self:12] [--batches 1,16]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """gpu_report.py - join bench_cuda_kernels and sdpa_compare JSON lines into the tables of
 docs/benchmarks.md, and check the issue's two targets.
 

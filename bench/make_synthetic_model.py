@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """make_synthetic_model.py - a Llama-family GGUF of a real model's shape with random weights,
 for speed and memory benchmarks (never for correctness: the weights mean nothing).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """sdpa_compare.py - PyTorch's scaled_dot_product_attention (flash backend) on the shapes
 bench_cuda_kernels times, for the comparison the CUDA issue asks for.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* block_pool.c - KV cache blocks: reference counts, the free queue, the prefix-cache map.
  *
  * Everything is an array indexed by block id, sized once in block_pool_new(). The free
@@ -102,13 +103,14 @@ static void map_insert(block_pool_t *bp, int32_t b)
     bp->n_cached++;
 }
 
-block_pool_t *block_pool_new(int n_blocks, int block_size, bool caching)
+int block_pool_new(int n_blocks, int block_size, bool caching, block_pool_t **out)
 {
-    if (n_blocks < 2 || n_blocks > INT32_MAX / 4 || block_size < 1) {
-        deras_fail(DERAS_EINVAL, "block pool: n_blocks must be in [2, %d] and block_size >= 1, "
-                   "got %d and %d", INT32_MAX / 4, n_blocks, block_size);
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "block_pool_new: NULL out");
+    *out = NULL;
+    if (n_blocks < 2 || n_blocks > INT32_MAX / 4 || block_size < 1)
+        return deras_fail(DERAS_EINVAL, "block pool: n_blocks must be in [2, %d] and "
+                          "block_size >= 1, got %d and %d", INT32_MAX / 4, n_blocks, block_size);
     size_t n = (size_t)n_blocks;
     block_pool_t *bp = calloc(1, sizeof *bp);
     if (!bp)
@@ -145,13 +147,13 @@ block_pool_t *block_pool_new(int n_blocks, int block_size, bool caching)
     list_init(&bp->free_q);
     for (int32_t b = 1; b < n_blocks; b++)
         queue_push(bp, b, true);
-    return bp;
+    *out = bp;
+    return DERAS_OK;
 
 fail:
     block_pool_destroy(&bp);
-    deras_fail(DERAS_ENOMEM, "block pool: out of memory for %d blocks of %d tokens", n_blocks,
-               block_size);
-    return NULL;
+    return deras_fail(DERAS_ENOMEM, "block pool: out of memory for %d blocks of %d tokens",
+                      n_blocks, block_size);
 }
 
 void block_pool_destroy(block_pool_t **bpp)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* block_pool.h - KV cache blocks: reference counts, the free queue and the prefix-cache map.
  *
  * The mechanism under kv_manager (which does the per-sequence accounting). Blocks are ids
@@ -31,9 +32,8 @@ typedef struct block_pool block_pool_t;
 
 /* A pool of n_blocks blocks (>= 2, the null block included) of block_size tokens, all
  * free. With caching off nothing can be registered and no token storage is allocated.
- * NULL on a bad argument or when memory runs out (with a message, see status.h).
- * O(n_blocks). */
-block_pool_t *block_pool_new(int n_blocks, int block_size, bool caching);
+ * DERAS_EINVAL on a bad argument, DERAS_ENOMEM when memory runs out. O(n_blocks). */
+int block_pool_new(int n_blocks, int block_size, bool caching, block_pool_t **out);
 void block_pool_destroy(block_pool_t **bp);
 
 /* Blocks no one references (cached ones included) / blocks registered in the map. O(1). */

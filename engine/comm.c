@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm.c - the communicator interface: argument checks and dispatch (see comm.h). */
 #include "comm.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm.h - collectives between the tensor-parallel ranks of a worker group.
  *
  * One interface, two implementations, both in worker/ (they are process-group code: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm_impl.h - what a communicator implementation provides: engine/comm.c dispatches
  * through it, worker/comm_shm.c and worker/comm_nccl.c implement it. Private to those. */
 #ifndef DERAS_COMM_IMPL_H

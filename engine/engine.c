@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.c - requests, sequences and the step loop (see engine.h).
  *
  * Records. A request owns n sequences (samples). Sequences live in a pool of
@@ -65,7 +66,7 @@ struct engine {
     int vocab;
     kv_manager_t *kv;
     sched_t *sched;
-    step_plan *plan;
+    step_plan_t *plan;
     sampler_t *sampler;
     float *logits;         /* (max_seqs * rows, vocab), rows = 1 + spec.k (1 without) */
     int rows;              /* logits rows per sequence at most */
@@ -145,19 +146,20 @@ int engine_new(model_t *m, const engine_opts *opts, engine_t **out)
         goto fail;
     sched_opts so = {.max_seqs = o.max_seqs, .max_batch_tokens = o.max_batch_tokens,
                      .static_batching = o.static_batching};
-    e->sched = sched_new(e->kv, &so);
     e->rows = o.spec.kind == SPEC_NONE ? 1 : 1 + o.spec.k;
     const size_t S = (size_t)o.max_seqs;
-    e->plan = step_plan_new(o.max_batch_tokens, o.max_seqs, mo->max_blocks_per_seq,
-                            o.max_seqs * e->rows, o.max_seqs);
-    e->sampler = sampler_new(e->vocab);
+    if ((rc = sched_new(e->kv, &so, &e->sched)) ||
+        (rc = step_plan_new(o.max_batch_tokens, o.max_seqs, mo->max_blocks_per_seq,
+                            o.max_seqs * e->rows, o.max_seqs, &e->plan)) ||
+        (rc = sampler_new(e->vocab, &e->sampler)))
+        goto fail;
     e->logits = malloc(S * e->rows * e->vocab * sizeof(float));
     e->seqs = calloc((size_t)o.max_live_seqs, sizeof *e->seqs);
     e->reqs = calloc((size_t)o.max_live_seqs, sizeof *e->reqs);
     e->eog = malloc((size_t)(o.n_eog + 1) * sizeof(int32_t));
     e->stops = malloc((size_t)o.max_live_seqs * (REQ_MAX_STOP_IDS + o.n_eog) * sizeof(int32_t));
     e->row0 = calloc(S, sizeof *e->row0);
-    if (!e->sched || !e->plan || !e->sampler || !e->logits || !e->seqs || !e->reqs || !e->eog ||
+    if (!e->logits || !e->seqs || !e->reqs || !e->eog ||
         !e->stops || !e->row0) {
         rc = deras_fail(DERAS_ENOMEM, "engine_new: out of memory");
         goto fail;
@@ -542,7 +544,7 @@ int engine_step(engine_t *e, int *n_tokens)
         if (e->cand_seq[c]->sq.n_scheduled == 0)
             sched_spec_drop(&e->cand_seq[c]->sq);
     e->st.preemptions += (uint64_t)preempted;
-    step_plan *p = e->plan;
+    step_plan_t *p = e->plan;
     if (p->n_seqs > 0) {
         model_batch bt;
         step_plan_batch(p, &bt);

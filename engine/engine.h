@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.h - one worker's inference engine: requests in, tokens out, one step at a time.
  *
  * engine_add() queues a request (token ids, sampling parameters, n samples, limits);

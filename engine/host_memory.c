@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* host_memory.c - available host memory, cgroup limits included (see host_memory.h). */
 #include "host_memory.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* host_memory.h - how much memory this process may still take on the host, and where that
  * number came from: the least of the system's MemAvailable and, for every memory cgroup
  * the process is in (cgroup v2, or v1's memory controller), its limit less what the group

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_manager.c - KV cache accounting: block tables, token counts, prefix claim and commit,
  * fork, copy-on-write and truncation (see kv_manager.h for the contract).
  *
@@ -179,10 +180,10 @@ int kv_manager_new(const kv_manager_opts *o, kv_manager_t **out)
         return deras_fail(DERAS_ENOMEM, "kv_manager_new: out of memory");
     kv->o = *o;
     kv->hash_mask = ~0ull;
-    kv->pool = block_pool_new(o->n_blocks, o->block_size, o->prefix_caching);
-    if (!kv->pool) {
+    int rc = block_pool_new(o->n_blocks, o->block_size, o->prefix_caching, &kv->pool);
+    if (rc) {
         kv_manager_destroy(&kv);
-        return deras_fail_ctx(DERAS_ENOMEM, "kv_manager_new: ");
+        return deras_fail_ctx(rc, "kv_manager_new: ");
     }
     size_t n_entries = (size_t)o->max_seqs * (size_t)o->max_blocks_per_seq;
     kv->slots = calloc((size_t)o->max_seqs, sizeof *kv->slots);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_manager.h - KV cache accounting: which cache blocks each sequence holds.
  *
  * The KV cache is cut into n_blocks blocks of block_size tokens (the model owns the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_sizing.c - KV cache size from a budget, and the start-up log line (see kv_sizing.h). */
 #include "kv_sizing.h"
 

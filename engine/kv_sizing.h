@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_sizing.h - how big the KV cache of this process is, and the start-up line that says so.
  *
  * The engine's KV cache is given either as a byte budget ("4GiB") or as a fraction of the

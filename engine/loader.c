@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* loader.c - from options to a running engine (see loader.h). */
 #include "loader.h"
 
@@ -229,6 +230,9 @@ int loader_build_engine(loader_t *l, const engine_callbacks *cb,
 int loader_load(const loader_opts *o, const char *kv_budget, const engine_callbacks *cb,
                 loader_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "loader_load: NULL out");
+    *out = NULL;
     loader_t *l = NULL;
     int rc = loader_open(o, &l);
     if (rc || (rc = loader_size_budget(l, kv_budget)) || (rc = loader_build_model(l)) ||

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* loader.h - the one way from options to a running engine: backend, checkpoint, the
  * tokenizer's end-of-generation ids, the KV cache's size, the model (and a draft model),
  * the engine. deras-worker (leader and followers), `deras generate` and the benchmarks all

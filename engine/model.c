@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* model.c - a Llama-family model's weights on a backend, and its forward pass.
  *
  * The forward pass reads straight down the layer loop, llama2.c style:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* model.h - a Llama-family model's weights on a backend, and its forward pass.
  *
  * model_new() reads every weight from a checkpoint (dequantized to f32 by the checkpoint,

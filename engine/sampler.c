@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampler.c - logits processors and sampling (see sampler.h for the pipeline and costs).
  *
  * Candidate sets are index arrays into a working copy of the logits. Selection of the k
@@ -63,21 +64,28 @@ double sampler_rng_uniform(sampler_rng *r)
     return (double)(result >> 11) * 0x1.0p-53;
 }
 
-sampler_t *sampler_new(int vocab)
+int sampler_new(int vocab, sampler_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "sampler_new: NULL out");
+    *out = NULL;
     if (vocab <= 0)
-        return NULL;
+        return deras_fail(DERAS_EINVAL, "sampler_new: vocab %d must be positive", vocab);
     sampler_t *s = calloc(1, sizeof *s);
     if (!s)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "sampler_new: out of memory");
     s->vocab = vocab;
     s->work = malloc((size_t)vocab * sizeof(float));
     s->idx = malloc((size_t)vocab * sizeof(int32_t));
     s->counts = calloc((size_t)vocab, sizeof(int32_t));
     s->seen = calloc((size_t)vocab, 1);
-    if (!s->work || !s->idx || !s->counts || !s->seen)
+    if (!s->work || !s->idx || !s->counts || !s->seen) {
         sampler_destroy(&s);
-    return s;
+        return deras_fail(DERAS_ENOMEM, "sampler_new: out of memory for a vocabulary of %d",
+                          vocab);
+    }
+    *out = s;
+    return DERAS_OK;
 }
 
 void sampler_destroy(sampler_t **sp)

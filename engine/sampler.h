@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampler.h - turning a row of logits into the next token, per request's sampling parameters.
  *
  * The pipeline, in this order (vLLM's): the logit bias (OpenAI's: added to the raw
@@ -59,7 +60,9 @@ typedef struct sample_history {
 
 typedef struct sampler sampler_t;
 
-sampler_t *sampler_new(int vocab);
+/* A sampler for `vocab` logits, its scratch sized once: DERAS_EINVAL for vocab < 1,
+ * DERAS_ENOMEM. O(vocab). */
+int sampler_new(int vocab, sampler_t **out);
 void sampler_destroy(sampler_t **s);
 
 /* Sample one token from `logits` (vocab entries, left unchanged: processing happens in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scheduler.c - continuous batching policy (see scheduler.h for the rules).
  *
  * Two intrusive lists (common/base/list.h): `running` in admission order (head oldest)
@@ -58,23 +59,28 @@ static void seq_unlink(seq_list *l, sched_seq *q)
     l->n--;
 }
 
-sched_t *sched_new(kv_manager_t *kv, const sched_opts *o)
+int sched_new(kv_manager_t *kv, const sched_opts *o, sched_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "sched_new: NULL out");
+    *out = NULL;
     if (!kv || !o || o->max_seqs <= 0 || o->max_batch_tokens < o->max_seqs)
-        return NULL;
+        return deras_fail(DERAS_EINVAL, "sched_new: need a KV manager and 0 < max_seqs <= "
+                          "max_batch_tokens");
     sched_t *s = calloc(1, sizeof *s);
     if (!s)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "sched_new: out of memory");
     s->sched = calloc((size_t)o->max_seqs, sizeof *s->sched);
     if (!s->sched) {
         free(s);
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "sched_new: out of memory");
     }
     s->kv = kv;
     s->o = *o;
     list_init(&s->running.head);
     list_init(&s->waiting.head);
-    return s;
+    *out = s;
+    return DERAS_OK;
 }
 
 void sched_destroy(sched_t **sp)
@@ -160,7 +166,7 @@ static void preempt(sched_t *s, sched_seq *q)
 }
 
 /* Append q's n_scheduled tokens to the plan. */
-static void plan_add(sched_t *s, step_plan *p, sched_seq *q)
+static void plan_add(sched_t *s, step_plan_t *p, sched_seq *q)
 {
     int32_t *tok = plan_tokens(p) + p->n_tokens;
     memcpy(tok, q->tokens + q->n_computed, (size_t)q->n_scheduled * sizeof(int32_t));
@@ -177,7 +183,7 @@ static void plan_add(sched_t *s, step_plan *p, sched_seq *q)
     s->sched[s->n_sched++] = q;
 }
 
-int sched_schedule(sched_t *s, step_plan *p, int *n_preempted)
+int sched_schedule(sched_t *s, step_plan_t *p, int *n_preempted)
 {
     step_plan_reset(p, p->step_id + 1);
     s->n_sched = 0;

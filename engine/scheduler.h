@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scheduler.h - continuous batching: which sequences compute how many tokens each step.
  *
  * One rule instead of two phases: a sequence has n_computed tokens in the KV cache
@@ -81,7 +82,9 @@ typedef struct sched_stats {
 
 typedef struct sched sched_t;
 
-sched_t *sched_new(kv_manager_t *kv, const sched_opts *o);
+/* A scheduler over kv (borrowed) for o->max_seqs running sequences: DERAS_EINVAL unless
+ * 0 < max_seqs <= max_batch_tokens, DERAS_ENOMEM. O(max_seqs). */
+int sched_new(kv_manager_t *kv, const sched_opts *o, sched_t **out);
 void sched_destroy(sched_t **s);
 
 /* Queue a sequence (state IDLE, n_tokens >= 1) at the back of the waiting queue. */
@@ -99,7 +102,7 @@ void sched_remove(sched_t *s, sched_seq *q);
 /* Fill `plan` with the next step (reset first). The copy-on-write copies the KV manager
  * recorded are placed in the plan. *n_preempted counts preemptions made. An empty plan
  * (n_seqs 0) means nothing can run. */
-int sched_schedule(sched_t *s, step_plan *plan, int *n_preempted);
+int sched_schedule(sched_t *s, step_plan_t *plan, int *n_preempted);
 
 /* After the pass, before sched_step_done: of q's n_spec drafts the first n_accepted stand.
  * The rest leave q's tokens and KV (tail blocks released); q computed its pending token

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_draft.c - a model proposer: catch up, then one pass per draft (see spec_draft.h).
  *
  * Each proposal is a loop of passes over the sequences still drafting. A sequence's
@@ -22,7 +23,7 @@ struct spec_draft {
     model_t *m;
     int vocab, max_live_seqs, max_seqs, budget;
     kv_manager_t *kv;
-    step_plan *plan;
+    step_plan_t *plan;
     sampler_t *sampler;
     float *logits;     /* (max_seqs, vocab) */
     int *len;          /* (max_seqs) per proposal entry: tokens known incl. drafts */
@@ -53,13 +54,15 @@ int spec_draft_new(model_t *m, int max_live_seqs, int max_seqs, spec_draft_t **o
     int rc = kv_manager_new(&ko, &d->kv);
     if (rc)
         goto fail;
-    d->plan = step_plan_new(mo->max_batch_tokens, max_seqs, mo->max_blocks_per_seq, max_seqs, 0);
-    d->sampler = sampler_new(d->vocab);
+    if ((rc = step_plan_new(mo->max_batch_tokens, max_seqs, mo->max_blocks_per_seq, max_seqs, 0,
+                            &d->plan)) ||
+        (rc = sampler_new(d->vocab, &d->sampler)))
+        goto fail;
     d->logits = malloc((size_t)max_seqs * d->vocab * sizeof(float));
     d->len = calloc((size_t)max_seqs, sizeof *d->len);
     d->row_of = calloc((size_t)max_seqs, sizeof *d->row_of);
     d->active = calloc((size_t)max_seqs, sizeof *d->active);
-    if (!d->plan || !d->sampler || !d->logits || !d->len || !d->row_of || !d->active) {
+    if (!d->logits || !d->len || !d->row_of || !d->active) {
         rc = deras_fail(DERAS_ENOMEM, "spec_draft_new: out of memory");
         goto fail;
     }
@@ -123,7 +126,7 @@ int spec_draft_propose(spec_draft_t *d, spec_seq *seqs, int n)
     }
     const int max_blocks = d->plan->max_blocks;
     for (;;) {
-        step_plan *p = d->plan;
+        step_plan_t *p = d->plan;
         step_plan_reset(p, p->step_id + 1);
         int budget = d->budget;
         for (int i = 0; i < n && budget > 0; i++) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_draft.h - a model that proposes drafts: a self-draft view or a draft checkpoint.
  *
  * The drafter keeps its own KV cache, managed by its own KV manager (no prefix caching,

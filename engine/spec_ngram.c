@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_ngram.c - n-gram prompt lookup (see spec_ngram.h).
  *
  * A backwards scan per match length: the latest occurrence is the one nearest the end,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_ngram.h - n-gram prompt lookup: drafts copied from earlier in the sequence.
  *
  * Text that quotes, summarises or edits its input repeats it: the tokens that followed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* speculative.c - proposer options, the verification rule, adaptive k, and the proposer
  * front (see speculative.h).
  *

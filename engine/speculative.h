@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* speculative.h - speculative decoding: draft proposers and the verification rule.
  *
  * A proposer guesses the next k tokens of a sequence cheaply; the target model scores the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* step_plan.c - the flat step record (see step_plan.h).
  *
  * Layout: header, then tokens, q_start, ctx_len, block_tables, seq_ref, logits_rows,
@@ -24,7 +25,7 @@ static int layout(int cap_tokens, int cap_seqs, int max_blocks, int cap_logits, 
     if (cap_tokens <= 0 || cap_seqs <= 0 || max_blocks <= 0 || cap_logits <= 0 || cap_copies < 0)
         return -1;
     const uint64_t i4 = sizeof(int32_t);
-    uint64_t off = sizeof(step_plan);
+    uint64_t off = sizeof(step_plan_t);
     l->tokens = off;
     off += (uint64_t)cap_tokens * i4;
     l->q_start = off;
@@ -52,15 +53,21 @@ size_t step_plan_bytes(int cap_tokens, int cap_seqs, int max_blocks, int cap_log
     return layout(cap_tokens, cap_seqs, max_blocks, cap_logits, cap_copies, &l) ? 0 : l.end;
 }
 
-step_plan *step_plan_new(int cap_tokens, int cap_seqs, int max_blocks, int cap_logits,
-                         int cap_copies)
+int step_plan_new(int cap_tokens, int cap_seqs, int max_blocks, int cap_logits, int cap_copies,
+                  step_plan_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "step_plan_new: NULL out");
+    *out = NULL;
     plan_layout l;
     if (layout(cap_tokens, cap_seqs, max_blocks, cap_logits, cap_copies, &l))
-        return NULL;
-    step_plan *p = calloc(1, l.end);
+        return deras_fail(DERAS_EINVAL, "step_plan_new: capacities (%d tokens, %d seqs, %d "
+                          "blocks, %d logits, %d copies) must be positive (copies >= 0) and "
+                          "fit in %zu bytes", cap_tokens, cap_seqs, max_blocks, cap_logits,
+                          cap_copies, PLAN_MAX_BYTES);
+    step_plan_t *p = calloc(1, l.end);
     if (!p)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "step_plan_new: out of memory for %zu bytes", l.end);
     p->magic = STEP_PLAN_MAGIC;
     p->bytes = (uint32_t)l.end;
     p->cap_tokens = cap_tokens;
@@ -75,10 +82,11 @@ step_plan *step_plan_new(int cap_tokens, int cap_seqs, int max_blocks, int cap_l
     p->off_seq_ref = (uint32_t)l.seq_ref;
     p->off_logits = (uint32_t)l.logits;
     p->off_copies = (uint32_t)l.copies;
-    return p;
+    *out = p;
+    return DERAS_OK;
 }
 
-void step_plan_destroy(step_plan **p)
+void step_plan_destroy(step_plan_t **p)
 {
     if (p) {
         free(*p);
@@ -86,26 +94,26 @@ void step_plan_destroy(step_plan **p)
     }
 }
 
-int32_t *plan_tokens(step_plan *p) { return (int32_t *)((char *)p + p->off_tokens); }
-int32_t *plan_q_start(step_plan *p) { return (int32_t *)((char *)p + p->off_q_start); }
-int32_t *plan_ctx_len(step_plan *p) { return (int32_t *)((char *)p + p->off_ctx_len); }
-int32_t *plan_block_tables(step_plan *p) { return (int32_t *)((char *)p + p->off_tables); }
-int32_t *plan_seq_ref(step_plan *p) { return (int32_t *)((char *)p + p->off_seq_ref); }
-int32_t *plan_logits_rows(step_plan *p) { return (int32_t *)((char *)p + p->off_logits); }
-int32_t *plan_copies(step_plan *p) { return (int32_t *)((char *)p + p->off_copies); }
+int32_t *plan_tokens(step_plan_t *p) { return (int32_t *)((char *)p + p->off_tokens); }
+int32_t *plan_q_start(step_plan_t *p) { return (int32_t *)((char *)p + p->off_q_start); }
+int32_t *plan_ctx_len(step_plan_t *p) { return (int32_t *)((char *)p + p->off_ctx_len); }
+int32_t *plan_block_tables(step_plan_t *p) { return (int32_t *)((char *)p + p->off_tables); }
+int32_t *plan_seq_ref(step_plan_t *p) { return (int32_t *)((char *)p + p->off_seq_ref); }
+int32_t *plan_logits_rows(step_plan_t *p) { return (int32_t *)((char *)p + p->off_logits); }
+int32_t *plan_copies(step_plan_t *p) { return (int32_t *)((char *)p + p->off_copies); }
 
-void step_plan_reset(step_plan *p, uint64_t step_id)
+void step_plan_reset(step_plan_t *p, uint64_t step_id)
 {
     p->step_id = step_id;
     p->n_tokens = p->n_seqs = p->n_logits = p->n_copies = 0;
     plan_q_start(p)[0] = 0;
 }
 
-int step_plan_validate(const step_plan *cp, size_t bytes)
+int step_plan_validate(const step_plan_t *cp, size_t bytes)
 {
-    if (!cp || bytes < sizeof(step_plan))
+    if (!cp || bytes < sizeof(step_plan_t))
         return deras_fail(DERAS_EFORMAT, "step plan: %zu bytes is shorter than its header", bytes);
-    step_plan *p = (step_plan *)cp;
+    step_plan_t *p = (step_plan_t *)cp;
     plan_layout l;
     if (p->magic != STEP_PLAN_MAGIC)
         return deras_fail(DERAS_EFORMAT, "step plan: bad magic 0x%08x", p->magic);
@@ -133,7 +141,7 @@ int step_plan_validate(const step_plan *cp, size_t bytes)
     return DERAS_OK;
 }
 
-void step_plan_batch(step_plan *p, model_batch *b)
+void step_plan_batch(step_plan_t *p, model_batch *b)
 {
     memset(b, 0, sizeof *b);
     b->n_tokens = p->n_tokens;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* step_plan.h - one forward step, as a flat self-contained record.
  *
  * The scheduler writes a plan each step; the model runs it; tensor-parallel followers
@@ -37,35 +38,36 @@ typedef struct step_plan {
     /* byte offsets of the arrays from the start of the plan, fixed by the capacities */
     uint32_t off_tokens, off_q_start, off_ctx_len, off_tables, off_seq_ref, off_logits,
         off_copies, pad_;
-} step_plan;
+} step_plan_t;
 
 /* Bytes a plan with these capacities takes; 0 on overflow or non-positive capacities. */
 size_t step_plan_bytes(int cap_tokens, int cap_seqs, int max_blocks, int cap_logits,
                        int cap_copies);
 
-/* A zeroed plan with these capacities in one allocation (free with step_plan_destroy). */
-step_plan *step_plan_new(int cap_tokens, int cap_seqs, int max_blocks, int cap_logits,
-                         int cap_copies);
-void step_plan_destroy(step_plan **p);
+/* A zeroed plan with these capacities in one allocation (free with step_plan_destroy):
+ * DERAS_EINVAL for capacities step_plan_bytes refuses, DERAS_ENOMEM. */
+int step_plan_new(int cap_tokens, int cap_seqs, int max_blocks, int cap_logits, int cap_copies,
+                  step_plan_t **out);
+void step_plan_destroy(step_plan_t **p);
 
 /* Start a new step: counts to zero, q_start[0] = 0. */
-void step_plan_reset(step_plan *p, uint64_t step_id);
+void step_plan_reset(step_plan_t *p, uint64_t step_id);
 
 /* Array accessors: O(1), the header's offsets. */
-int32_t *plan_tokens(step_plan *p);
-int32_t *plan_q_start(step_plan *p);
-int32_t *plan_ctx_len(step_plan *p);
-int32_t *plan_block_tables(step_plan *p);
-int32_t *plan_seq_ref(step_plan *p);
-int32_t *plan_logits_rows(step_plan *p);
-int32_t *plan_copies(step_plan *p);
+int32_t *plan_tokens(step_plan_t *p);
+int32_t *plan_q_start(step_plan_t *p);
+int32_t *plan_ctx_len(step_plan_t *p);
+int32_t *plan_block_tables(step_plan_t *p);
+int32_t *plan_seq_ref(step_plan_t *p);
+int32_t *plan_logits_rows(step_plan_t *p);
+int32_t *plan_copies(step_plan_t *p);
 
 /* Check that `bytes` bytes at p hold a well-formed plan (magic, sizes, counts within
  * capacities, q_start monotonic, rows in range): what a follower calls before trusting
  * bytes from shared memory. DERAS_EFORMAT naming the field. */
-int step_plan_validate(const step_plan *p, size_t bytes);
+int step_plan_validate(const step_plan_t *p, size_t bytes);
 
 /* A pointer view of the plan for model_forward (valid while p lives). */
-void step_plan_batch(step_plan *p, model_batch *b);
+void step_plan_batch(step_plan_t *p, model_batch *b);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tp_layout.c - each rank's share of the model (see tp_layout.h). */
 #include "tp_layout.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tp_layout.h - which part of the model each tensor-parallel rank holds (Megatron style).
  *
  * - Attention by query heads: rank r holds a contiguous range of query heads, split as

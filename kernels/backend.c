@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* backend.c - backend construction and argument-checked dispatch (see backend.h).
  *
  * Each public op checks what is cheap to check (NULL buffers, non-positive sizes, shapes

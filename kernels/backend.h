@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* backend.h - the compute backend: device memory and the ops one forward pass needs.
  *
  * The model is written once against this interface; a backend (CPU reference, CUDA)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* backend_impl.h - what a backend implementation provides (private to kernels/).
  *
  * backend.c validates arguments and dispatches through this table; implementations may

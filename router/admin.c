@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin.c - the admin socket: what derasctl (or an operator's script) asks the router.
  *
  * A ZeroMQ ROUTER separate from the client socket, so operations never share a queue or
@@ -50,7 +51,7 @@ typedef struct waiter {
 } waiter;
 
 struct admin {
-    admin_codec *codec;
+    admin_codec_t *codec;
     msgpack_sbuffer sb;
     msgpack_packer pk;
     waiter w[ADMIN_MAX_WAITERS];
@@ -62,9 +63,11 @@ int admin_open(router_t *rt)
 {
     int rc;
     admin_t *a = calloc(1, sizeof *a);
-    if (!a || !(a->codec = admin_codec_new())) {
-        free(a);
+    if (!a)
         return deras_fail(DERAS_ENOMEM, "admin: out of memory");
+    if ((rc = admin_codec_new(&a->codec))) {
+        free(a);
+        return deras_fail_ctx(rc, "admin: ");
     }
     msgpack_sbuffer_init(&a->sb);
     msgpack_packer_init(&a->pk, &a->sb, msgpack_sbuffer_write);
@@ -146,7 +149,7 @@ static const char *base_name(const char *path)
 }
 
 /* One worker's row of a status (or drain) reply: 15 pairs and the speculation counters. */
-static int pack_worker(msgpack_packer *pk, const worker *k, int64_t now_us)
+static int pack_worker(msgpack_packer *pk, const worker_t *k, int64_t now_us)
 {
     const wp_load *l = &k->load;
     bool heard = workers_live(k) || k->state == W_STUCK;
@@ -176,7 +179,7 @@ static int pack_worker(msgpack_packer *pk, const worker *k, int64_t now_us)
 /* Is worker slot i one of a waiter's (or a drain's) targets? slot -1: every live one. */
 static bool targets(router_t *rt, int slot, uint64_t epoch, int i)
 {
-    const worker *k = workers_at(rt->workers, i);
+    const worker_t *k = workers_at(rt->workers, i);
     if (slot < 0)
         return workers_live(k);
     return i == slot && k->epoch == epoch;
@@ -221,7 +224,7 @@ static void reply_status(router_t *rt, const uint8_t *ident, int ident_len, bool
     int64_t now = router_now_us();
     int running = 0, n = 0;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        const worker *k = workers_at(rt->workers, i);
+        const worker_t *k = workers_at(rt->workers, i);
         n += k->state != W_FREE;
         if (workers_live(k))
             running += k->inflight_reqs;
@@ -236,7 +239,7 @@ static void reply_status(router_t *rt, const uint8_t *ident, int ident_len, bool
     rc |= KEY(pk, "requests_waiting") | msgpack_pack_int(pk, dispatch_queued_count(rt->disp));
     rc |= KEY(pk, "workers") | msgpack_pack_array(pk, (size_t)n);
     for (int i = 0; i < WORKERS_MAX; i++) {
-        const worker *k = workers_at(rt->workers, i);
+        const worker_t *k = workers_at(rt->workers, i);
         if (k->state != W_FREE)
             rc |= pack_worker(pk, k, now);
     }
@@ -284,7 +287,7 @@ static void reply_metrics(router_t *rt, const uint8_t *ident, int ident_len, boo
 static bool settled(router_t *rt, const waiter *w)
 {
     for (int i = 0; i < WORKERS_MAX; i++) {
-        const worker *k = workers_at(rt->workers, i);
+        const worker_t *k = workers_at(rt->workers, i);
         if (targets(rt, w->slot, w->epoch, i) && k->state == W_DRAINING && !workers_drained(k))
             return false;
     }
@@ -295,7 +298,7 @@ static bool settled(router_t *rt, const waiter *w)
 static bool all_drained(router_t *rt, int slot, uint64_t epoch)
 {
     for (int i = 0; i < WORKERS_MAX; i++) {
-        const worker *k = workers_at(rt->workers, i);
+        const worker_t *k = workers_at(rt->workers, i);
         if (targets(rt, slot, epoch, i) && k->state != W_STARTING && !workers_drained(k))
             return false;
     }
@@ -318,11 +321,11 @@ static void reply_drain(router_t *rt, const uint8_t *ident, int ident_len, bool 
 }
 
 /* The live worker a drain or undrain names; NULL after an error reply. */
-static worker *target_worker(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
-                             const char *name)
+static worker_t *target_worker(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
+                               const char *name)
 {
     char msg[160];
-    worker *k = workers_lookup(rt->workers, name, (int)strlen(name));
+    worker_t *k = workers_lookup(rt->workers, name, (int)strlen(name));
     if (!k) {
         snprintf(msg, sizeof msg, "no worker named '%s' (derasctl status lists them)", name);
         send_error(rt, ident, ident_len, delim, "unknown_worker", msg);
@@ -340,7 +343,7 @@ static void handle_drain(router_t *rt, const uint8_t *ident, int ident_len, bool
                          const admin_request *q)
 {
     admin_t *a = rt->admin;
-    worker *k = NULL;
+    worker_t *k = NULL;
     if (!q->all && !(k = target_worker(rt, ident, ident_len, delim, q->worker)))
         return;
     waiter *w = NULL;
@@ -383,7 +386,7 @@ static void handle_undrain(router_t *rt, const uint8_t *ident, int ident_len, bo
                    "the router is stopping: its workers stay drained");
         return;
     }
-    worker *k = NULL;
+    worker_t *k = NULL;
     if (!q->all && !(k = target_worker(rt, ident, ident_len, delim, q->worker)))
         return;
     if (k) {
@@ -404,7 +407,7 @@ static void handle_undrain(router_t *rt, const uint8_t *ident, int ident_len, bo
 void admin_tick(router_t *rt, int64_t now_us)
 {
     admin_t *a = rt->admin;
-    worker *k;
+    worker_t *k;
     while ((k = workers_drain_overdue(rt->workers, now_us))) {
         int n = relay_abort_worker(rt, k, "drain_timeout");
         log_warn("drain of worker %s timed out: %d requests end with abort (drain_timeout)",

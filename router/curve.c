@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* curve.c - CURVE encryption and client authentication for the client and admin sockets.
  *
  * With --curve-secret-key the client socket is a CURVE server: traffic is encrypted and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dispatch.c - admission queue and dispatch to workers (see dispatch.h).
  *
  * The queue is an intrusive list (common/base/list.h) through the request records'
@@ -15,7 +16,7 @@
 
 struct dispatch {
     workers_t *w;
-    rq_table *t;
+    rq_table_t *t;
     dispatch_opts o;
     dispatch_submit_fn submit;
     dispatch_fail_fn fail;
@@ -30,18 +31,17 @@ struct dispatch {
     bool draining;
 };
 
-dispatch_t *dispatch_new(workers_t *w, rq_table *t, const dispatch_opts *o,
-                         dispatch_submit_fn submit, dispatch_fail_fn fail, void *ctx)
+int dispatch_new(workers_t *w, rq_table_t *t, const dispatch_opts *o, dispatch_submit_fn submit,
+                 dispatch_fail_fn fail, void *ctx, dispatch_t **out)
 {
-    if (!w || !t || !o || !submit || !fail) {
-        deras_fail(DERAS_EINVAL, "dispatch_new: NULL argument");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "dispatch_new: NULL out");
+    *out = NULL;
+    if (!w || !t || !o || !submit || !fail)
+        return deras_fail(DERAS_EINVAL, "dispatch_new: NULL argument");
     dispatch_t *d = calloc(1, sizeof *d);
-    if (!d) {
-        deras_fail(DERAS_ENOMEM, "dispatch_new: out of memory");
-        return NULL;
-    }
+    if (!d)
+        return deras_fail(DERAS_ENOMEM, "dispatch_new: out of memory");
     d->w = w;
     d->t = t;
     d->o = *o;
@@ -50,7 +50,8 @@ dispatch_t *dispatch_new(workers_t *w, rq_table *t, const dispatch_opts *o,
     d->ctx = ctx;
     d->next_rid = 1;
     list_init(&d->queue);
-    return d;
+    *out = d;
+    return DERAS_OK;
 }
 
 void dispatch_destroy(dispatch_t **d)
@@ -61,17 +62,17 @@ void dispatch_destroy(dispatch_t **d)
     *d = NULL;
 }
 
-static rq *q_first(const dispatch_t *d)
+static rq_t *q_first(const dispatch_t *d)
 {
-    return list_entry(list_first(&d->queue), rq, queue);
+    return list_entry(list_first(&d->queue), rq_t, queue);
 }
 
-static rq *q_next(const dispatch_t *d, const rq *r)
+static rq_t *q_next(const dispatch_t *d, const rq_t *r)
 {
-    return list_entry(list_next(&d->queue, &r->queue), rq, queue);
+    return list_entry(list_next(&d->queue, &r->queue), rq_t, queue);
 }
 
-static void q_push(dispatch_t *d, rq *r, bool front)
+static void q_push(dispatch_t *d, rq_t *r, bool front)
 {
     r->state = RQ_QUEUED;
     r->worker = -1;
@@ -84,7 +85,7 @@ static void q_push(dispatch_t *d, rq *r, bool front)
     d->queued_tokens += r->n_prompt;
 }
 
-static void q_unlink(dispatch_t *d, rq *r)
+static void q_unlink(dispatch_t *d, rq_t *r)
 {
     if (!list_linked(&r->queue))
         return;
@@ -107,19 +108,19 @@ int dispatch_check(const dispatch_t *d, int n, int n_prompt)
     return DERAS_OK;
 }
 
-void dispatch_admit(dispatch_t *d, rq *r, int64_t now_us)
+void dispatch_admit(dispatch_t *d, rq_t *r, int64_t now_us)
 {
     r->no_worker_until_us = now_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     q_push(d, r, false);
 }
 
-void dispatch_requeue(dispatch_t *d, rq *r, int64_t now_us)
+void dispatch_requeue(dispatch_t *d, rq_t *r, int64_t now_us)
 {
     r->no_worker_until_us = now_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     q_push(d, r, true);
 }
 
-void dispatch_remove(dispatch_t *d, rq *r)
+void dispatch_remove(dispatch_t *d, rq_t *r)
 {
     q_unlink(d, r);
 }
@@ -128,8 +129,8 @@ void dispatch_remove(dispatch_t *d, rq *r)
 static void expire_no_workers(dispatch_t *d, int64_t now_us)
 {
     int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
-    rq *next;
-    for (rq *r = q_first(d); r; r = next) {
+    rq_t *next;
+    for (rq_t *r = q_first(d); r; r = next) {
         next = q_next(d, r);
         int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
         if (now_us < until)
@@ -142,7 +143,7 @@ static void expire_no_workers(dispatch_t *d, int64_t now_us)
 int dispatch_run(dispatch_t *d, int64_t now_us)
 {
     if (d->draining) {
-        rq *r;
+        rq_t *r;
         while ((r = q_first(d))) {
             q_unlink(d, r);
             d->fail(d->ctx, r, PE_SHUTTING_DOWN, "the router is shutting down");
@@ -159,7 +160,7 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
 
     int sent = 0;
     int max_len = workers_max_len(d->w);
-    rq *r;
+    rq_t *r;
     while ((r = q_first(d))) {
         int need = r->n_prompt + r->params.max_tokens;
         if (need > max_len) {
@@ -172,7 +173,7 @@ int dispatch_run(dispatch_t *d, int64_t now_us)
             d->fail(d->ctx, r, PE_CONTEXT_LENGTH_EXCEEDED, msg);
             continue;
         }
-        worker *k = workers_pick(d->w, r->params.n, r->n_prompt, need);
+        worker_t *k = workers_pick(d->w, r->params.n, r->n_prompt, need);
         if (!k)
             break;
         q_unlink(d, r);
@@ -206,7 +207,7 @@ int64_t dispatch_next_timer(const dispatch_t *d)
         return INT64_MAX;
     int64_t floor = d->no_workers_since_us + (int64_t)d->o.no_workers_wait_ms * 1000;
     int64_t t = INT64_MAX;
-    for (const rq *r = q_first(d); r; r = q_next(d, r)) {
+    for (const rq_t *r = q_first(d); r; r = q_next(d, r)) {
         int64_t until = r->no_worker_until_us > floor ? r->no_worker_until_us : floor;
         if (until < t)
             t = until;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dispatch.h - admission and dispatch: the bounded queue of requests no worker has yet,
  * and the loop that hands them to workers.
  *
@@ -41,22 +42,24 @@ typedef struct dispatch_opts {
     int no_workers_wait_ms;
 } dispatch_opts;
 
-typedef int (*dispatch_submit_fn)(void *ctx, worker *k, rq *r);
-typedef void (*dispatch_fail_fn)(void *ctx, rq *r, enum proto_error_code code, const char *msg);
+typedef int (*dispatch_submit_fn)(void *ctx, worker_t *k, rq_t *r);
+typedef void (*dispatch_fail_fn)(void *ctx, rq_t *r, enum proto_error_code code, const char *msg);
 
-dispatch_t *dispatch_new(workers_t *w, rq_table *t, const dispatch_opts *o,
-                         dispatch_submit_fn submit, dispatch_fail_fn fail, void *ctx);
+/* A queue over the registry w and the table t (both borrowed); submit and fail are called
+ * with ctx. DERAS_EINVAL for a NULL argument, DERAS_ENOMEM. */
+int dispatch_new(workers_t *w, rq_table_t *t, const dispatch_opts *o, dispatch_submit_fn submit,
+                 dispatch_fail_fn fail, void *ctx, dispatch_t **out);
 void dispatch_destroy(dispatch_t **d);
 
 /* Would a request of n samples and n_prompt tokens fit the caps now? DERAS_OK or
  * DERAS_EBUSY with the reason in deras_errmsg(). O(1). */
 int dispatch_check(const dispatch_t *d, int n, int n_prompt);
 /* Queue an inserted request (after dispatch_check). O(1). */
-void dispatch_admit(dispatch_t *d, rq *r, int64_t now_us);
+void dispatch_admit(dispatch_t *d, rq_t *r, int64_t now_us);
 /* Back to the front of the queue (re-dispatch, busy worker). O(1). */
-void dispatch_requeue(dispatch_t *d, rq *r, int64_t now_us);
+void dispatch_requeue(dispatch_t *d, rq_t *r, int64_t now_us);
 /* Take a queued request out (cancel, deadline, client gone). No-op if not queued. */
-void dispatch_remove(dispatch_t *d, rq *r);
+void dispatch_remove(dispatch_t *d, rq_t *r);
 
 /* Hand queued requests to workers while there is room; fail those that cannot run.
  * Returns how many were submitted. O(dispatched x WORKERS_MAX + queued when no worker). */

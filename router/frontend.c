@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frontend.c - the client socket: frames in, validation, admission, replies out.
  *
  * The socket is a ZeroMQ ROUTER. A client frame is [routing id, payload] from a DEALER,
@@ -265,8 +266,8 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
         return;
     }
 
-    rq *r = rq_new(rt->rqs);
-    if (!r || rq_reserve_prompt(r, n_ids))
+    rq_t *r;
+    if (rq_acquire(rt->rqs, &r) || rq_reserve_prompt(r, n_ids))
         goto nomem;
     int64_t now = router_now_us();
     memcpy(r->ident, ident, (size_t)ident_len);
@@ -317,7 +318,7 @@ static void handle_cancel(router_t *rt, const uint8_t *ident, int ident_len, boo
                           const char *id)
 {
     rt->st.cancels++;
-    rq *r = rq_find_key(rt->rqs, ident, ident_len, id);
+    rq_t *r = rq_find_key(rt->rqs, ident, ident_len, id);
     if (!r) {
         char msg[160];
         snprintf(msg, sizeof msg, "no live request '%s' on this connection", id);

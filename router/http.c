@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http.c - the router's HTTP endpoint: GET /metrics (Prometheus), /health, /live.
  *
  * libmicrohttpd in "external polling" mode with epoll: no thread of its own. Its one

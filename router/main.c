@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - deras-router: options, signals, start-up, the event loop, shutdown.
  *
  * One thread, one zmq_poll loop over the client socket, the worker socket, their
@@ -372,17 +373,17 @@ static int start(router_t *rt)
         (rc = curve_load(rt->o.curve_secret_file, rt->o.admin_curve_allow_file, "deras-admin",
                          &rt->admin_curve)))
         return rc;
-    if (!(rt->pdec = proto_decoder_new(&rt->lim)) || !(rt->penc = proto_encoder_new()) ||
-        !(rt->wdec = wp_decoder_new(16u << 20)) || !(rt->wenc = wp_encoder_new()) ||
-        !(rt->rqs = rq_table_new(rt->tok)) || !(rt->metrics = metrics_new()) ||
-        !(rt->workers = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms,
-                                    rt->o.stuck_timeout_ms)))
-        return deras_fail(DERAS_ENOMEM, "out of memory at start-up");
+    if ((rc = proto_decoder_new(&rt->lim, &rt->pdec)) || (rc = proto_encoder_new(&rt->penc)) ||
+        (rc = wp_decoder_new(16u << 20, &rt->wdec)) || (rc = wp_encoder_new(&rt->wenc)) ||
+        (rc = rq_table_new(rt->tok, &rt->rqs)) || (rc = metrics_new(&rt->metrics)) ||
+        (rc = workers_new(rt->vocab_size, rt->o.model, rt->o.worker_timeout_ms,
+                          rt->o.stuck_timeout_ms, &rt->workers)))
+        return rc;
     dispatch_opts d = {.max_queued_requests = rt->o.max_queued_requests,
                        .max_queued_tokens = rt->o.max_queued_tokens,
                        .no_workers_wait_ms = rt->o.no_workers_wait_ms};
-    if (!(rt->disp = dispatch_new(rt->workers, rt->rqs, &d, wlink_submit, relay_fail_cb, rt)))
-        return DERAS_ENOMEM;
+    if ((rc = dispatch_new(rt->workers, rt->rqs, &d, wlink_submit, relay_fail_cb, rt, &rt->disp)))
+        return rc;
     if ((rc = prepare_ipc(rt->o.listen, ipc_files[0])) ||
         (rc = prepare_ipc(rt->o.workers, ipc_files[1])) ||
         (rc = prepare_ipc(rt->o.admin, ipc_files[2])))
@@ -474,7 +475,7 @@ static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
     for (int i = 0; i < 4; i++)
         if (timers[i] < t)
             t = timers[i];
-    rq *r = rq_next_deadline(rt->rqs);
+    rq_t *r = rq_next_deadline(rt->rqs);
     if (r && r->deadline_us < t)
         t = r->deadline_us;
     if (rt->draining && rt->drain_deadline_us < t)
@@ -488,8 +489,8 @@ static int poll_timeout_ms(const router_t *rt, int64_t now, int64_t watchdog_us)
 /* End every live request with shutting_down (the drain ran out, or a second signal). */
 static void end_all(router_t *rt, const char *msg)
 {
-    rq *next;
-    for (rq *r = rq_first(rt->rqs); r; r = next) {
+    rq_t *next;
+    for (rq_t *r = rq_first(rt->rqs); r; r = next) {
         next = rq_next(rt->rqs, r);
         relay_fail(rt, r, PE_SHUTTING_DOWN, msg);
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.c - request counters, fixed-bucket histograms, Prometheus text (see metrics.h).
  *
  * A histogram keeps one count per bucket (not cumulative) plus the sum and the count;
@@ -69,13 +70,13 @@ static void observe(hist *h, double v)
     h->count++;
 }
 
-metrics_t *metrics_new(void)
+int metrics_new(metrics_t **out)
 {
-    metrics_t *m = calloc(1, sizeof *m);
-    if (!m) {
-        deras_fail(DERAS_ENOMEM, "metrics_new: out of memory");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "metrics_new: NULL out");
+    metrics_t *m = *out = calloc(1, sizeof *m);
+    if (!m)
+        return deras_fail(DERAS_ENOMEM, "metrics_new: out of memory");
     hist_init(&m->ttft, "deras_time_to_first_token_seconds",
               "Time from receipt of a request to the first token of a sample, observed when "
               "the sample ends.", ttft_le, N_OF(ttft_le));
@@ -87,7 +88,7 @@ metrics_t *metrics_new(void)
     hist_init(&m->queue, "deras_request_queue_time_seconds",
               "Time a request waited in the router's queue before its (last) dispatch.", e2e_le,
               N_OF(e2e_le));
-    return m;
+    return DERAS_OK;
 }
 
 void metrics_destroy(metrics_t **mp)
@@ -218,7 +219,7 @@ static const struct {
      "Requests the router dispatched to the worker since it registered."},
 };
 
-static void render_worker_value(metrics_t *m, const worker *k, worker_value v, const char *name)
+static void render_worker_value(metrics_t *m, const worker_t *k, worker_value v, const char *name)
 {
     const wp_load *l = &k->load;
     const char *series = worker_series[v].name;
@@ -262,7 +263,7 @@ static void render_workers(metrics_t *m, workers_t *w)
         put(m, "deras_workers{state=\"%s\"} %d\n", state_names[s - W_STARTING], counts[s]);
     int running = 0;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        const worker *k = workers_at(w, i);
+        const worker_t *k = workers_at(w, i);
         if (workers_live(k))
             running += k->inflight_reqs;
     }
@@ -275,7 +276,7 @@ static void render_workers(metrics_t *m, workers_t *w)
     for (int v = 0; v < WV_N; v++) {
         head(m, worker_series[v].name, worker_series[v].type, worker_series[v].help);
         for (int i = 0; i < WORKERS_MAX; i++) {
-            const worker *k = workers_at(w, i);
+            const worker_t *k = workers_at(w, i);
             if (workers_live(k))
                 render_worker_value(m, k, (worker_value)v, label(k->name, name, sizeof name));
         }
@@ -285,7 +286,7 @@ static void render_workers(metrics_t *m, workers_t *w)
         const spec_counter_info *ci = &spec_counter_table[c];
         head(m, ci->metric, "counter", ci->help);
         for (int i = 0; i < WORKERS_MAX; i++) {
-            const worker *k = workers_at(w, i);
+            const worker_t *k = workers_at(w, i);
             if (workers_live(k))
                 put(m, "%s{worker=\"%s\",proposer=\"%s\"} %llu\n", ci->metric,
                     label(k->name, name, sizeof name), workers_spec_name(k),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h - the router's request counters and latency histograms, and their rendering
  * as Prometheus text (exposition format 0.0.4) for GET /metrics and `derasctl metrics`.
  *
@@ -41,8 +42,8 @@ typedef struct metrics_router {
     double start_time_s;              /* process start, seconds since the Unix epoch */
 } metrics_router;
 
-/* NULL on ENOMEM. */
-metrics_t *metrics_new(void);
+/* DERAS_ENOMEM. */
+int metrics_new(metrics_t **out);
 void metrics_destroy(metrics_t **m);
 
 /* A sample's final went out, ending for `finish` (FINISH_STOP .. FINISH_LAST_SAMPLE; a

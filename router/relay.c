@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* relay.c - what clients hear about their requests: chunks and finals built from the
  * workers' STEP frames, and every way a request can end.
  *
@@ -28,7 +29,7 @@
 #include "common/base/status.h"
 #include "router/router.h"
 
-static void usage_of(const rq *r, const rq_sample *s, int64_t now_us, proto_usage *u)
+static void usage_of(const rq_t *r, const rq_sample *s, int64_t now_us, proto_usage *u)
 {
     u->prompt_tokens = r->n_prompt;
     u->completion_tokens = stream_n_tokens(s->st);
@@ -38,7 +39,7 @@ static void usage_of(const rq *r, const rq_sample *s, int64_t now_us, proto_usag
     u->spec = s->spec;
 }
 
-static void send_to(router_t *rt, rq *r, const void *buf, size_t len)
+static void send_to(router_t *rt, rq_t *r, const void *buf, size_t len)
 {
     if (r->gone)
         return;
@@ -46,7 +47,7 @@ static void send_to(router_t *rt, rq *r, const void *buf, size_t len)
         r->client_seen = true;
 }
 
-static void send_chunk(router_t *rt, rq *r, int k)
+static void send_chunk(router_t *rt, rq_t *r, int k)
 {
     stream_t *st = r->samples[k].st;
     size_t n_text;
@@ -64,7 +65,7 @@ static void send_chunk(router_t *rt, rq *r, int k)
 }
 
 /* The metrics of sample k's end (and of the request's, with its last sample). */
-static void account_final(router_t *rt, const rq *r, const rq_sample *s, const proto_usage *u)
+static void account_final(router_t *rt, const rq_t *r, const rq_sample *s, const proto_usage *u)
 {
     int n = u->completion_tokens;
     double ttft = s->t_first_us ? u->ttft_ms / 1e3 : -1.0;
@@ -74,7 +75,7 @@ static void account_final(router_t *rt, const rq *r, const rq_sample *s, const p
         metrics_request_end(rt->metrics, r->n_prompt, u->queue_ms / 1e3);
 }
 
-static void send_final(router_t *rt, rq *r, int k, int64_t now_us)
+static void send_final(router_t *rt, rq_t *r, int k, int64_t now_us)
 {
     rq_sample *s = &r->samples[k];
     proto_usage u;
@@ -101,11 +102,11 @@ static void send_final(router_t *rt, rq *r, int k, int64_t now_us)
 }
 
 /* Give the request's worker its capacity back, aborting there what may still run. */
-static void leave_worker(router_t *rt, rq *r)
+static void leave_worker(router_t *rt, rq_t *r)
 {
     if (r->state != RQ_RUNNING)
         return;
-    worker *k = workers_at(rt->workers, r->worker);
+    worker_t *k = workers_at(rt->workers, r->worker);
     if (k && workers_live(k)) {
         bool running = false;
         for (int i = 0; i < r->params.n; i++)
@@ -117,7 +118,7 @@ static void leave_worker(router_t *rt, rq *r)
     r->worker = -1;
 }
 
-static void release(router_t *rt, rq *r)
+static void release(router_t *rt, rq_t *r)
 {
     leave_worker(rt, r);
     dispatch_remove(rt->disp, r);
@@ -126,7 +127,7 @@ static void release(router_t *rt, rq *r)
 }
 
 /* End sample k: flush its stream, record why. */
-static void end_sample(rq *r, int k, finish_reason finish, const char *abort_reason)
+static void end_sample(rq_t *r, int k, finish_reason finish, const char *abort_reason)
 {
     rq_sample *s = &r->samples[k];
     if (s->done)
@@ -144,7 +145,7 @@ static void end_sample(rq *r, int k, finish_reason finish, const char *abort_rea
     }
 }
 
-void relay_abort(router_t *rt, rq *r, const char *abort_reason)
+void relay_abort(router_t *rt, rq_t *r, const char *abort_reason)
 {
     int64_t now = router_now_us();
     for (int k = 0; k < r->params.n; k++) {
@@ -158,7 +159,7 @@ void relay_abort(router_t *rt, rq *r, const char *abort_reason)
     release(rt, r);
 }
 
-void relay_fail(router_t *rt, rq *r, enum proto_error_code code, const char *msg)
+void relay_fail(router_t *rt, rq_t *r, enum proto_error_code code, const char *msg)
 {
     metrics_request_error(rt->metrics);
     if (!r->gone)
@@ -166,13 +167,13 @@ void relay_fail(router_t *rt, rq *r, enum proto_error_code code, const char *msg
     release(rt, r);
 }
 
-void relay_fail_cb(void *ctx, rq *r, enum proto_error_code code, const char *msg)
+void relay_fail_cb(void *ctx, rq_t *r, enum proto_error_code code, const char *msg)
 {
     relay_fail((router_t *)ctx, r, code, msg);
 }
 
 /* Remember sample k of r for pass 3 (once). */
-static void touch(router_t *rt, rq *r, int k)
+static void touch(router_t *rt, rq_t *r, int k)
 {
     if (r->samples[k].touched)
         return;
@@ -203,14 +204,14 @@ static void note_stray(router_t *rt, uint64_t rid)
 
 /* The request a token or finish is about, if it is ours and still running there; NULL
  * for rids the router no longer knows (ended, re-dispatched elsewhere). */
-static rq *lookup(router_t *rt, worker *k, uint64_t rid)
+static rq_t *lookup(router_t *rt, worker_t *k, uint64_t rid)
 {
-    rq *r = rq_find_rid(rt->rqs, rid);
+    rq_t *r = rq_find_rid(rt->rqs, rid);
     return r && r->state == RQ_RUNNING && r->worker == k->slot ? r : NULL;
 }
 
 /* A sample index the worker should never send: ignored, counted, logged a few times. */
-static bool bad_index(router_t *rt, worker *k, const rq *r, int index)
+static bool bad_index(router_t *rt, worker_t *k, const rq_t *r, int index)
 {
     if (index >= 0 && index < r->params.n)
         return false;
@@ -220,7 +221,7 @@ static bool bad_index(router_t *rt, worker *k, const rq *r, int index)
     return true;
 }
 
-void relay_step(router_t *rt, worker *k, const wp_msg *m)
+void relay_step(router_t *rt, worker_t *k, const wp_msg *m)
 {
     int64_t now = router_now_us();
     rt->n_touched = 0;
@@ -228,7 +229,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
 
     for (int i = 0; i < m->n_tokens; i++) {
         const wp_token *t = &m->tokens[i];
-        rq *r = lookup(rt, k, t->rid);
+        rq_t *r = lookup(rt, k, t->rid);
         if (!r) {
             note_stray(rt, t->rid);
             continue;
@@ -259,7 +260,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
 
     for (int i = 0; i < m->n_finishes; i++) {
         const wp_finish *f = &m->finishes[i];
-        rq *r = lookup(rt, k, f->rid);
+        rq_t *r = lookup(rt, k, f->rid);
         if (!r || bad_index(rt, k, r, f->index))
             continue;
         rq_sample *s = &r->samples[f->index];
@@ -274,7 +275,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
     }
 
     for (int i = 0; i < rt->n_touched; i++) {
-        rq *r = rt->touched[i].r;
+        rq_t *r = rt->touched[i].r;
         int j = rt->touched[i].k;
         r->samples[j].touched = false;
         if (r->state == RQ_FREE)
@@ -285,7 +286,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
             send_final(rt, r, j, now);
     }
     for (int i = 0; i < rt->n_touched; i++) {
-        rq *r = rt->touched[i].r;
+        rq_t *r = rt->touched[i].r;
         if (r->state != RQ_FREE && r->n_done == r->params.n)
             release(rt, r);
     }
@@ -297,7 +298,7 @@ void relay_step(router_t *rt, worker *k, const wp_msg *m)
 
 /* Worker k is dead or stuck: its requests go to another worker or fail. A stuck worker
  * may still be running them, so each is aborted there first (a dead one cannot hear). */
-static void worker_lost(router_t *rt, worker *k, const char *why, bool stuck)
+static void worker_lost(router_t *rt, worker_t *k, const char *why, bool stuck)
 {
     int64_t now = router_now_us();
     int slot = k->slot, requeued = 0, failed = 0;
@@ -312,8 +313,8 @@ static void worker_lost(router_t *rt, worker *k, const char *why, bool stuck)
     }
     char msg[256];
     snprintf(msg, sizeof msg, "worker %s failed: %s", k->name, why);
-    rq *next;
-    for (rq *r = rq_first(rt->rqs); r; r = next) {
+    rq_t *next;
+    for (rq_t *r = rq_first(rt->rqs); r; r = next) {
         next = rq_next(rt->rqs, r);
         if (r->state != RQ_RUNNING || r->worker != slot)
             continue;
@@ -335,21 +336,21 @@ static void worker_lost(router_t *rt, worker *k, const char *why, bool stuck)
                  k->name, requeued, failed);
 }
 
-void relay_worker_dead(router_t *rt, worker *k, const char *why)
+void relay_worker_dead(router_t *rt, worker_t *k, const char *why)
 {
     worker_lost(rt, k, why, false);
 }
 
-void relay_worker_stuck(router_t *rt, worker *k, const char *why)
+void relay_worker_stuck(router_t *rt, worker_t *k, const char *why)
 {
     worker_lost(rt, k, why, true);
 }
 
-int relay_abort_worker(router_t *rt, worker *k, const char *abort_reason)
+int relay_abort_worker(router_t *rt, worker_t *k, const char *abort_reason)
 {
     int n = 0;
-    rq *next;
-    for (rq *r = rq_first(rt->rqs); r; r = next) {
+    rq_t *next;
+    for (rq_t *r = rq_first(rt->rqs); r; r = next) {
         next = rq_next(rt->rqs, r);
         if (r->state == RQ_RUNNING && r->worker == k->slot) {
             relay_abort(rt, r, abort_reason);
@@ -363,8 +364,8 @@ void relay_fd_closed(router_t *rt, int fd)
 {
     if (fd < 0)
         return;
-    rq *next;
-    for (rq *r = rq_first(rt->rqs); r; r = next) {
+    rq_t *next;
+    for (rq_t *r = rq_first(rt->rqs); r; r = next) {
         next = rq_next(rt->rqs, r);
         if (r->fd == fd)
             relay_abort(rt, r, "disconnected");
@@ -373,7 +374,7 @@ void relay_fd_closed(router_t *rt, int fd)
 
 void relay_mark_gone(router_t *rt, const uint8_t *ident, int ident_len)
 {
-    for (rq *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
+    for (rq_t *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
         if (r->ident_len == ident_len && !memcmp(r->ident, ident, (size_t)ident_len)) {
             r->gone = true;
             rt->gone_pending = true;
@@ -385,8 +386,8 @@ void relay_reap(router_t *rt)
     if (!rt->gone_pending)
         return;
     rt->gone_pending = false;
-    rq *next;
-    for (rq *r = rq_first(rt->rqs); r; r = next) {
+    rq_t *next;
+    for (rq_t *r = rq_first(rt->rqs); r; r = next) {
         next = rq_next(rt->rqs, r);
         if (r->gone) /* nothing is sent to a gone client: this only ends and counts it */
             relay_abort(rt, r, "disconnected");
@@ -395,7 +396,7 @@ void relay_reap(router_t *rt)
 
 void relay_deadlines(router_t *rt, int64_t now_us)
 {
-    rq *r;
+    rq_t *r;
     while ((r = rq_next_deadline(rt->rqs)) && r->deadline_us <= now_us)
         relay_abort(rt, r, "deadline_exceeded");
 }

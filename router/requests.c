@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* requests.c - the router's live requests (see requests.h).
  *
  * Storage: an array of slot pointers that doubles when full, and a free list of slot
@@ -20,18 +21,18 @@
 
 struct rq_table {
     const tokenizer_t *tok;
-    rq **slots;
+    rq_t **slots;
     int n_slots, cap_slots;
     int *free_list;
     int n_free;
 
-    rq **by_key, **by_rid;   /* n_buckets each, a power of two */
+    rq_t **by_key, **by_rid; /* n_buckets each, a power of two */
     size_t n_buckets;
 
     list_node live;          /* admission order */
     int n_live;
 
-    rq **heap;
+    rq_t **heap;
     int n_heap, cap_heap;
 };
 
@@ -55,9 +56,11 @@ static uint64_t rid_hash(uint64_t rid)
     return rid;
 }
 
-rq_table *rq_table_new(const tokenizer_t *tok)
+int rq_table_new(const tokenizer_t *tok, rq_table_t **out)
 {
-    rq_table *t = calloc(1, sizeof *t);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "rq_table_new: NULL out");
+    rq_table_t *t = *out = calloc(1, sizeof *t);
     if (!t)
         goto nomem;
     t->tok = tok;
@@ -67,20 +70,19 @@ rq_table *rq_table_new(const tokenizer_t *tok)
     t->by_rid = calloc(t->n_buckets, sizeof *t->by_rid);
     if (!t->by_key || !t->by_rid)
         goto nomem;
-    return t;
+    return DERAS_OK;
 nomem:
-    rq_table_destroy(&t);
-    deras_fail(DERAS_ENOMEM, "rq_table_new: out of memory");
-    return NULL;
+    rq_table_destroy(out);
+    return deras_fail(DERAS_ENOMEM, "rq_table_new: out of memory");
 }
 
-void rq_table_destroy(rq_table **tp)
+void rq_table_destroy(rq_table_t **tp)
 {
     if (!tp || !*tp)
         return;
-    rq_table *t = *tp;
+    rq_table_t *t = *tp;
     for (int i = 0; i < t->n_slots; i++) {
-        rq *r = t->slots[i];
+        rq_t *r = t->slots[i];
         for (int k = 0; k < REQ_MAX_N; k++)
             stream_destroy(&r->samples[k].st);
         free(r->prompt);
@@ -95,15 +97,16 @@ void rq_table_destroy(rq_table **tp)
     *tp = NULL;
 }
 
-rq *rq_new(rq_table *t)
+int rq_acquire(rq_table_t *t, rq_t **out)
 {
-    rq *r;
+    *out = NULL;
+    rq_t *r;
     if (t->n_free > 0) {
         r = t->slots[t->free_list[--t->n_free]];
     } else {
         if (t->n_slots == t->cap_slots) {
             int cap = t->cap_slots ? t->cap_slots * 2 : 64;
-            rq **s = realloc(t->slots, (size_t)cap * sizeof *s);
+            rq_t **s = realloc(t->slots, (size_t)cap * sizeof *s);
             if (!s)
                 goto nomem;
             t->slots = s;
@@ -134,13 +137,13 @@ rq *rq_new(rq_table *t)
     r->worker = -1;
     r->fd = -1;
     r->heap_at = -1;
-    return r;
+    *out = r;
+    return DERAS_OK;
 nomem:
-    deras_fail(DERAS_ENOMEM, "rq_new: out of memory");
-    return NULL;
+    return deras_fail(DERAS_ENOMEM, "rq_acquire: out of memory");
 }
 
-void rq_discard(rq_table *t, rq *r)
+void rq_discard(rq_table_t *t, rq_t *r)
 {
     if (!r || r->state == RQ_FREE)
         return;
@@ -155,7 +158,7 @@ void rq_discard(rq_table *t, rq *r)
     t->free_list[t->n_free++] = r->slot;
 }
 
-int rq_reserve_prompt(rq *r, int n)
+int rq_reserve_prompt(rq_t *r, int n)
 {
     if (n <= r->prompt_cap)
         return DERAS_OK;
@@ -170,7 +173,7 @@ int rq_reserve_prompt(rq *r, int n)
     return DERAS_OK;
 }
 
-int rq_start_samples(rq_table *t, rq *r)
+int rq_start_samples(rq_table_t *t, rq_t *r)
 {
     const char *stops[PROTO_MAX_STOPS];
     for (int i = 0; i < r->n_stops; i++)
@@ -178,10 +181,11 @@ int rq_start_samples(rq_table *t, rq *r)
     r->n_done = r->n_finals = 0;
     for (int k = 0; k < r->params.n; k++) {
         rq_sample *s = &r->samples[k];
-        if (!s->st && !(s->st = stream_new(t->tok)))
-            return DERAS_ENOMEM;
-        int rc = stream_start(s->st, stops, r->stop_lens, r->n_stops,
-                              r->params.sp.n_logprobs > 0, r->params.sp.min_tokens);
+        int rc;
+        if (!s->st && (rc = stream_new(t->tok, &s->st)))
+            return rc;
+        rc = stream_start(s->st, stops, r->stop_lens, r->n_stops, r->params.sp.n_logprobs > 0,
+                          r->params.sp.min_tokens);
         if (rc)
             return rc;
         s->done = s->worker_done = s->touched = false;
@@ -195,7 +199,7 @@ int rq_start_samples(rq_table *t, rq *r)
 
 /* ---- hashing ---- */
 
-static void hash_link(rq_table *t, rq *r)
+static void hash_link(rq_table_t *t, rq_t *r)
 {
     size_t mask = t->n_buckets - 1;
     size_t kb = key_hash(r->ident, r->ident_len, r->id) & mask;
@@ -206,34 +210,34 @@ static void hash_link(rq_table *t, rq *r)
     t->by_rid[rb] = r;
 }
 
-static void unlink_chain(rq **head, rq *r, size_t off_next)
+static void unlink_chain(rq_t **head, rq_t *r, size_t off_next)
 {
-    for (rq **pp = head; *pp; pp = (rq **)((char *)*pp + off_next))
+    for (rq_t **pp = head; *pp; pp = (rq_t **)((char *)*pp + off_next))
         if (*pp == r) {
-            *pp = *(rq **)((char *)r + off_next);
+            *pp = *(rq_t **)((char *)r + off_next);
             return;
         }
 }
 
-static void hash_unlink_rid(rq_table *t, rq *r)
+static void hash_unlink_rid(rq_table_t *t, rq_t *r)
 {
     size_t rb = rid_hash(r->rid) & (t->n_buckets - 1);
-    unlink_chain(&t->by_rid[rb], r, offsetof(rq, h_rid_next));
+    unlink_chain(&t->by_rid[rb], r, offsetof(rq_t, h_rid_next));
 }
 
-static void hash_unlink(rq_table *t, rq *r)
+static void hash_unlink(rq_table_t *t, rq_t *r)
 {
     size_t kb = key_hash(r->ident, r->ident_len, r->id) & (t->n_buckets - 1);
-    unlink_chain(&t->by_key[kb], r, offsetof(rq, h_key_next));
+    unlink_chain(&t->by_key[kb], r, offsetof(rq_t, h_key_next));
     hash_unlink_rid(t, r);
 }
 
 /* Double the buckets and rehash the live list. On ENOMEM keep the old size (chains just
  * get longer). */
-static void hash_grow(rq_table *t)
+static void hash_grow(rq_table_t *t)
 {
     size_t n = t->n_buckets * 2;
-    rq **k = calloc(n, sizeof *k), **d = calloc(n, sizeof *d);
+    rq_t **k = calloc(n, sizeof *k), **d = calloc(n, sizeof *d);
     if (!k || !d) {
         free(k);
         free(d);
@@ -244,22 +248,22 @@ static void hash_grow(rq_table *t)
     t->by_key = k;
     t->by_rid = d;
     t->n_buckets = n;
-    for (rq *r = rq_first(t); r; r = rq_next(t, r))
+    for (rq_t *r = rq_first(t); r; r = rq_next(t, r))
         hash_link(t, r);
 }
 
 /* ---- deadline heap ---- */
 
-static void heap_swap(rq_table *t, int a, int b)
+static void heap_swap(rq_table_t *t, int a, int b)
 {
-    rq *x = t->heap[a];
+    rq_t *x = t->heap[a];
     t->heap[a] = t->heap[b];
     t->heap[b] = x;
     t->heap[a]->heap_at = a;
     t->heap[b]->heap_at = b;
 }
 
-static void heap_up(rq_table *t, int i)
+static void heap_up(rq_table_t *t, int i)
 {
     while (i > 0) {
         int p = (i - 1) / 2;
@@ -270,7 +274,7 @@ static void heap_up(rq_table *t, int i)
     }
 }
 
-static void heap_down(rq_table *t, int i)
+static void heap_down(rq_table_t *t, int i)
 {
     for (;;) {
         int l = 2 * i + 1, r = l + 1, m = i;
@@ -285,11 +289,11 @@ static void heap_down(rq_table *t, int i)
     }
 }
 
-static int heap_push(rq_table *t, rq *r)
+static int heap_push(rq_table_t *t, rq_t *r)
 {
     if (t->n_heap == t->cap_heap) {
         int cap = t->cap_heap ? t->cap_heap * 2 : 64;
-        rq **h = realloc(t->heap, (size_t)cap * sizeof *h);
+        rq_t **h = realloc(t->heap, (size_t)cap * sizeof *h);
         if (!h)
             return deras_fail(DERAS_ENOMEM, "rq_insert: out of memory for the deadline heap");
         t->heap = h;
@@ -301,7 +305,7 @@ static int heap_push(rq_table *t, rq *r)
     return DERAS_OK;
 }
 
-static void heap_remove(rq_table *t, rq *r)
+static void heap_remove(rq_table_t *t, rq_t *r)
 {
     int i = r->heap_at;
     if (i < 0)
@@ -309,7 +313,7 @@ static void heap_remove(rq_table *t, rq *r)
     r->heap_at = -1;
     if (--t->n_heap == i)
         return;
-    rq *moved = t->heap[t->n_heap];
+    rq_t *moved = t->heap[t->n_heap];
     t->heap[i] = moved;
     moved->heap_at = i;
     heap_up(t, i);
@@ -318,7 +322,7 @@ static void heap_remove(rq_table *t, rq *r)
 
 /* ---- public ---- */
 
-int rq_insert(rq_table *t, rq *r)
+int rq_insert(rq_table_t *t, rq_t *r)
 {
     if (r->deadline_us > 0) {
         int rc = heap_push(t, r);
@@ -333,7 +337,7 @@ int rq_insert(rq_table *t, rq *r)
     return DERAS_OK;
 }
 
-void rq_set_rid(rq_table *t, rq *r, uint64_t rid)
+void rq_set_rid(rq_table_t *t, rq_t *r, uint64_t rid)
 {
     hash_unlink_rid(t, r);
     r->rid = rid;
@@ -342,7 +346,7 @@ void rq_set_rid(rq_table *t, rq *r, uint64_t rid)
     t->by_rid[rb] = r;
 }
 
-void rq_release(rq_table *t, rq *r)
+void rq_release(rq_table_t *t, rq_t *r)
 {
     if (!r || r->state == RQ_FREE)
         return;
@@ -353,46 +357,46 @@ void rq_release(rq_table *t, rq *r)
     rq_discard(t, r);
 }
 
-rq *rq_find_key(const rq_table *t, const void *ident, int ident_len, const char *id)
+rq_t *rq_find_key(const rq_table_t *t, const void *ident, int ident_len, const char *id)
 {
     size_t kb = key_hash(ident, ident_len, id) & (t->n_buckets - 1);
-    for (rq *r = t->by_key[kb]; r; r = r->h_key_next)
+    for (rq_t *r = t->by_key[kb]; r; r = r->h_key_next)
         if (r->ident_len == ident_len && !memcmp(r->ident, ident, (size_t)ident_len) &&
             !strcmp(r->id, id))
             return r;
     return NULL;
 }
 
-rq *rq_find_rid(const rq_table *t, uint64_t rid)
+rq_t *rq_find_rid(const rq_table_t *t, uint64_t rid)
 {
     size_t rb = rid_hash(rid) & (t->n_buckets - 1);
-    for (rq *r = t->by_rid[rb]; r; r = r->h_rid_next)
+    for (rq_t *r = t->by_rid[rb]; r; r = r->h_rid_next)
         if (r->rid == rid)
             return r;
     return NULL;
 }
 
-rq *rq_first(const rq_table *t)
+rq_t *rq_first(const rq_table_t *t)
 {
-    return list_entry(list_first(&t->live), rq, live);
+    return list_entry(list_first(&t->live), rq_t, live);
 }
 
-rq *rq_next(const rq_table *t, const rq *r)
+rq_t *rq_next(const rq_table_t *t, const rq_t *r)
 {
-    return list_linked(&r->live) ? list_entry(list_next(&t->live, &r->live), rq, live) : NULL;
+    return list_linked(&r->live) ? list_entry(list_next(&t->live, &r->live), rq_t, live) : NULL;
 }
 
-int rq_count(const rq_table *t)
+int rq_count(const rq_table_t *t)
 {
     return t->n_live;
 }
 
-rq *rq_next_deadline(const rq_table *t)
+rq_t *rq_next_deadline(const rq_table_t *t)
 {
     return t->n_heap ? t->heap[0] : NULL;
 }
 
-int rq_slots(const rq_table *t)
+int rq_slots(const rq_table_t *t)
 {
     return t->n_slots;
 }

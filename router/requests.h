@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* requests.h - the router's live requests: one record per client request, found by
  * (client identity, request id), by the router's own id (rid), and in deadline order.
  *
@@ -6,7 +7,7 @@
  * slot keeps its buffers (prompt ids, sample streams) for the next request, so a steady
  * load allocates nothing and a flood answered with `busy` never reaches this table.
  * Slot pointers stay valid (and their state says FREE) after release until reused by
- * rq_new, which lets an event handler finish a loop over requests it may end.
+ * rq_acquire, which lets an event handler finish a loop over requests it may end.
  *
  * The record is a plain struct shared by the router's modules (dispatch queues it,
  * relay fills its samples); the table that indexes it is opaque. Costs: lookups O(1)
@@ -83,50 +84,52 @@ typedef struct rq {
     list_node queue;             /* dispatch's queue; unlinked when not queued */
     int heap_at;                 /* index in the deadline heap, -1 if not there */
     int slot;
-} rq;
+} rq_t;
 
-typedef struct rq_table rq_table;
+typedef struct rq_table rq_table_t;
 
-/* A table whose streams detokenize with t (borrowed). NULL on allocation failure. */
-rq_table *rq_table_new(const tokenizer_t *t);
+/* A table whose streams detokenize with t (borrowed). DERAS_ENOMEM. */
+int rq_table_new(const tokenizer_t *t, rq_table_t **out);
 /* Frees every slot, live or not; sets *tp to NULL. */
-void rq_table_destroy(rq_table **tp);
+void rq_table_destroy(rq_table_t **tp);
 
-/* A fresh record (state QUEUED, worker -1, everything else zero), not yet indexed: fill
- * ident/id/params, then rq_insert. NULL on ENOMEM. O(1) amortized. */
-rq *rq_new(rq_table *t);
+/* Take a slot from the pool (a new one when none is free) as a fresh record in *out (state
+ * QUEUED, worker -1, everything else zero), not yet indexed: fill ident/id/params, then
+ * rq_insert. Not a constructor: the table owns the slot, which goes back with rq_discard or
+ * rq_release, never a destroy. DERAS_ENOMEM (*out NULL). O(1) amortized. */
+int rq_acquire(rq_table_t *t, rq_t **out);
 /* Give back a record that was never inserted, or one rq_release already unlinked. */
-void rq_discard(rq_table *t, rq *r);
+void rq_discard(rq_table_t *t, rq_t *r);
 
 /* Make sure r->prompt holds n ids. DERAS_ENOMEM. */
-int rq_reserve_prompt(rq *r, int n);
+int rq_reserve_prompt(rq_t *r, int n);
 /* Start every sample's stream (stops, logprobs) for a first or repeated dispatch.
  * DERAS_ENOMEM / DERAS_EINVAL from stream_start. */
-int rq_start_samples(rq_table *t, rq *r);
+int rq_start_samples(rq_table_t *t, rq_t *r);
 
 /* Index r by (ident, id), by rid, in the live list and, with a deadline, in the heap.
  * The caller checked rq_find_key first. O(log live). */
-int rq_insert(rq_table *t, rq *r);
+int rq_insert(rq_table_t *t, rq_t *r);
 /* Give r a new rid (before a re-dispatch). O(1). */
-void rq_set_rid(rq_table *t, rq *r, uint64_t rid);
+void rq_set_rid(rq_table_t *t, rq_t *r, uint64_t rid);
 /* Unindex r and return its slot to the pool (state FREE). The caller removed it from
  * the dispatch queue. O(log live). */
-void rq_release(rq_table *t, rq *r);
+void rq_release(rq_table_t *t, rq_t *r);
 
-rq *rq_find_key(const rq_table *t, const void *ident, int ident_len, const char *id);
-rq *rq_find_rid(const rq_table *t, uint64_t rid);
+rq_t *rq_find_key(const rq_table_t *t, const void *ident, int ident_len, const char *id);
+rq_t *rq_find_rid(const rq_table_t *t, uint64_t rid);
 
 /* The live list, in admission order: for (r = rq_first(t); r; r = rq_next(t, r)). A loop
  * that may release r takes the next record first. O(1) each. */
-rq *rq_first(const rq_table *t);
+rq_t *rq_first(const rq_table_t *t);
 /* The live record after r; NULL at the end or when r is no longer live. */
-rq *rq_next(const rq_table *t, const rq *r);
-int rq_count(const rq_table *t);
+rq_t *rq_next(const rq_table_t *t, const rq_t *r);
+int rq_count(const rq_table_t *t);
 
 /* The request whose deadline comes first, or NULL. O(1). */
-rq *rq_next_deadline(const rq_table *t);
+rq_t *rq_next_deadline(const rq_table_t *t);
 
 /* Slots allocated so far (live + pooled): memory stays proportional to this. */
-int rq_slots(const rq_table *t);
+int rq_slots(const rq_table_t *t);
 
 #endif

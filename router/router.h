@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* router.h - the state of one deras-router process, shared by its modules.
  *
  * The router is one thread running one event loop (main.c) over five kinds of events:
@@ -92,12 +93,12 @@ typedef struct router {
     curve_t *curve, *admin_curve;
 
     /* codecs, reused for every message */
-    proto_decoder *pdec;
-    proto_encoder *penc;
-    wp_decoder *wdec;
-    wp_encoder *wenc;
+    proto_decoder_t *pdec;
+    proto_encoder_t *penc;
+    wp_decoder_t *wdec;
+    wp_encoder_t *wenc;
 
-    rq_table *rqs;
+    rq_table_t *rqs;
     workers_t *workers;
     dispatch_t *disp;
     metrics_t *metrics;
@@ -107,7 +108,7 @@ typedef struct router {
     /* scratch */
     int32_t *tok_buf;          /* ctx_len + 1 ids: a text prompt's tokens */
     size_t tok_cap;
-    struct touched { rq *r; int k; } *touched; /* samples a STEP gave tokens or a finish */
+    struct touched { rq_t *r; int k; } *touched; /* samples a STEP gave tokens or a finish */
     int n_touched, cap_touched;
     uint64_t stray_rids[64];   /* unknown rids of one STEP, to ABORT once each */
     int n_stray;
@@ -176,8 +177,8 @@ void wlink_close(router_t *rt);
 void wlink_recv(router_t *rt, int budget);
 void wlink_monitor(router_t *rt);
 /* dispatch_submit_fn */
-int wlink_submit(void *ctx, worker *k, rq *r);
-void wlink_abort(router_t *rt, worker *k, uint64_t rid);
+int wlink_submit(void *ctx, worker_t *k, rq_t *r);
+void wlink_abort(router_t *rt, worker_t *k, uint64_t rid);
 /* DRAIN to every live worker. */
 void wlink_drain_all(router_t *rt);
 /* Declare workers silent past the timeout dead, and busy ones without progress stuck. */
@@ -185,20 +186,20 @@ void wlink_check_timeouts(router_t *rt, int64_t now_us);
 
 /* ---- relay.c: what clients hear about their requests ---- */
 /* The tokens and finishes of one STEP frame from worker k. */
-void relay_step(router_t *rt, worker *k, const wp_msg *m);
+void relay_step(router_t *rt, worker_t *k, const wp_msg *m);
 /* End unfinished samples with finish_reason "abort" and this abort_reason. */
-void relay_abort(router_t *rt, rq *r, const char *abort_reason);
+void relay_abort(router_t *rt, rq_t *r, const char *abort_reason);
 /* End the request with an error (all samples). */
-void relay_fail(router_t *rt, rq *r, enum proto_error_code code, const char *msg);
+void relay_fail(router_t *rt, rq_t *r, enum proto_error_code code, const char *msg);
 /* dispatch_fail_fn */
-void relay_fail_cb(void *ctx, rq *r, enum proto_error_code code, const char *msg);
+void relay_fail_cb(void *ctx, rq_t *r, enum proto_error_code code, const char *msg);
 /* Worker k is gone: re-dispatch what the client has not heard about, fail the rest. */
-void relay_worker_dead(router_t *rt, worker *k, const char *why);
+void relay_worker_dead(router_t *rt, worker_t *k, const char *why);
 /* Worker k is stuck: the same, and each of its requests is aborted there. */
-void relay_worker_stuck(router_t *rt, worker *k, const char *why);
+void relay_worker_stuck(router_t *rt, worker_t *k, const char *why);
 /* End every request running on k with finish_reason "abort" and this abort_reason (they
  * are aborted at k). Returns how many. */
-int relay_abort_worker(router_t *rt, worker *k, const char *abort_reason);
+int relay_abort_worker(router_t *rt, worker_t *k, const char *abort_reason);
 /* The connection fd closed: end the requests that came on it. */
 void relay_fd_closed(router_t *rt, int fd);
 /* Mark every request of this client gone (no more sends; relay_reap ends them). */

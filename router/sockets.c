@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sockets.c - what the router's three ROUTER sockets (clients, workers, admin) share: the
  * options set before bind, and the socket monitor through which the client and worker
  * sockets learn that a connection closed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.c - one sample's text: generated token ids in, text deltas out (see stream.h).
  *
  * The path of a token: detok_push writes the bytes it completes into `dt_out`; those go
@@ -37,29 +38,32 @@ struct stream {
     int lps_cap;
 };
 
-stream_t *stream_new(const tokenizer_t *t)
+int stream_new(const tokenizer_t *t, stream_t **out)
 {
-    if (!t) {
-        deras_fail(DERAS_EINVAL, "stream_new: NULL tokenizer");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "stream_new: NULL out");
+    *out = NULL;
+    if (!t)
+        return deras_fail(DERAS_EINVAL, "stream_new: NULL tokenizer");
+    int rc;
     stream_t *s = calloc(1, sizeof *s);
     if (!s)
         goto nomem;
     s->tok = t;
-    if (!(s->dt = detok_new(t, true, false)))
+    if ((rc = detok_new(t, true, false, &s->dt)))
         goto fail;
     s->dt_cap = detok_max_output(s->dt);
     s->sm_cap = PROTO_MAX_STOP_BYTES + STOP_MATCHER_MAX_PIECE;
     if (!(s->dt_out = malloc(s->dt_cap)) || !(s->sm_out = malloc(s->sm_cap)))
         goto nomem;
     s->stop_index = -1;
-    return s;
+    *out = s;
+    return DERAS_OK;
 nomem:
-    deras_fail(DERAS_ENOMEM, "stream_new: out of memory");
+    rc = deras_fail(DERAS_ENOMEM, "stream_new: out of memory");
 fail:
     stream_destroy(&s);
-    return NULL;
+    return rc;
 }
 
 void stream_destroy(stream_t **sp)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.h - one sample's text: generated token ids in, text deltas out.
  *
  * Each sample of a request owns a stream: its ids go through the incremental
@@ -26,8 +27,8 @@
 typedef struct stream stream_t;
 
 /* A stream detokenizing with t (borrowed; must outlive the stream). Special tokens
- * produce no text. NULL on allocation failure. */
-stream_t *stream_new(const tokenizer_t *t);
+ * produce no text. DERAS_EINVAL for a NULL t, DERAS_ENOMEM. */
+int stream_new(const tokenizer_t *t, stream_t **out);
 void stream_destroy(stream_t **s);
 
 /* Start a new sample: forget everything, install the n_stops stop strings (lens[i] bytes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wlink.c - the worker socket: HELLO/WELCOME, heartbeats, SUBMIT/ABORT, STEP, REJECT.
  *
  * A ZeroMQ ROUTER that workers connect DEALERs to, routing id = worker name. ZeroMQ lets
@@ -91,7 +92,7 @@ static void refuse(router_t *rt, const void *name, int name_len, const char *why
         send_to(rt, name, name_len, buf, len);
 }
 
-int wlink_submit(void *ctx, worker *k, rq *r)
+int wlink_submit(void *ctx, worker_t *k, rq_t *r)
 {
     router_t *rt = ctx;
     wp_submit s = {.rid = r->rid, .prompt_ids = r->prompt, .n_prompt = r->n_prompt,
@@ -106,7 +107,7 @@ int wlink_submit(void *ctx, worker *k, rq *r)
     return send_to(rt, k->name, k->name_len, buf, len);
 }
 
-void wlink_abort(router_t *rt, worker *k, uint64_t rid)
+void wlink_abort(router_t *rt, worker_t *k, uint64_t rid)
 {
     const void *buf;
     size_t len;
@@ -120,7 +121,7 @@ void wlink_drain_all(router_t *rt)
     const void *buf;
     size_t len;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = workers_at(rt->workers, i);
+        worker_t *k = workers_at(rt->workers, i);
         if (!workers_live(k))
             continue;
         if (wp_encode_drain(rt->wenc, &buf, &len) == DERAS_OK)
@@ -131,7 +132,7 @@ void wlink_drain_all(router_t *rt)
 
 void wlink_check_timeouts(router_t *rt, int64_t now_us)
 {
-    worker *k;
+    worker_t *k;
     char why[96];
     while ((k = workers_expired(rt->workers, now_us))) {
         snprintf(why, sizeof why, "no message for %lld ms",
@@ -151,7 +152,7 @@ void wlink_check_timeouts(router_t *rt, int64_t now_us)
     }
 }
 
-static void welcome(router_t *rt, worker *k)
+static void welcome(router_t *rt, worker_t *k)
 {
     const void *buf;
     size_t len;
@@ -165,7 +166,7 @@ static void handle_hello(router_t *rt, const uint8_t *name, int name_len, int fd
                          const wp_hello *h)
 {
     char why[256];
-    worker *k;
+    worker_t *k;
     int64_t now = router_now_us();
     enum hello_verdict v = workers_hello(rt->workers, name, name_len, h, fd, now, &k, why, sizeof why);
     if (v == HELLO_RESTART) {
@@ -190,9 +191,9 @@ static void handle_hello(router_t *rt, const uint8_t *name, int name_len, int fd
     }
 }
 
-static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
+static void handle_reject(router_t *rt, worker_t *k, const wp_msg *m)
 {
-    rq *r = rq_find_rid(rt->rqs, m->rid);
+    rq_t *r = rq_find_rid(rt->rqs, m->rid);
     if (!r || r->state != RQ_RUNNING || r->worker != k->slot)
         return;
     if (m->code == PE_BUSY) {
@@ -210,9 +211,9 @@ static void handle_reject(router_t *rt, worker *k, const wp_msg *m)
 
 /* The worker is exiting (its last frame): requests it still held were dropped there.
  * O(live requests), once per worker exit. */
-static void handle_bye(router_t *rt, worker *k, const char *reason)
+static void handle_bye(router_t *rt, worker_t *k, const char *reason)
 {
-    for (rq *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
+    for (rq_t *r = rq_first(rt->rqs); r; r = rq_next(rt->rqs, r))
         if (r->state == RQ_RUNNING && r->worker == k->slot) {
             char why[300];
             snprintf(why, sizeof why, "it exited: %s", reason);
@@ -224,7 +225,7 @@ static void handle_bye(router_t *rt, worker *k, const char *reason)
 }
 
 /* A load report, with the worker's changes of state logged. */
-static void load(worker *k, const wp_load *l, bool heartbeat, int64_t now_us)
+static void load(worker_t *k, const wp_load *l, bool heartbeat, int64_t now_us)
 {
     enum worker_state was = k->state;
     workers_load(k, l, heartbeat, now_us);
@@ -240,7 +241,7 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
     proto_error err;
     /* "<name>/hb": a worker's pulse thread, heard only while one of its steps runs long */
     if (name_len > 3 && !memcmp(name + name_len - 3, "/hb", 3)) {
-        worker *owner = workers_lookup(rt->workers, name, name_len - 3);
+        worker_t *owner = workers_lookup(rt->workers, name, name_len - 3);
         if (owner && (workers_live(owner) || owner->state == W_STUCK) &&
             wp_decode(rt->wdec, data, size, &m, &err) == DERAS_OK && m.type == WP_HEARTBEAT)
             workers_pulse(owner, router_now_us());
@@ -248,7 +249,7 @@ static void handle_frame(router_t *rt, const uint8_t *name, int name_len, int fd
             rt->st.worker_bad_frames++;
         return;
     }
-    worker *k = workers_find(rt->workers, name, name_len);
+    worker_t *k = workers_find(rt->workers, name, name_len);
     if (wp_decode(rt->wdec, data, size, &m, &err)) {
         /* a broken worker must not flood the log: the first few, then one in a thousand */
         if (++rt->st.worker_bad_frames <= 10 || rt->st.worker_bad_frames % 1000 == 0)

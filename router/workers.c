@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* workers.c - the registry of worker groups, their health and load (see workers.h).
  *
  * A fixed array of WORKERS_MAX records, searched linearly: there are a handful of
@@ -20,7 +21,7 @@
 #include "common/base/status.h"
 
 struct workers {
-    worker w[WORKERS_MAX];
+    worker_t w[WORKERS_MAX];
     int vocab_size;
     char model_base[256];
     int64_t timeout_us, stuck_us;
@@ -38,14 +39,14 @@ static const char *base_name(const char *path, char *buf, size_t cap)
     return slash ? slash + 1 : buf;
 }
 
-workers_t *workers_new(int vocab_size, const char *model_name, int timeout_ms,
-                       int stuck_timeout_ms)
+int workers_new(int vocab_size, const char *model_name, int timeout_ms, int stuck_timeout_ms,
+                workers_t **out)
 {
-    workers_t *w = calloc(1, sizeof *w);
-    if (!w) {
-        deras_fail(DERAS_ENOMEM, "workers_new: out of memory");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "workers_new: NULL out");
+    workers_t *w = *out = calloc(1, sizeof *w);
+    if (!w)
+        return deras_fail(DERAS_ENOMEM, "workers_new: out of memory");
     w->vocab_size = vocab_size;
     char buf[sizeof w->model_base];
     snprintf(w->model_base, sizeof w->model_base, "%s", base_name(model_name, buf, sizeof buf));
@@ -55,7 +56,7 @@ workers_t *workers_new(int vocab_size, const char *model_name, int timeout_ms,
         w->w[i].slot = i;
         w->w[i].fd = -1;
     }
-    return w;
+    return DERAS_OK;
 }
 
 void workers_destroy(workers_t **w)
@@ -66,13 +67,13 @@ void workers_destroy(workers_t **w)
     *w = NULL;
 }
 
-bool workers_live(const worker *k)
+bool workers_live(const worker_t *k)
 {
     return k->state == W_STARTING || k->state == W_READY || k->state == W_DRAINING;
 }
 
 /* A live worker's state from its reported phase and the router's drain. */
-static void settle(worker *k)
+static void settle(worker_t *k)
 {
     if (!workers_live(k))
         return;
@@ -84,33 +85,33 @@ static void settle(worker *k)
         k->state = W_READY;
 }
 
-static worker *find_any(workers_t *w, const void *name, int name_len)
+static worker_t *find_any(workers_t *w, const void *name, int name_len)
 {
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = &w->w[i];
+        worker_t *k = &w->w[i];
         if (k->state != W_FREE && k->name_len == name_len && !memcmp(k->name, name, (size_t)name_len))
             return k;
     }
     return NULL;
 }
 
-worker *workers_find(workers_t *w, const void *name, int name_len)
+worker_t *workers_find(workers_t *w, const void *name, int name_len)
 {
-    worker *k = find_any(w, name, name_len);
+    worker_t *k = find_any(w, name, name_len);
     return k && workers_live(k) ? k : NULL;
 }
 
-worker *workers_lookup(workers_t *w, const void *name, int name_len)
+worker_t *workers_lookup(workers_t *w, const void *name, int name_len)
 {
     return find_any(w, name, name_len);
 }
 
-bool workers_drained(const worker *k)
+bool workers_drained(const worker_t *k)
 {
     return k->state == W_DRAINING && k->inflight_reqs == 0;
 }
 
-const char *workers_state_name(const worker *k)
+const char *workers_state_name(const worker_t *k)
 {
     switch (k->state) {
     case W_STARTING: return "starting";
@@ -122,7 +123,7 @@ const char *workers_state_name(const worker *k)
     }
 }
 
-const char *workers_spec_name(const worker *k)
+const char *workers_spec_name(const worker_t *k)
 {
     static const char *const known[] = {"ngram", "self", "draft"};
     if (!k->hello.spec[0] || !strcmp(k->hello.spec, "none"))
@@ -133,17 +134,17 @@ const char *workers_spec_name(const worker *k)
     return "other";
 }
 
-worker *workers_at(workers_t *w, int slot)
+worker_t *workers_at(workers_t *w, int slot)
 {
     return slot >= 0 && slot < WORKERS_MAX ? &w->w[slot] : NULL;
 }
 
 /* A slot for a new name: a free one, else the longest-dead one. */
-static worker *free_slot(workers_t *w)
+static worker_t *free_slot(workers_t *w)
 {
-    worker *best = NULL;
+    worker_t *best = NULL;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = &w->w[i];
+        worker_t *k = &w->w[i];
         if (k->state == W_FREE)
             return k;
         if (k->state == W_DEAD && (!best || k->dead_since_us < best->dead_since_us))
@@ -153,7 +154,7 @@ static worker *free_slot(workers_t *w)
 }
 
 enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
-                                 const wp_hello *h, int fd, int64_t now_us, worker **out,
+                                 const wp_hello *h, int fd, int64_t now_us, worker_t **out,
                                  char *why, size_t why_cap)
 {
     *out = NULL;
@@ -184,7 +185,7 @@ enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
                  h->max_seqs, h->max_model_len, h->kv_blocks_total);
         return HELLO_REFUSE;
     }
-    worker *k = find_any(w, name, name_len);
+    worker_t *k = find_any(w, name, name_len);
     if (k && workers_live(k)) {
         if (k->hello.pid == h->pid) {
             k->hello = *h;
@@ -225,13 +226,13 @@ enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
     return HELLO_NEW;
 }
 
-void workers_pulse(worker *k, int64_t now_us)
+void workers_pulse(worker_t *k, int64_t now_us)
 {
     if (k && (workers_live(k) || k->state == W_STUCK))
         k->last_seen_us = now_us;
 }
 
-void workers_seen(worker *k, int fd, int64_t now_us)
+void workers_seen(worker_t *k, int fd, int64_t now_us)
 {
     k->last_seen_us = now_us;
     if (fd >= 0)
@@ -239,7 +240,7 @@ void workers_seen(worker *k, int fd, int64_t now_us)
     k->disconnected = false;
 }
 
-void workers_load(worker *k, const wp_load *l, bool heartbeat, int64_t now_us)
+void workers_load(worker_t *k, const wp_load *l, bool heartbeat, int64_t now_us)
 {
     if (l->steps != k->load.steps)
         k->progress_us = now_us;
@@ -250,7 +251,7 @@ void workers_load(worker *k, const wp_load *l, bool heartbeat, int64_t now_us)
         k->cap_limit = k->capacity;
 }
 
-void workers_sent(worker *k, int n, int n_prompt, int64_t now_us)
+void workers_sent(worker_t *k, int n, int n_prompt, int64_t now_us)
 {
     if (k->inflight_reqs == 0) /* idle until now: the stuck clock starts here */
         k->progress_us = now_us;
@@ -260,7 +261,7 @@ void workers_sent(worker *k, int n, int n_prompt, int64_t now_us)
     k->served++;
 }
 
-void workers_ended(worker *k, int n)
+void workers_ended(worker_t *k, int n)
 {
     k->inflight_seqs -= n;
     k->inflight_reqs--;
@@ -270,7 +271,7 @@ void workers_ended(worker *k, int n)
         k->inflight_reqs = 0;
 }
 
-void workers_busy(worker *k)
+void workers_busy(worker_t *k)
 {
     k->cap_limit = k->inflight_seqs;
 }
@@ -284,7 +285,7 @@ void workers_fd_closed(workers_t *w, int fd)
             w->w[i].disconnected = true;
 }
 
-void workers_dead(worker *k, int64_t now_us)
+void workers_dead(worker_t *k, int64_t now_us)
 {
     k->state = W_DEAD;
     k->dead_since_us = now_us;
@@ -293,14 +294,14 @@ void workers_dead(worker *k, int64_t now_us)
     k->drain_deadline_us = 0;
 }
 
-void workers_stuck(worker *k)
+void workers_stuck(worker_t *k)
 {
     k->state = W_STUCK;
     k->inflight_seqs = k->inflight_reqs = 0;
     k->drain_deadline_us = 0;
 }
 
-void workers_drain(worker *k, bool on, int64_t deadline_us)
+void workers_drain(worker_t *k, bool on, int64_t deadline_us)
 {
     k->drain_asked = on;
     k->drain_deadline_us = on ? deadline_us : 0;
@@ -323,35 +324,35 @@ void workers_undrain_all(workers_t *w)
             workers_drain(&w->w[i], false, 0);
 }
 
-worker *workers_expired(workers_t *w, int64_t now_us)
+worker_t *workers_expired(workers_t *w, int64_t now_us)
 {
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = &w->w[i];
+        worker_t *k = &w->w[i];
         if ((workers_live(k) || k->state == W_STUCK) && now_us - k->last_seen_us > w->timeout_us)
             return k;
     }
     return NULL;
 }
 
-static bool may_be_stuck(const workers_t *w, const worker *k)
+static bool may_be_stuck(const workers_t *w, const worker_t *k)
 {
     return w->stuck_us > 0 && workers_live(k) && k->inflight_reqs > 0;
 }
 
-worker *workers_find_stuck(workers_t *w, int64_t now_us)
+worker_t *workers_find_stuck(workers_t *w, int64_t now_us)
 {
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = &w->w[i];
+        worker_t *k = &w->w[i];
         if (may_be_stuck(w, k) && now_us - k->progress_us > w->stuck_us)
             return k;
     }
     return NULL;
 }
 
-worker *workers_drain_overdue(workers_t *w, int64_t now_us)
+worker_t *workers_drain_overdue(workers_t *w, int64_t now_us)
 {
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = &w->w[i];
+        worker_t *k = &w->w[i];
         if (k->state == W_DRAINING && k->drain_deadline_us && k->inflight_reqs > 0 &&
             now_us >= k->drain_deadline_us)
             return k;
@@ -363,7 +364,7 @@ int64_t workers_next_expiry(const workers_t *w)
 {
     int64_t t = INT64_MAX;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        const worker *k = &w->w[i];
+        const worker_t *k = &w->w[i];
         if ((workers_live(k) || k->state == W_STUCK) && k->last_seen_us + w->timeout_us < t)
             t = k->last_seen_us + w->timeout_us;
         if (may_be_stuck(w, k) && k->progress_us + w->stuck_us < t)
@@ -375,20 +376,20 @@ int64_t workers_next_expiry(const workers_t *w)
     return t;
 }
 
-static bool has_room(const worker *k, int n)
+static bool has_room(const worker_t *k, int n)
 {
     /* An idle worker takes a request even wider than its capacity, unless it just
      * answered busy (cap_limit 0). */
     return k->inflight_seqs + n <= k->cap_limit || (k->inflight_seqs == 0 && k->cap_limit > 0);
 }
 
-worker *workers_pick(workers_t *w, int n, int n_prompt, int need_len)
+worker_t *workers_pick(workers_t *w, int n, int n_prompt, int need_len)
 {
     (void)n_prompt;
-    worker *best = NULL;
+    worker_t *best = NULL;
     int64_t best_score = 0;
     for (int i = 0; i < WORKERS_MAX; i++) {
-        worker *k = &w->w[i];
+        worker_t *k = &w->w[i];
         if (k->state != W_READY || k->disconnected || !has_room(k, n) ||
             k->hello.max_model_len < need_len)
             continue;
@@ -433,7 +434,7 @@ int workers_status(const workers_t *w, proto_worker_status *out, int cap)
 {
     int n = 0;
     for (int i = 0; i < WORKERS_MAX && n < cap; i++) {
-        const worker *k = &w->w[i];
+        const worker_t *k = &w->w[i];
         if (k->state == W_FREE)
             continue;
         proto_worker_status *s = &out[n++];

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* workers.h - the router's registry of worker groups: who is there, who is alive, how
  * loaded each one is, and which one gets the next request.
  *
@@ -63,16 +64,16 @@ typedef struct worker {
     uint64_t served;
     int fd;                     /* connection its last message came on, -1 unknown */
     bool disconnected;          /* its connection closed; no dispatch until heard again */
-} worker;
+} worker_t;
 
 typedef struct workers workers_t;
 
 /* vocab_size and model_name (a path; its base name is compared) describe the router's
  * model; timeout_ms is the silence after which a worker is dead; stuck_timeout_ms the time
  * without a completed step, while requests of ours are on it, after which it is stuck (0:
- * never). NULL on ENOMEM. */
-workers_t *workers_new(int vocab_size, const char *model_name, int timeout_ms,
-                       int stuck_timeout_ms);
+ * never). DERAS_ENOMEM. */
+int workers_new(int vocab_size, const char *model_name, int timeout_ms, int stuck_timeout_ms,
+                workers_t **out);
 void workers_destroy(workers_t **w);
 
 enum hello_verdict {
@@ -87,69 +88,69 @@ enum hello_verdict {
  * HELLO's own, a vocabulary or model that is not the router's, nonsensical capacity,
  * or a full registry. O(WORKERS_MAX). */
 enum hello_verdict workers_hello(workers_t *w, const void *name, int name_len,
-                                 const wp_hello *h, int fd, int64_t now_us, worker **out,
+                                 const wp_hello *h, int fd, int64_t now_us, worker_t **out,
                                  char *why, size_t why_cap);
 
 /* Live: starting, ready or draining (heard from, may hold requests). */
-bool workers_live(const worker *k);
+bool workers_live(const worker_t *k);
 /* The live worker with this routing id, or NULL. */
-worker *workers_find(workers_t *w, const void *name, int name_len);
+worker_t *workers_find(workers_t *w, const void *name, int name_len);
 /* The record of this name in any state but free (dead and stuck ones included), or NULL. */
-worker *workers_lookup(workers_t *w, const void *name, int name_len);
-worker *workers_at(workers_t *w, int slot);
+worker_t *workers_lookup(workers_t *w, const void *name, int name_len);
+worker_t *workers_at(workers_t *w, int slot);
 /* "starting", "ready", "draining", "drained", "stuck", "dead". */
-const char *workers_state_name(const worker *k);
+const char *workers_state_name(const worker_t *k);
 /* The worker's speculative proposer as its HELLO named it: "none" (also when it named
  * none), "ngram", "self", "draft", or "other" for a name this router does not know (so it
  * is always safe as a metrics label). */
-const char *workers_spec_name(const worker *k);
+const char *workers_spec_name(const worker_t *k);
 
 /* Heard from: refresh its clock and connection. */
-void workers_seen(worker *k, int fd, int64_t now_us);
+void workers_seen(worker_t *k, int fd, int64_t now_us);
 /* A pulse (the heartbeat a worker's side thread sends while one step runs long, from
  * routing id "<name>/hb"): refresh its clock only; the connection and load stay those of
  * the worker's own socket. A stuck worker's pulses keep it "stuck" rather than "dead". */
-void workers_pulse(worker *k, int64_t now_us);
+void workers_pulse(worker_t *k, int64_t now_us);
 /* A load report (HEARTBEAT, or the load a STEP carries): its phase moves the worker
  * between starting, ready and draining; a step count that advanced is progress. A
  * heartbeat saying nothing is waiting also lifts a busy worker's hold (a STEP does not: a
  * worker that refuses work while it finishes some would otherwise be offered the same
  * request every step). */
-void workers_load(worker *k, const wp_load *l, bool heartbeat, int64_t now_us);
+void workers_load(worker_t *k, const wp_load *l, bool heartbeat, int64_t now_us);
 /* Bookkeeping of dispatch: n sequences with n_prompt tokens sent / ended. */
-void workers_sent(worker *k, int n, int n_prompt, int64_t now_us);
-void workers_ended(worker *k, int n);
+void workers_sent(worker_t *k, int n, int n_prompt, int64_t now_us);
+void workers_ended(worker_t *k, int n);
 /* The worker answered busy with n_seqs of ours in flight: hold it there. */
-void workers_busy(worker *k);
+void workers_busy(worker_t *k);
 /* A connection closed: mark the worker using that fd (if any) disconnected. */
 void workers_fd_closed(workers_t *w, int fd);
 /* Mark k dead (its requests are the caller's business). */
-void workers_dead(worker *k, int64_t now_us);
+void workers_dead(worker_t *k, int64_t now_us);
 /* Mark k stuck (its requests are the caller's business, as for a dead worker). */
-void workers_stuck(worker *k);
+void workers_stuck(worker_t *k);
 /* Drain k (no new requests; deadline_us > 0: when the rest is aborted) or undrain it
  * (on = false: back to ready unless its own phase says otherwise). */
-void workers_drain(worker *k, bool on, int64_t deadline_us);
+void workers_drain(worker_t *k, bool on, int64_t deadline_us);
 /* Every live worker draining, and workers that register from now on too (the router
  * stopping, derasctl drain --all); undrain_all ends both. */
 void workers_drain_all(workers_t *w, int64_t deadline_us);
 void workers_undrain_all(workers_t *w);
 /* Draining with nothing of ours in flight. */
-bool workers_drained(const worker *k);
+bool workers_drained(const worker_t *k);
 
 /* A live or stuck worker silent for longer than the timeout, or NULL. */
-worker *workers_expired(workers_t *w, int64_t now_us);
+worker_t *workers_expired(workers_t *w, int64_t now_us);
 /* A live worker with requests of ours in flight and no completed step for the stuck
  * timeout, or NULL. */
-worker *workers_find_stuck(workers_t *w, int64_t now_us);
+worker_t *workers_find_stuck(workers_t *w, int64_t now_us);
 /* A draining worker whose drain deadline passed with requests of ours still on it. */
-worker *workers_drain_overdue(workers_t *w, int64_t now_us);
+worker_t *workers_drain_overdue(workers_t *w, int64_t now_us);
 /* When the next of those three could happen (INT64_MAX if never). */
 int64_t workers_next_expiry(const workers_t *w);
 
 /* The worker for a request of n samples, n_prompt tokens, needing a context of
  * need_len (prompt + max_tokens), or NULL when none has room now. O(WORKERS_MAX). */
-worker *workers_pick(workers_t *w, int n, int n_prompt, int need_len);
+worker_t *workers_pick(workers_t *w, int n, int n_prompt, int need_len);
 /* Ready and connected workers. */
 int workers_ready(const workers_t *w);
 /* Workers in each state, indexed by enum worker_state (drained ones count as draining). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client_flags.c - flags shared by the router clients (see client_flags.h). The sampling
  * parameters' flags come from the table (tools/sampling_flags.h); the rest are here. */
 #include "tools/client_flags.h"
@@ -202,7 +203,7 @@ int client_flags_apply(client_flags *f, int c, const char *arg)
     }
 }
 
-int client_flags_connect(const client_flags *f, int max_in_flight, deras_client **out)
+int client_flags_connect(const client_flags *f, int max_in_flight, deras_client_t **out)
 {
     char secret[41];
     int rc;
@@ -213,8 +214,8 @@ int client_flags_connect(const client_flags *f, int max_in_flight, deras_client 
         if ((rc = cli_read_secret_key(f->curve_key_file, secret)))
             return rc;
     }
-    *out = deras_client_new(&(deras_client_opts){
+    return deras_client_new(&(deras_client_opts){
         .address = f->address, .curve_server_key = f->curve_server_key,
-        .curve_secret_key = f->curve_key_file ? secret : NULL, .max_in_flight = max_in_flight});
-    return *out ? DERAS_OK : DERAS_EINVAL;
+        .curve_secret_key = f->curve_key_file ? secret : NULL, .max_in_flight = max_in_flight},
+        out);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client_flags.h - command-line flags shared by the router clients (`deras complete`,
  * `deras bench`): where the router is, how long to wait, and the request's sampling fields.
  *
@@ -42,7 +43,7 @@ int client_flags_apply(client_flags *f, int c, const char *arg);
 /* Connect as the flags say, reading the client key file if one is named (its secret key
  * alone on a line or as `secret-key = "..."`, the zcert format; the file must not be
  * readable by group or others). *out is NULL on failure, with deras_errmsg() set. */
-int client_flags_connect(const client_flags *f, int max_in_flight, deras_client **out);
+int client_flags_connect(const client_flags *f, int max_in_flight, deras_client_t **out);
 
 /* Print the help of the shared flags that client_flags_options() added for the same
  * `own` and `exclude`. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_bench.c - `deras bench`: a load generator for deras-router.
  *
  * One thread, one client socket, many streaming requests in flight. The workload is fixed
@@ -98,7 +99,7 @@ typedef struct req_state {
 
 typedef struct bench {
     const bench_args *a;
-    deras_client *cl;
+    deras_client_t *cl;
     req_state *r;
     int32_t *id_pool;
     char **lines;               /* --prompts */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_complete.c - `deras complete`: one completion from a running deras-router.
  *
  * Sends one request through the C client (tools/client/deras_client.h) and streams the
@@ -162,7 +163,7 @@ static void print_summary(const sample_out *s, int n, double t_send, double t_fi
 
 static int complete(client_flags *f, bool no_stream, const char *prompt_arg)
 {
-    deras_client *cl = NULL;
+    deras_client_t *cl = NULL;
     sample_out s[REQ_MAX_N] = {{0}};
     char *prompt_buf = NULL;
     int status = 1, rc = DERAS_OK, n = f->req.params.n;

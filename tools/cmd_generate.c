@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_generate.c - `deras generate`: one completion from a model on this machine.
  *
  * Loads a checkpoint (GGUF file or Hugging Face directory), tokenizes the prompt (wrapped
@@ -317,12 +318,13 @@ static int generate(const gen_args *a)
     g.min_tokens = a->params.sp.min_tokens;
     if ((rc = stop_matcher_new(a->stops, a->n_stops, &g.sm)))
         goto fail;
-    g.dt = detok_new(tok, true, false);
-    g.piece_cap = g.dt ? detok_max_output(g.dt) : 0;
+    if ((rc = detok_new(tok, true, false, &g.dt)))
+        goto fail;
+    g.piece_cap = detok_max_output(g.dt);
     g.out_cap = stop_matcher_out_cap(g.sm);
     g.piece = malloc(g.piece_cap);
     g.out = malloc(g.out_cap);
-    if (!g.dt || !g.piece || !g.out) {
+    if (!g.piece || !g.out) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_kvcalc.c - `deras kvcalc`: how much KV cache a model needs and how much fits on a device.
  *
  * A calculator, not a loader: the model's hyperparameters come from a built-in preset, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_serve.c - `deras serve`: a router and its workers in the foreground, as one command.
  *
  * Starts deras-router on the client address and a private worker socket, then one

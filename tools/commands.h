@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* commands.h - entry points of the `deras` subcommands (tools/cmd_*.c).
  *
  * Each takes the subcommand's own argv (argv[0] is the subcommand name) and returns the

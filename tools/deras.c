@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deras.c - the `deras` command: one binary, one subcommand per job.
  *
  *   deras generate   load a model and stream a completion to stdout (this machine, no server)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* derasctl.c - the operator's command for a running deras-router, over its admin socket.
  *
  *   derasctl status [--json]                       a table per worker, or the reply as JSON
@@ -44,8 +45,8 @@ typedef struct ctl {
     char secret[41];          /* CURVE: ours, from --curve-client-key */
     bool curve, json;
     void *zctx;
-    admin_codec *codec;
-    mp_frame *frame;
+    admin_codec_t *codec;
+    mp_frame_t *frame;
     zmq_msg_t reply;
     bool reply_open;
 } ctl;
@@ -538,8 +539,8 @@ int main(int argc, char **argv)
     }
     int rc = 1;
     void *s = NULL;
-    if (!(c.zctx = zmq_ctx_new()) || !(c.codec = admin_codec_new()) ||
-        !(c.frame = mp_frame_new(1u << 20))) {
+    if (!(c.zctx = zmq_ctx_new()) || admin_codec_new(&c.codec) ||
+        mp_frame_new(1u << 20, &c.frame)) {
         fprintf(stderr, "derasctl: out of memory\n");
         goto done;
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampling_flags.c - command-line flags from the sampling table (see sampling_flags.h). */
 #include "tools/sampling_flags.h"
 

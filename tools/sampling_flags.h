@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampling_flags.h - the sampling parameters' command-line flags, from the one table
  * (common/request/sampling.h): --temperature T, --top-k K, ... for `deras generate`, which
  * runs the engine here, and for `deras complete` and `deras bench` (through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm_nccl.c - the communicator over NCCL, for GPU ranks (see comm.h).
  *
  * Built with DERAS_HAVE_NCCL (CMake found nvcc and libnccl); otherwise the functions say

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm_nccl.h - the NCCL communicator (engine/comm.h) for GPU ranks of a worker group.
  */
 #ifndef DERAS_COMM_NCCL_H

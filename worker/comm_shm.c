@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm_shm.c - all-reduce and all-gather through shared memory, for CPU ranks (see comm.h).
  *
  * Region layout (offsets from the region's start, all 64-byte aligned):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* comm_shm.h - the shared-memory communicator (engine/comm.h) for CPU ranks of a worker
  * group: this machine's processes, or threads in tests and benchmarks.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* follower.c - rank 1..N-1 of a tensor-parallel worker group (see follower.h).
  *
  * Start-up order: the backend first (a device this build lacks fails before anything

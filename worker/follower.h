@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* follower.h - a tensor-parallel follower process: rank 1..N-1 of a worker group.
  *
  * A follower never talks to the router. It joins its group's shared segment

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* group.c - the tensor-parallel worker group's shared segment, start-up and liveness
  * (see group.h).
  *
@@ -190,6 +191,9 @@ static int attach_regions(group_t *g)
 int group_lead(const group_opts *o, const model_config *cfg, const model_opts *mo,
                size_t max_plan, group_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "group_lead: NULL out");
+    *out = NULL;
     group_t *g = NULL;
     int rc = alloc_group(o, &g);
     if (rc)
@@ -342,6 +346,9 @@ int group_wait_ready(group_t *g)
 
 int group_join(const group_opts *o, group_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "group_join: NULL out");
+    *out = NULL;
     group_t *g = NULL;
     int rc = alloc_group(o, &g);
     if (rc)
@@ -460,7 +467,7 @@ void group_set_loaded(group_t *g)
         shm_flag_store(&g->h->loaded[g->rank], 1);
 }
 
-int group_publish(void *ctx, const step_plan *p)
+int group_publish(void *ctx, const step_plan_t *p)
 {
     group_t *g = ctx;
     int rc = plan_ring_publish(g->ring, PLAN_MSG_STEP, p, p->bytes, g->timeout_s);
@@ -472,7 +479,7 @@ int group_publish(void *ctx, const step_plan *p)
 int group_follow(group_t *g, model_t *m)
 {
     const size_t cap = plan_ring_max_msg(g->ring);
-    step_plan *p = malloc(cap);
+    step_plan_t *p = malloc(cap);
     if (!p)
         return deras_fail(DERAS_ENOMEM, "group: out of memory for a %zu-byte plan", cap);
     int rc;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* group.h - a tensor-parallel worker group: N processes, one model, one shared segment.
  *
  * deras-worker --tp-size N --tp-rank R --name G runs rank R of group G. Rank 0, the
@@ -71,7 +72,7 @@ comm_t *group_comm(const group_t *g);
 void group_set_loaded(group_t *g);
 
 /* Leader: publish one step's plan to the followers. Signature fits engine_opts.on_plan. */
-int group_publish(void *g, const step_plan *p);
+int group_publish(void *g, const step_plan_t *p);
 
 /* Follower: run every published plan through the model until STOP (DERAS_OK) or a
  * failure (the leader died, the group was aborted, a forward pass failed). */

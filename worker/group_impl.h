@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* group_impl.h - the tensor-parallel group's shared segment layout, and the checks that
  * decide whether a segment found in /dev/shm may be trusted. Private to group.c and
  * group_trust.c (the door is group.h).

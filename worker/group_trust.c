@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* group_trust.c - when a tensor-parallel segment may be trusted (see group_impl.h).
  *
  * A rank running as root must not act on a segment someone else made: /dev/shm is shared,

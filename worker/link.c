@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* link.c - the worker's side of the router link (common/wire/worker_proto.h): frames out
  * without blocking, frames in with a bounded batch per turn, the HELLO / WELCOME / REFUSE
  * handshake and its REJOIN state after a router restart, and the load every heartbeat and
@@ -20,7 +21,7 @@
 /* ---- load ---- */
 
 /* Generated tokens per second over the last ~10 s of samples. */
-static double gen_rate(worker_server *s, uint64_t generated, double t)
+static double gen_rate(worker_server_t *s, uint64_t generated, double t)
 {
     int last = (s->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
     if (s->rate_n == 0 || t - s->rate_t[last] >= RATE_SPACING_S) {
@@ -35,7 +36,7 @@ static double gen_rate(worker_server *s, uint64_t generated, double t)
     return dt > 1e-3 ? (double)(generated - s->rate_gen[oldest]) / dt : 0.0;
 }
 
-void link_load(worker_server *s, double t, wp_load *l)
+void link_load(worker_server_t *s, double t, wp_load *l)
 {
     engine_stats st;
     engine_get_stats(s->e, &st);
@@ -67,7 +68,7 @@ void link_load(worker_server *s, double t, wp_load *l)
 
 /* ---- sending ---- */
 
-int link_send_frame(worker_server *s, const void *buf, size_t len)
+int link_send_frame(worker_server_t *s, const void *buf, size_t len)
 {
     for (;;) {
         if (zmq_send(s->sock, buf, len, ZMQ_DONTWAIT) >= 0) {
@@ -94,7 +95,7 @@ int link_send_frame(worker_server *s, const void *buf, size_t len)
 /* A HELLO the socket could not queue (after the router dropped our connection, ZeroMQ is
  * reconnecting) is sent again after HELLO_RETRY_S in REJOIN, not after the whole handshake
  * timeout: re-registering must not wait for a frame that never left. */
-int link_send_hello(worker_server *s, double t)
+int link_send_hello(worker_server_t *s, double t)
 {
     const void *buf;
     size_t len;
@@ -108,7 +109,7 @@ int link_send_hello(worker_server *s, double t)
     return DERAS_OK;
 }
 
-int link_send_heartbeat(worker_server *s, double t)
+int link_send_heartbeat(worker_server_t *s, double t)
 {
     wp_load l;
     link_load(s, t, &l);
@@ -119,7 +120,7 @@ int link_send_heartbeat(worker_server *s, double t)
 }
 
 /* Send the STEP the callbacks built, if any, and start the next one. */
-int link_flush_step(worker_server *s, double t)
+int link_flush_step(worker_server_t *s, double t)
 {
     int rc = s->cb_err;
     if (!rc && !wp_step_empty(s->step_enc)) {
@@ -135,7 +136,7 @@ int link_flush_step(worker_server *s, double t)
     return rc;
 }
 
-int link_send_reject(worker_server *s, uint64_t rid, enum proto_error_code code, const char *msg)
+int link_send_reject(worker_server_t *s, uint64_t rid, enum proto_error_code code, const char *msg)
 {
     const void *buf;
     size_t len;
@@ -143,7 +144,7 @@ int link_send_reject(worker_server *s, uint64_t rid, enum proto_error_code code,
     return rc ? rc : link_send_frame(s, buf, len);
 }
 
-int link_send_bye(worker_server *s, const char *why)
+int link_send_bye(worker_server_t *s, const char *why)
 {
     if (s->link != LINK_READY)
         return DERAS_OK;
@@ -156,7 +157,7 @@ int link_send_bye(worker_server *s, const char *why)
 
 /* ---- receiving ---- */
 
-static int link_handle(worker_server *s, const wp_msg *m, double t)
+static int link_handle(worker_server_t *s, const wp_msg *m, double t)
 {
     switch (m->type) {
     case WP_WELCOME:
@@ -204,7 +205,7 @@ static int link_handle(worker_server *s, const wp_msg *m, double t)
 }
 
 /* Handle what the router sent, at most RECV_BATCH messages. */
-int link_recv(worker_server *s, double t)
+int link_recv(worker_server_t *s, double t)
 {
     for (int i = 0; i < RECV_BATCH; i++) {
         if (zmq_msg_recv(&s->rx, s->sock, ZMQ_DONTWAIT) < 0) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - deras-worker: one process per device, serving one model to deras-router.
  *
  * Parses the options into worker_opts, loads the model (worker_server_new), installs the
@@ -252,7 +253,7 @@ int main(int argc, char **argv)
                     deras_status_name(rc));
         return rc ? 1 : 0;
     }
-    worker_server *s = NULL;
+    worker_server_t *s = NULL;
     if ((rc = make_stop_pipe()))
         goto done;
     o.stop_fd = stop_pipe[0];

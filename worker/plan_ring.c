@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan_ring.c - step plans from the leader to the followers (see plan_ring.h).
  *
  * Region layout: header (magic, size, n_slots, slot bytes), head flag, one ack flag per

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan_ring.h - the leader's step plans, carried to the follower ranks in shared memory.
  *
  * A single-producer, multi-consumer ring of fixed-size slots in a region every rank

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pulse.c - heartbeats from a side thread while a step runs long (see pulse.h). */
 #include "pulse.h"
 

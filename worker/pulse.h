@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pulse.h - the worker's liveness while one engine step runs for a long time.
  *
  * The event loop heartbeats between steps. A single step can take seconds on a CPU (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.c - the worker's serving loop (see server.h); the router link is link.c.
  *
  * One thread, one DEALER socket, one engine (plus the pulse thread, worker/pulse.h, which
@@ -59,7 +60,7 @@ double server_now(void)
 
 /* ---- engine callbacks: build the STEP frame ---- */
 
-static void live_finish_one(worker_server *s, uint64_t rid)
+static void live_finish_one(worker_server_t *s, uint64_t rid)
 {
     for (int i = 0; i < s->n_live; i++) {
         if (s->live[i].rid != rid)
@@ -72,7 +73,7 @@ static void live_finish_one(worker_server *s, uint64_t rid)
 
 /* The wire refuses NaN and +inf logprobs (the router would drop the whole STEP). Only a
  * broken model makes them; report them as -inf, say so once, and keep serving. */
-static float wire_logprob(worker_server *s, float x)
+static float wire_logprob(worker_server_t *s, float x)
 {
     if (!isnan(x) && x != INFINITY)
         return x;
@@ -85,7 +86,7 @@ static float wire_logprob(worker_server *s, float x)
 
 static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
 {
-    worker_server *s = ctx;
+    worker_server_t *s = ctx;
     if (s->silent || s->cb_err)
         return;
     wp_token t;
@@ -103,7 +104,7 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
 
 static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
-    worker_server *s = ctx;
+    worker_server_t *s = ctx;
     live_finish_one(s, id);
     if (s->silent || s->cb_err)
         return;
@@ -116,7 +117,7 @@ static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end
 
 /* End every request in the engine without reporting them: a restarted router never heard
  * of them, and a BYE tells the router to settle what it held. */
-void server_abort_all(worker_server *s)
+void server_abort_all(worker_server_t *s)
 {
     s->silent = true;
     while (s->n_live > 0) {
@@ -131,7 +132,7 @@ void server_abort_all(worker_server *s)
     s->silent = false;
 }
 
-static int handle_submit(worker_server *s, const wp_submit *q)
+static int handle_submit(worker_server_t *s, const wp_submit *q)
 {
     char msg[256];
     if (s->stopping || s->draining) {
@@ -158,7 +159,7 @@ static int handle_submit(worker_server *s, const wp_submit *q)
     return DERAS_OK;
 }
 
-static void begin_stop(worker_server *s, double t, const char *why)
+static void begin_stop(worker_server_t *s, double t, const char *why)
 {
     if (s->stopping)
         return;
@@ -172,8 +173,8 @@ static void begin_stop(worker_server *s, double t, const char *why)
 
 /* The last frame: BYE with the reason, to a router that knows us. What is still in the
  * engine is dropped unreported first (the router ends or re-dispatches it on the BYE). */
-static int say_bye(worker_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int say_bye(worker_server *s, const char *fmt, ...)
+static int say_bye(worker_server_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int say_bye(worker_server_t *s, const char *fmt, ...)
 {
     char why[256];
     va_list ap;
@@ -184,7 +185,7 @@ static int say_bye(worker_server *s, const char *fmt, ...)
     return link_send_bye(s, why);
 }
 
-int server_handle(worker_server *s, const wp_msg *m, double t)
+int server_handle(worker_server_t *s, const wp_msg *m, double t)
 {
     switch (m->type) {
     case WP_SUBMIT:
@@ -219,7 +220,7 @@ static const char *signal_name(int sig)
 }
 
 /* Bytes on stop_fd: the first begins a stop, the second stops now (its name in now_sig). */
-static int read_stops(worker_server *s, double t, const char **now_sig)
+static int read_stops(worker_server_t *s, double t, const char **now_sig)
 {
     unsigned char buf[16];
     ssize_t n = read(s->o.stop_fd, buf, sizeof buf);
@@ -251,7 +252,7 @@ static void test_step_delay(int ms)
         ;
 }
 
-static long poll_timeout_ms(const worker_server *s, double t)
+static long poll_timeout_ms(const worker_server_t *s, double t)
 {
     if (engine_has_work(s->e) && !s->stalled)
         return 0;
@@ -264,7 +265,7 @@ static long poll_timeout_ms(const worker_server *s, double t)
     return ms < 0 ? 0 : ms > MAX_POLL_MS ? MAX_POLL_MS : (long)ms;
 }
 
-static int serve(worker_server *s)
+static int serve(worker_server_t *s)
 {
     zmq_pollitem_t items[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {NULL, s->o.stop_fd, ZMQ_POLLIN, 0}};
     int n_items = s->o.stop_fd >= 0 ? 2 : 1;
@@ -364,7 +365,7 @@ static int serve(worker_server *s)
  * "starting" meanwhile; the pulse keeps it alive through a long first step. Its callbacks
  * report nothing and its counts are left out of every load report. */
 #define WARMUP_RID UINT64_MAX /* never a router rid: those count up from 1 */
-static int warm_up(worker_server *s)
+static int warm_up(worker_server_t *s)
 {
     int32_t prompt[4];
     for (int i = 0; i < 4; i++)
@@ -403,7 +404,7 @@ static int warm_up(worker_server *s)
     return DERAS_OK;
 }
 
-int worker_server_run(worker_server *s)
+int worker_server_run(worker_server_t *s)
 {
     if (!s)
         return deras_fail(DERAS_EINVAL, "worker_server_run: NULL server");
@@ -448,7 +449,7 @@ static void progress_log(void *ctx, int done, int total)
 
 /* The engine through the loader; a tensor-parallel leader first opens the group (the
  * followers load their shards meanwhile) and waits for them before the engine. */
-static int load_engine(worker_server *s, const spec_opts *so)
+static int load_engine(worker_server_t *s, const spec_opts *so)
 {
     int progress_last = -100; /* read while the model loads, inside this function */
     loader_opts lo = {.model = s->model, .device = s->device, .threads = s->o.threads,
@@ -486,7 +487,7 @@ static int load_engine(worker_server *s, const spec_opts *so)
     return DERAS_OK;
 }
 
-int worker_server_new(const worker_opts *o, worker_server **out)
+int worker_server_new(const worker_opts *o, worker_server_t **out)
 {
     if (!out)
         return deras_fail(DERAS_EINVAL, "worker_server_new: NULL out");
@@ -494,7 +495,7 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     int rc = worker_opts_check(o);
     if (rc)
         return rc;
-    worker_server *s = calloc(1, sizeof *s);
+    worker_server_t *s = calloc(1, sizeof *s);
     if (!s)
         return deras_fail(DERAS_ENOMEM, "out of memory");
     s->o = *o;
@@ -523,13 +524,13 @@ int worker_server_new(const worker_opts *o, worker_server **out)
     if ((rc = worker_opts_spec(&s->o, &so)) || (rc = load_engine(s, &so)))
         goto fail;
     s->live = calloc((size_t)s->o.max_live_seqs, sizeof *s->live);
-    s->dec = wp_decoder_new(MAX_FRAME);
-    s->step_enc = wp_encoder_new();
-    s->msg_enc = wp_encoder_new();
-    if (!s->live || !s->dec || !s->step_enc || !s->msg_enc) {
+    if (!s->live) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
+    if ((rc = wp_decoder_new(MAX_FRAME, &s->dec)) || (rc = wp_encoder_new(&s->step_enc)) ||
+        (rc = wp_encoder_new(&s->msg_enc)))
+        goto fail;
     wp_hello *h = &s->hello;
     snprintf(h->name, sizeof h->name, "%s", s->name);
     snprintf(h->device, sizeof h->device, "%s", backend_name(loader_backend(s->ld)));
@@ -552,11 +553,11 @@ fail:
     return rc;
 }
 
-void worker_server_destroy(worker_server **sp)
+void worker_server_destroy(worker_server_t **sp)
 {
     if (!sp || !*sp)
         return;
-    worker_server *s = *sp;
+    worker_server_t *s = *sp;
     if (s->rx_open)
         zmq_msg_close(&s->rx);
     pulse_stop(&s->pulse);
@@ -577,17 +578,17 @@ void worker_server_destroy(worker_server **sp)
     *sp = NULL;
 }
 
-const char *worker_server_name(const worker_server *s)
+const char *worker_server_name(const worker_server_t *s)
 {
     return s ? s->name : "";
 }
 
-const char *worker_server_router(const worker_server *s)
+const char *worker_server_router(const worker_server_t *s)
 {
     return s ? s->router : "";
 }
 
-const kv_sizing *worker_server_kv(const worker_server *s)
+const kv_sizing *worker_server_kv(const worker_server_t *s)
 {
     return s ? loader_kv(s->ld) : NULL;
 }

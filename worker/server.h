@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h - the worker process's event loop: the engine behind a ZeroMQ link to the router.
  *
  * worker_server_new() loads everything a worker needs - backend, checkpoint, the
@@ -32,26 +33,26 @@
 #include "engine/kv_sizing.h"
 #include "worker/worker_opts.h"
 
-typedef struct worker_server worker_server;
+typedef struct worker_server worker_server_t;
 
 /* Check the options, create the backend, load the checkpoint (progress on stderr), size
  * the KV cache (the budget line is logged) and build the engine. No socket yet. On
  * failure *out is NULL and deras_errmsg() says what failed. The options' strings are
  * copied. */
-int worker_server_new(const worker_opts *o, worker_server **out);
+int worker_server_new(const worker_opts *o, worker_server_t **out);
 
 /* Connect, register and serve until stopped. DERAS_OK after a stop (SHUTDOWN, stop_fd);
  * DERAS_ETIMEOUT when no WELCOME came within the handshake timeout (the message says what
  * to check); DERAS_ECLOSED when the router refused the first HELLO (the message carries
  * its reason); other codes for socket or engine failures. Call once. */
-int worker_server_run(worker_server *s);
+int worker_server_run(worker_server_t *s);
 
 /* Close the socket and free everything; sets *s to NULL. NULL-safe. */
-void worker_server_destroy(worker_server **s);
+void worker_server_destroy(worker_server_t **s);
 
 /* What the server was built with (after defaults): the name, the endpoint, the KV sizing. */
-const char *worker_server_name(const worker_server *s);
-const char *worker_server_router(const worker_server *s);
-const kv_sizing *worker_server_kv(const worker_server *s);
+const char *worker_server_name(const worker_server_t *s);
+const char *worker_server_router(const worker_server_t *s);
+const kv_sizing *worker_server_kv(const worker_server_t *s);
 
 #endif

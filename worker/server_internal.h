@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server_internal.h - the worker server's state, shared by server.c (the serving loop:
  * engine callbacks, requests, stops, warm-up, construction) and link.c (the router link:
  * sending and receiving frames, the handshake, load reports). Private to those two files;
@@ -49,8 +50,8 @@ struct worker_server {
     pulse_t *pulse;             /* heartbeats from a side thread while a step runs long */
     zmq_msg_t rx;
     bool rx_open;
-    wp_decoder *dec;
-    wp_encoder *step_enc, *msg_enc;
+    wp_decoder_t *dec;
+    wp_encoder_t *step_enc, *msg_enc;
     wp_msg in;                  /* the message being handled (too big for the stack) */
 
     live_req *live;             /* (max_live_seqs) requests in the engine */
@@ -87,26 +88,26 @@ double server_now(void);
 /* ---- link.c: the router link ---- */
 
 /* Send one frame without blocking; a full queue drops it (one warning per outage). */
-int link_send_frame(worker_server *s, const void *buf, size_t len);
+int link_send_frame(worker_server_t *s, const void *buf, size_t len);
 /* HELLO, and when to say it again (REJOIN) or give up (HELLO_FIRST). */
-int link_send_hello(worker_server *s, double t);
-int link_send_heartbeat(worker_server *s, double t);
+int link_send_hello(worker_server_t *s, double t);
+int link_send_heartbeat(worker_server_t *s, double t);
 /* Send the STEP the engine callbacks built, if any, and start the next one. */
-int link_flush_step(worker_server *s, double t);
-int link_send_reject(worker_server *s, uint64_t rid, enum proto_error_code code, const char *msg);
+int link_flush_step(worker_server_t *s, double t);
+int link_send_reject(worker_server_t *s, uint64_t rid, enum proto_error_code code, const char *msg);
 /* BYE with the reason, when the router knows this worker. */
-int link_send_bye(worker_server *s, const char *why);
+int link_send_bye(worker_server_t *s, const char *why);
 /* The engine's load as the router hears it (warm-up left out). */
-void link_load(worker_server *s, double t, wp_load *l);
+void link_load(worker_server_t *s, double t, wp_load *l);
 /* Handle what the router sent, at most RECV_BATCH messages: the link's own (WELCOME,
  * REFUSE) here, the rest through server_handle. */
-int link_recv(worker_server *s, double t);
+int link_recv(worker_server_t *s, double t);
 
 /* ---- server.c ---- */
 
 /* SUBMIT, ABORT, DRAIN, SHUTDOWN. */
-int server_handle(worker_server *s, const wp_msg *m, double t);
+int server_handle(worker_server_t *s, const wp_msg *m, double t);
 /* End every request in the engine without reporting them. */
-void server_abort_all(worker_server *s);
+void server_abort_all(worker_server_t *s);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shm_sync.c - futex sequence words and robust liveness mutexes (see shm_sync.h).
  *
  * Waking: the writer stores the value, then reads `sleepers`; a reader increments

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shm_sync.h - waiting and waking across processes that share memory, and telling whether
  * a peer process is still alive.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_opts.c - deras-worker's options: defaults and checks (see worker_opts.h). */
 #include "worker_opts.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_opts.h - what a deras-worker is told: options, their defaults, and their checks.
  *
  * The struct is filled by deras-worker's argument parser (worker/main.c) or by a test,

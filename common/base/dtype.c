@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype.c - element and block types: sizes, half/bfloat16 conversion, dequantization.
  *
  * Design: one small table gives each computable type its name, block length and block

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype.h - element and block types of checkpoint tensors, and a typed view of tensor data.
  *
  * Type ids are ggml's, so a GGUF tensor's type field is used as is; safetensors' F32, F16

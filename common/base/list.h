@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* list.h - the one intrusive doubly linked list: a node embedded in each record, a
  * circular list closed by a sentinel node that the owner keeps as the list's head.
  *

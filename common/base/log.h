@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h - leveled logging to stderr.
  *
  * One line per message, in one of three formats:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.c - status names and the per-thread failure message.
  *
  * The message lives in a fixed thread-local buffer: recording a failure never allocates,

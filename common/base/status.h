@@ -1,8 +1,10 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.h - the one status convention of deras, and the error message that goes with it.
  *
  * Every fallible function returns 0 (DERAS_OK) on success or a negative value from
- * enum deras_status on failure; results travel through out-parameters and constructors
- * return NULL. A failing function also records a human-readable message naming what
+ * enum deras_status on failure; results travel through out-parameters, and so do the
+ * objects constructors make (int x_new(..., x_t **out), *out NULL on failure; see
+ * docs/architecture.md, "Conventions"). A failing function also records a human-readable message naming what
  * failed and why ("model.gguf: tensor 'blk.3.attn_q.weight': data ends past the end of
  * the file"), kept per thread, so callers can report it without threading buffers
  * through every signature. The message belongs to the most recent failure in this thread.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* utf8.c - see utf8.h.
  *
  * Decoding follows the well-formed byte sequences table of the Unicode standard (3.9,

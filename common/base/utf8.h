@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* utf8.h - the UTF-8 primitives the tokenizer needs: strict decoding, validation, the
  * Unicode "maximal subpart" replacement of invalid bytes by U+FFFD, and the GPT-2
  * byte <-> printable-character map of byte-level BPE.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checkpoint.c - one door to a model's weights, whether a GGUF file or a Hugging Face directory.
  *
  * Design: open resolves everything. The config is read first; from it follows the exact

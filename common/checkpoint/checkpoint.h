@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checkpoint.h - one door to a model's weights, whether a GGUF file or a Hugging Face directory.
  *
  * A checkpoint is either a single .gguf file or a directory holding config.json and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.c - read-only GGUF (v2, v3) files: metadata and tensor views over an mmap.
  *
  * Design: open does all the distrust. One forward pass over the header reads the
@@ -353,7 +354,7 @@ static int read_alignment(struct gguf *g)
     return DERAS_OK;
 }
 
-static int parse(tensor_file *tf)
+static int parse(tensor_file_t *tf)
 {
     struct gguf *g = (struct gguf *)tf;
     struct cursor r = {.p = g->tf.base, .size = g->tf.size, .pos = 0, .file = g->tf.name};
@@ -436,7 +437,7 @@ static int parse(tensor_file *tf)
 }
 
 /* What the shell does not free: the key table, its string tables and the arena. */
-static void release(tensor_file *tf)
+static void release(tensor_file_t *tf)
 {
     struct gguf *g = (struct gguf *)tf;
     if (g->kv)
@@ -462,7 +463,7 @@ static const tensor_file_reader reader = {
 
 int gguf_open_memory(const void *data, size_t size, const char *name, gguf_t **out)
 {
-    tensor_file *tf = NULL;
+    tensor_file_t *tf = NULL;
     int rc = tensor_file_open_memory(&reader, data, size, name, out ? &tf : NULL);
     if (out)
         *out = (gguf_t *)tf;
@@ -471,7 +472,7 @@ int gguf_open_memory(const void *data, size_t size, const char *name, gguf_t **o
 
 int gguf_open(const char *path, gguf_t **out)
 {
-    tensor_file *tf = NULL;
+    tensor_file_t *tf = NULL;
     int rc = tensor_file_open(&reader, path, out ? &tf : NULL);
     if (out)
         *out = (gguf_t *)tf;
@@ -482,7 +483,7 @@ void gguf_destroy(gguf_t **gp)
 {
     if (!gp || !*gp)
         return;
-    tensor_file *tf = &(*gp)->tf;
+    tensor_file_t *tf = &(*gp)->tf;
     tensor_file_destroy(&reader, &tf);
     *gp = NULL;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.h - read-only GGUF (v2, v3) files: metadata and tensor views over an mmap.
  *
  * gguf_open() maps the file and validates everything before returning: magic, version,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf_get.c - the accessors of an open GGUF file (see gguf.h): metadata by key, numeric
  * arrays converted on access, tensor views. Read-only over what gguf.c validated, so any
  * number of threads may call them at once. Lookups are binary searches, O(log n); array

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf_impl.h - the layout of an open GGUF file, shared by the reader (gguf.c, which
  * fills it) and the accessors (gguf_get.c, which read it), with the little-endian value
  * helpers both need. Internal to deras_checkpoint; nothing here allocates.
@@ -33,7 +34,7 @@ struct gguf_kv {
 };
 
 struct gguf {
-    tensor_file tf;         /* first: name, bytes, mapping, tensor views (file order) */
+    tensor_file_t tf;       /* first: name, bytes, mapping, tensor views (file order) */
     uint32_t version;
     uint32_t alignment;
     size_t data_offset;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json_util.h - small helpers over jansson shared by the JSON readers (config.json,
  * safetensors headers, tokenizer.json). */
 #ifndef DERAS_JSON_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_math.c - memory arithmetic of a model: KV-cache bytes, parameters, weight bytes, KV budgets.
  *
  * Design: small pure functions over a model_config, composed by the caller (deras kvcalc,

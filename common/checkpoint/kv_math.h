@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kv_math.h - memory arithmetic of a model: KV-cache bytes, parameters, weight bytes, KV budgets.
  *
  * Answers "how much memory does serving this model take" from a model_config alone, with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mapped_file.c - a regular file mapped read-only (see mapped_file.h). */
 #include "mapped_file.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mapped_file.h - a regular file mapped read-only, for the checkpoint readers.
  *
  * Checkpoints are read through mmap so that opening touches only headers and tensor data

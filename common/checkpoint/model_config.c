@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* model_config.c - the hyperparameters of a Llama-family model from GGUF metadata or an HF config.json.
  *
  * Design: two loaders fill the same plain struct and end in model_config_validate(), so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* model_config.h - the hyperparameters of a Llama-family model, whatever file they came from.
  *
  * Filled from GGUF metadata ("llama.*", "qwen2.*" keys) or from a Hugging Face config.json

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.c - read-only safetensors files: tensor views over an mmap.
  *
  * Design: the 8-byte header length is checked against a cap and the file size before a
@@ -29,7 +30,7 @@
 #define ST_HEADER_CAP (100u * 1000u * 1000u) /* as the reference implementation */
 
 struct st_file {
-    tensor_file tf; /* first: name, bytes, mapping, tensor views (data order) */
+    tensor_file_t tf; /* first: name, bytes, mapping, tensor views (data order) */
     char *names;    /* all names, NUL-terminated, back to back */
 };
 
@@ -181,7 +182,7 @@ static int check_metadata(struct st_file *f, const json_t *meta)
     return DERAS_OK;
 }
 
-static int parse(tensor_file *tf)
+static int parse(tensor_file_t *tf)
 {
     struct st_file *f = (struct st_file *)tf;
     json_t *root = NULL;
@@ -282,7 +283,7 @@ fail:
 }
 
 /* What the shell does not free: the names. */
-static void release(tensor_file *tf)
+static void release(tensor_file_t *tf)
 {
     free(((struct st_file *)tf)->names);
 }
@@ -298,7 +299,7 @@ static const tensor_file_reader reader = {
 
 int st_open_memory(const void *data, size_t size, const char *name, st_file_t **out)
 {
-    tensor_file *tf = NULL;
+    tensor_file_t *tf = NULL;
     int rc = tensor_file_open_memory(&reader, data, size, name, out ? &tf : NULL);
     if (out)
         *out = (st_file_t *)tf;
@@ -307,7 +308,7 @@ int st_open_memory(const void *data, size_t size, const char *name, st_file_t **
 
 int st_open(const char *path, st_file_t **out)
 {
-    tensor_file *tf = NULL;
+    tensor_file_t *tf = NULL;
     int rc = tensor_file_open(&reader, path, out ? &tf : NULL);
     if (out)
         *out = (st_file_t *)tf;
@@ -318,7 +319,7 @@ void st_destroy(st_file_t **fp)
 {
     if (!fp || !*fp)
         return;
-    tensor_file *tf = &(*fp)->tf;
+    tensor_file_t *tf = &(*fp)->tf;
     tensor_file_destroy(&reader, &tf);
     *fp = NULL;
 }

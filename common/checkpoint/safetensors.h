@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.h - read-only safetensors files: tensor views over an mmap.
  *
  * Format: an 8-byte little-endian header length N, N bytes of JSON mapping tensor names

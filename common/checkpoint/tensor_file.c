@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor_file.c - the shell the checkpoint readers share (see tensor_file.h). */
 #include "tensor_file.h"
 
@@ -9,9 +10,9 @@
 #include "common/base/status.h"
 
 static int open_shell(const tensor_file_reader *rd, const void *data, size_t size,
-                      const char *name, void *map, tensor_file **out)
+                      const char *name, void *map, tensor_file_t **out)
 {
-    tensor_file *tf = calloc(1, rd->obj_size);
+    tensor_file_t *tf = calloc(1, rd->obj_size);
     if (!tf) {
         if (map)
             mapped_file_close(map, size);
@@ -36,7 +37,7 @@ fail:
 }
 
 int tensor_file_open_memory(const tensor_file_reader *rd, const void *data, size_t size,
-                            const char *name, tensor_file **out)
+                            const char *name, tensor_file_t **out)
 {
     if (!out)
         return deras_fail(DERAS_EINVAL, "%s_open_memory: out is NULL", rd->api);
@@ -48,7 +49,7 @@ int tensor_file_open_memory(const tensor_file_reader *rd, const void *data, size
     return open_shell(rd, data ? data : "", size, name, NULL, out);
 }
 
-int tensor_file_open(const tensor_file_reader *rd, const char *path, tensor_file **out)
+int tensor_file_open(const tensor_file_reader *rd, const char *path, tensor_file_t **out)
 {
     if (!out || !path)
         return deras_fail(DERAS_EINVAL, "%s_open: NULL argument", rd->api);
@@ -59,11 +60,11 @@ int tensor_file_open(const tensor_file_reader *rd, const char *path, tensor_file
     return rc ? rc : open_shell(rd, map, size, path, map, out);
 }
 
-void tensor_file_destroy(const tensor_file_reader *rd, tensor_file **tfp)
+void tensor_file_destroy(const tensor_file_reader *rd, tensor_file_t **tfp)
 {
     if (!tfp || !*tfp)
         return;
-    tensor_file *tf = *tfp;
+    tensor_file_t *tf = *tfp;
     rd->release(tf);
     free(tf->tensors);
     free(tf->by_name);
@@ -79,7 +80,7 @@ static int view_name_cmp(const void *a, const void *b)
     return strcmp((*(const tensor_view *const *)a)->name, (*(const tensor_view *const *)b)->name);
 }
 
-int tensor_file_index(tensor_file *tf)
+int tensor_file_index(tensor_file_t *tf)
 {
     size_t n = (size_t)tf->n_tensors;
     tf->by_name = calloc(n ? n : 1, sizeof *tf->by_name);
@@ -99,7 +100,7 @@ int tensor_file_index(tensor_file *tf)
     return DERAS_OK;
 }
 
-int tensor_file_at(const tensor_file *tf, int64_t i, tensor_view *out, const char *call)
+int tensor_file_at(const tensor_file_t *tf, int64_t i, tensor_view *out, const char *call)
 {
     if (!tf || !out)
         return deras_fail(DERAS_EINVAL, "%s: NULL argument", call);
@@ -110,7 +111,7 @@ int tensor_file_at(const tensor_file *tf, int64_t i, tensor_view *out, const cha
     return DERAS_OK;
 }
 
-int tensor_file_find(const tensor_file *tf, const char *name, tensor_view *out,
+int tensor_file_find(const tensor_file_t *tf, const char *name, tensor_view *out,
                      const char *call)
 {
     if (!tf || !name)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_util.c - helpers shared by the command-line tools (see cli_util.h). */
 #include "cli_util.h"
 

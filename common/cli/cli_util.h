@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_util.h - small helpers shared by the command-line tools: strict number parsing,
  * the default model location, a load-progress printer, CURVE key files. */
 #ifndef DERAS_CLI_UTIL_H

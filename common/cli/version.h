@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* version.h - what every deras program says to --version: the version, the git revision it
  * was built from, the build type, whether this build has the CUDA plugin, and the CPU
  * features of this machine.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* finish_reason.c - the names of the finish reasons (see finish_reason.h). */
 #include "finish_reason.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* finish_reason.h - why a sample ended: one enum from the engine to the client.
  *
  * The engine reports it with each finished sample; the worker link carries its number

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proto_error.c - error code names and the status mapping (see proto_error.h). */
 #include "proto_error.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proto_error.h - the stable error codes a client sees, and the one mapping from the
  * project's status codes to them.
  *

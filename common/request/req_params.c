@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* req_params.c - a request's parameters: defaults and the rules (see req_params.h). */
 #include "req_params.h"
 

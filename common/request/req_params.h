@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* req_params.h - what a request asks of the engine, as one struct from the protocol decoder
  * to engine_add.
  *

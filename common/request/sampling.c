@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampling.c - the sampling table as data, and what is computed from it (see sampling.h).
  *
  * The generic code reaches fields through the table's offsets; a field's C type follows

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampling.h - the sampling parameters: one table, one struct.
  *
  * SAMPLING_PARAMS below is the one place a sampling parameter is declared. A row gives its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_counters.c - the speculation counters' table (see spec_counters.h). */
 #include "spec_counters.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_counters.h - what speculative decoding did, as one struct from the engine to the
  * client.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sdnotify.c - sd_notify for deras-router and deras-worker (see sdnotify.h).
  *
  * A notification that cannot be delivered is logged once and otherwise ignored: systemd

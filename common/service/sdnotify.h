@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sdnotify.h - telling systemd how a deras process is doing; nothing happens elsewhere.
  *
  * Under a Type=notify unit (systemd/), systemd sets $NOTIFY_SOCKET and waits for READY=1

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bpe.c - vocabulary and merge hashing, and the BPE merge loop of both algorithms.
  *
  * A piece (one pre-tokenized word) starts as one symbol per UTF-8 character; symbols are
@@ -203,18 +204,23 @@ struct bpe_work {
     size_t n_heap, cap_heap;
 };
 
-struct bpe_work *bpe_work_new(void)
+int bpe_work_new(struct bpe_work **out)
 {
-    return calloc(1, sizeof(struct bpe_work));
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "bpe_work_new: NULL out");
+    if (!(*out = calloc(1, sizeof(struct bpe_work))))
+        return deras_fail(DERAS_ENOMEM, "bpe_work_new: out of memory");
+    return DERAS_OK;
 }
 
-void bpe_work_free(struct bpe_work *w)
+void bpe_work_destroy(struct bpe_work **wp)
 {
-    if (!w)
+    if (!wp || !*wp)
         return;
-    free(w->syms);
-    free(w->heap);
-    free(w);
+    free((*wp)->syms);
+    free((*wp)->heap);
+    free(*wp);
+    *wp = NULL;
 }
 
 static bool cand_less(const struct cand *a, const struct cand *b)

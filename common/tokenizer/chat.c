@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chat.c - recognising a model's chat template and rendering conversations natively.
  *
  * Detection looks for each family's fixed markers in the Jinja text:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chat.h - wrapping chat messages in a model's chat format.
  *
  * deras does not interpret Jinja. It recognises the common template families from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* detok.c - streaming detokenizer: token ids in, complete UTF-8 text out.
  *
  * A push joins the bytes held back from earlier tokens (at most 3: the start of one
@@ -27,17 +28,16 @@ struct detok {
     size_t scratch_cap;
 };
 
-detok_t *detok_new(const tokenizer_t *t, bool skip_special, bool at_start)
+int detok_new(const tokenizer_t *t, bool skip_special, bool at_start, detok_t **out)
 {
-    if (!t) {
-        deras_fail(DERAS_EINVAL, "detok_new: NULL tokenizer");
-        return NULL;
-    }
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "detok_new: NULL out");
+    *out = NULL;
+    if (!t)
+        return deras_fail(DERAS_EINVAL, "detok_new: NULL tokenizer");
     struct detok *d = calloc(1, sizeof *d);
-    if (!d) {
-        deras_fail(DERAS_ENOMEM, "detok_new: out of memory");
-        return NULL;
-    }
+    if (!d)
+        return deras_fail(DERAS_ENOMEM, "detok_new: out of memory");
     d->t = t;
     d->skip_special = skip_special;
     d->at_start = at_start;
@@ -45,10 +45,10 @@ detok_t *detok_new(const tokenizer_t *t, bool skip_special, bool at_start)
     d->scratch = malloc(d->scratch_cap);
     if (!d->scratch) {
         free(d);
-        deras_fail(DERAS_ENOMEM, "detok_new: out of memory");
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "detok_new: out of memory");
     }
-    return d;
+    *out = d;
+    return DERAS_OK;
 }
 
 void detok_destroy(detok_t **dp)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* normalizer.c - Hugging Face normalizers the supported tokenizers use: Unicode NFC /
  * NFD / NFKC / NFKD (through utf8proc), Prepend (Llama 2's "▁" before a non-empty text)
  * and Replace with a literal or a regex pattern (Llama 2's " " -> "▁"). A Sequence is the

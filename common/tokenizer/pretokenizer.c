@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pretokenizer.c - splitting normalized text into pieces before the BPE model.
  *
  * Steps follow Hugging Face's pre-tokenizers, applied in order to every piece:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stop_matcher.c - stop strings over streamed text (see stop_matcher.h).
  *
  * State is one byte buffer of held text. A push appends the piece, looks for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stop_matcher.h - stop strings over streamed text, never emitting part of a stop.
  *
  * Text arrives in pieces (one detokenized token at a time). Whatever could still turn out

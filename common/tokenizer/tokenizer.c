@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer.c - the tokenizer object: construction helpers shared by the two loaders,
  * added-token matching, encode, decode and the accessors.
  *
@@ -422,9 +423,8 @@ int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, bool ad
         return deras_fail(DERAS_EFORMAT, "tokenizer_encode: invalid UTF-8 at byte %zu of %zu", bad, len);
     struct enc e = {.t = t, .parse_special = parse_special};
     int rc = 0;
-    e.w = bpe_work_new();
-    if (!e.w) {
-        rc = deras_fail(DERAS_ENOMEM, "tokenizer_encode: out of memory");
+    if ((rc = bpe_work_new(&e.w))) {
+        rc = deras_fail_ctx(rc, "tokenizer_encode: ");
         goto done;
     }
     if (add_special)
@@ -446,7 +446,7 @@ done:
     free(e.ids.v);
     pieces_free(&e.p);
     pieces_free(&e.tmp);
-    bpe_work_free(e.w);
+    bpe_work_destroy(&e.w);
     return rc;
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer.h - text <-> token ids for Llama-family models, and streaming detokenization.
  *
  * Two algorithms, both BPE:
@@ -79,7 +80,9 @@ const char *tokenizer_chat_template(const tokenizer_t *t);
  * model's prefixed space is removed) or continues it (a generated continuation). */
 typedef struct detok detok_t;
 
-detok_t *detok_new(const tokenizer_t *t, bool skip_special, bool at_start);
+/* A detokenizer over t (borrowed, must outlive it): DERAS_EINVAL for a NULL t, DERAS_ENOMEM.
+ * O(longest token). */
+int detok_new(const tokenizer_t *t, bool skip_special, bool at_start, detok_t **out);
 void detok_destroy(detok_t **d);
 /* Start over (new sequence) without reallocating. */
 void detok_reset(detok_t *d, bool at_start);

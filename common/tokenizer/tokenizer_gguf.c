@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer_gguf.c - building a tokenizer from GGUF metadata (tokenizer.ggml.*).
  *
  * tokenizer.ggml.model says which algorithm: "gpt2" is byte-level BPE, whose merges are

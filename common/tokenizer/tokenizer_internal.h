@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer_internal.h - the tokenizer's private structures, shared by its files only.
  *
  * The tokenizer is one concept split over several files (tokenizer.c: object, added
@@ -183,8 +184,9 @@ bool pairmap_get(const struct pairmap *m, int32_t a, int32_t b, int32_t *rank, i
 void pairmap_free(struct pairmap *m);
 
 struct bpe_work;
-struct bpe_work *bpe_work_new(void);
-void bpe_work_free(struct bpe_work *w);
+/* Scratch for bpe_encode_piece, grown as pieces need: DERAS_ENOMEM. */
+int bpe_work_new(struct bpe_work **out);
+void bpe_work_destroy(struct bpe_work **w);
 /* Tokenize one pre-tokenized piece with the model, appending ids. */
 int bpe_encode_piece(const struct tokenizer *t, const char *s, size_t n, struct bpe_work *w,
                      struct idvec *out);

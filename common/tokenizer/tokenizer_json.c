@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tokenizer_json.c - building a tokenizer from a Hugging Face directory.
  *
  * tokenizer.json describes the pipeline; this file maps each component onto the internal

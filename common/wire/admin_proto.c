@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin_proto.c - decoding and encoding of admin requests (see admin_proto.h).
  *
  * The pipeline of protocol.c and worker_proto.c: ps_open (size cap, bounded scan, sized
@@ -5,7 +6,7 @@
  * the keys it may carry. A drain or undrain names exactly one target: "worker" or
  * "all": true (neither is missing_field, both is invalid_field).
  *
- * Memory: one mp_frame (its zone kept between requests, they are small) and one msgpack
+ * Memory: one mp_frame_t (its zone kept between requests, they are small) and one msgpack
  * buffer for encoding; nothing per request once warm.
  */
 #include "admin_proto.h"
@@ -38,30 +39,31 @@ static const unsigned allowed_keys[N_TYPES] = {
 };
 
 struct admin_codec {
-    mp_frame *frame;
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
+    mp_frame_t *frame;
+    ps_out out;
 };
 
-admin_codec *admin_codec_new(void)
+int admin_codec_new(admin_codec_t **out)
 {
-    admin_codec *c = calloc(1, sizeof *c);
-    if (!c || !(c->frame = mp_frame_new(ADMIN_ZONE_RETAIN))) {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "admin_codec_new: NULL out");
+    *out = NULL;
+    admin_codec_t *c = calloc(1, sizeof *c);
+    if (!c || mp_frame_new(ADMIN_ZONE_RETAIN, &c->frame)) {
         free(c);
-        deras_fail(DERAS_ENOMEM, "admin_codec_new: out of memory");
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "admin_codec_new: out of memory");
     }
-    msgpack_sbuffer_init(&c->sb);
-    msgpack_packer_init(&c->pk, &c->sb, msgpack_sbuffer_write);
-    return c;
+    ps_out_init(&c->out);
+    *out = c;
+    return DERAS_OK;
 }
 
-void admin_codec_destroy(admin_codec **cp)
+void admin_codec_destroy(admin_codec_t **cp)
 {
     if (!cp || !*cp)
         return;
     mp_frame_destroy(&(*cp)->frame);
-    msgpack_sbuffer_destroy(&(*cp)->sb);
+    ps_out_free(&(*cp)->out);
     free(*cp);
     *cp = NULL;
 }
@@ -90,7 +92,7 @@ static int field(int f, const msgpack_object *v, admin_request *r, proto_error *
     return ps_fail(err, PE_INTERNAL, "admin field %d has no checker", f);
 }
 
-int admin_decode_request(admin_codec *c, const void *buf, size_t len, admin_request *out,
+int admin_decode_request(admin_codec_t *c, const void *buf, size_t len, admin_request *out,
                          proto_error *err)
 {
     proto_error scratch;
@@ -139,7 +141,7 @@ done:
 
 #define KEY(pk, lit) msgpack_pack_str_with_body(pk, lit, sizeof(lit) - 1)
 
-int admin_encode_request(admin_codec *c, const admin_request *r, const void **buf, size_t *len)
+int admin_encode_request(admin_codec_t *c, const admin_request *r, const void **buf, size_t *len)
 {
     if (!c || !r || !buf || !len || r->type < ADMIN_STATUS || r->type > ADMIN_UNDRAIN)
         return deras_fail(DERAS_EINVAL, "admin_encode_request: bad arguments");
@@ -152,8 +154,8 @@ int admin_encode_request(admin_codec *c, const admin_request *r, const void **bu
         return deras_fail(DERAS_EINVAL, "drain: timeout above %d ms", ADMIN_MAX_TIMEOUT_MS);
     bool timeout = r->type == ADMIN_DRAIN && r->timeout_ms >= 0;
     bool nowait = r->type == ADMIN_DRAIN && !r->wait;
-    msgpack_sbuffer_clear(&c->sb);
-    msgpack_packer *pk = &c->pk;
+    msgpack_sbuffer_clear(&c->out.sb);
+    msgpack_packer *pk = &c->out.pk;
     const char *type = admin_type_name(r->type);
     int rc = msgpack_pack_map(pk, 2 + target + timeout + nowait);
     rc |= KEY(pk, "type") | msgpack_pack_str_with_body(pk, type, strlen(type));
@@ -168,7 +170,7 @@ int admin_encode_request(admin_codec *c, const admin_request *r, const void **bu
         rc |= KEY(pk, "wait") | msgpack_pack_false(pk);
     if (rc)
         return deras_fail(DERAS_ENOMEM, "admin_encode_request: out of memory");
-    *buf = c->sb.data;
-    *len = c->sb.size;
+    *buf = c->out.sb.data;
+    *len = c->out.sb.size;
     return DERAS_OK;
 }

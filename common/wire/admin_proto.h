@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin_proto.h - the router's admin protocol: requests of derasctl (or any operator's
  * script) on the admin socket, and how they are checked.
  *
@@ -43,20 +44,20 @@ typedef struct admin_request {
     bool wait;                        /* drain: reply when drained or timed out (default) */
 } admin_request;
 
-typedef struct admin_codec admin_codec;
+typedef struct admin_codec admin_codec_t;
 
-/* NULL on ENOMEM. */
-admin_codec *admin_codec_new(void);
-void admin_codec_destroy(admin_codec **c);
+/* DERAS_ENOMEM. */
+int admin_codec_new(admin_codec_t **out);
+void admin_codec_destroy(admin_codec_t **c);
 
 /* Decode one request frame. DERAS_OK with *out filled; DERAS_EFORMAT with err->code the
  * stable code and err->message the reason; DERAS_ENOMEM. O(len). */
-int admin_decode_request(admin_codec *c, const void *buf, size_t len, admin_request *out,
+int admin_decode_request(admin_codec_t *c, const void *buf, size_t len, admin_request *out,
                          proto_error *err);
 
 /* Encode a request (fields at their defaults are left out). *buf is valid until the next
  * encode on c. DERAS_EINVAL for a request the decoder would refuse. */
-int admin_encode_request(admin_codec *c, const admin_request *r, const void **buf, size_t *len);
+int admin_encode_request(admin_codec_t *c, const admin_request *r, const void **buf, size_t *len);
 
 /* "status", "health", "metrics", "drain", "undrain" ("?" for others). */
 const char *admin_type_name(enum admin_type t);

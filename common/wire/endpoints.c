@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* endpoints.c - default endpoints of the router's sockets (see endpoints.h).
  *
  * The runtime directory is created by whoever binds (the router); a connecting worker

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* endpoints.h - where deras processes find each other when nobody says otherwise.
  *
  * The router binds three ZeroMQ sockets: one for clients, one for workers and one for

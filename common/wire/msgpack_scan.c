@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* msgpack_scan.c - the structural pre-pass and the sized unpack (see msgpack_scan.h).
  *
  * The scan is iterative: a stack of "items still to read" per open container, at most
@@ -9,7 +10,7 @@
  *
  * The zone: msgpack-c gives each array sizeof(msgpack_object) per element and each map
  * sizeof(msgpack_object_kv) (two objects) per pair, 8-byte aligned, so a scanned frame
- * needs at most n_items * sizeof(msgpack_object) plus alignment. mp_frame keeps one zone
+ * needs at most n_items * sizeof(msgpack_object) plus alignment. mp_frame_t keeps one zone
  * whose first chunk is at least that large before unpacking, and msgpack_zone_clear()
  * keeps that first chunk, so a warm frame parses without calling malloc.
  */
@@ -176,21 +177,25 @@ size_t mp_zone_bound(const mp_scan_info *info)
            256;
 }
 
-mp_frame *mp_frame_new(size_t retain_bytes)
+int mp_frame_new(size_t retain_bytes, mp_frame_t **out)
 {
-    mp_frame *f = calloc(1, sizeof *f);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "mp_frame_new: NULL out");
+    *out = NULL;
+    mp_frame_t *f = calloc(1, sizeof *f);
     if (!f)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "mp_frame_new: out of memory");
     f->retain_bytes = retain_bytes < MP_ZONE_MIN ? MP_ZONE_MIN : retain_bytes;
     if (!msgpack_zone_init(&f->zone, MP_ZONE_MIN)) {
         free(f);
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "mp_frame_new: out of memory for a zone");
     }
     f->zone_ok = true;
-    return f;
+    *out = f;
+    return DERAS_OK;
 }
 
-void mp_frame_destroy(mp_frame **fp)
+void mp_frame_destroy(mp_frame_t **fp)
 {
     if (!fp || !*fp)
         return;
@@ -201,7 +206,7 @@ void mp_frame_destroy(mp_frame **fp)
 }
 
 /* Replace the zone by one whose first chunk holds `size` bytes. */
-static int zone_reinit(mp_frame *f, size_t size)
+static int zone_reinit(mp_frame_t *f, size_t size)
 {
     if (f->zone_ok)
         msgpack_zone_destroy(&f->zone);
@@ -211,7 +216,7 @@ static int zone_reinit(mp_frame *f, size_t size)
     return DERAS_OK;
 }
 
-int mp_frame_parse(mp_frame *f, const void *buf, size_t len, const mp_scan_limits *lim,
+int mp_frame_parse(mp_frame_t *f, const void *buf, size_t len, const mp_scan_limits *lim,
                    msgpack_object *root)
 {
     if (!f || !root)
@@ -241,7 +246,7 @@ int mp_frame_parse(mp_frame *f, const void *buf, size_t len, const mp_scan_limit
     return DERAS_OK;
 }
 
-void mp_frame_trim(mp_frame *f)
+void mp_frame_trim(mp_frame_t *f)
 {
     if (f && (!f->zone_ok || f->zone.chunk_size > f->retain_bytes))
         (void)zone_reinit(f, MP_ZONE_MIN);

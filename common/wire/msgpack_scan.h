@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* msgpack_scan.h - a strict, bounded front end to msgpack-c's unpacker.
  *
  * msgpack-c's C unpacker allocates the storage of an array or map from its declared count
@@ -8,8 +9,8 @@
  * bytes after its header since each element takes at least one, nesting depth and the
  * total number of items are capped, and the frame must be exactly one object with no
  * trailing bytes. A frame that passes holds at most len items, so msgpack-c then needs at
- * most sizeof(msgpack_object) bytes per item: mp_frame sizes its zone from the scan's
- * count before unpacking, which also means a warm mp_frame unpacks without allocating.
+ * most sizeof(msgpack_object) bytes per item: mp_frame_t sizes its zone from the scan's
+ * count before unpacking, which also means a warm mp_frame_t unpacks without allocating.
  *
  * Strings, bins and exts in the unpacked objects point into the caller's buffer (msgpack-c
  * references, it does not copy), so the buffer must outlive the objects.
@@ -43,22 +44,22 @@ int mp_scan(const void *buf, size_t len, const mp_scan_limits *lim, mp_scan_info
 size_t mp_zone_bound(const mp_scan_info *info);
 
 /* A reusable unpack context: one msgpack_zone, sized from each frame's scan. */
-typedef struct mp_frame mp_frame;
+typedef struct mp_frame mp_frame_t;
 
 /* A frame whose zone keeps up to retain_bytes between parses (larger zones are given
- * back after the parse that needed them). NULL when out of memory. */
-mp_frame *mp_frame_new(size_t retain_bytes);
-void mp_frame_destroy(mp_frame **f);
+ * back after the parse that needed them). DERAS_ENOMEM. */
+int mp_frame_new(size_t retain_bytes, mp_frame_t **out);
+void mp_frame_destroy(mp_frame_t **f);
 
 /* Scan buf against lim, then unpack it into f's zone. DERAS_OK with *root filled, valid
  * until the next parse or mp_frame_trim on f and while buf lives; DERAS_EFORMAT (scan
  * failed, message as mp_scan's) or DERAS_ENOMEM. Allocates only when the zone must grow
  * past its current size. Cost: O(len). */
-int mp_frame_parse(mp_frame *f, const void *buf, size_t len, const mp_scan_limits *lim,
+int mp_frame_parse(mp_frame_t *f, const void *buf, size_t len, const mp_scan_limits *lim,
                    msgpack_object *root);
 
 /* Give back zone memory above the retain size (call when done with the objects). Makes
  * the objects of the last parse invalid. Cost: O(1); frees at most one block. */
-void mp_frame_trim(mp_frame *f);
+void mp_frame_trim(mp_frame_t *f);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proto_schema.c - typed field checks over unpacked msgpack objects (see proto_schema.h).
  *
  * msgpack-c normalises integers: a non-negative value is always POSITIVE_INTEGER (via.u64)
@@ -376,7 +377,7 @@ int ps_required(uint64_t required, uint64_t seen, const char *const *names, int 
     return DERAS_OK;
 }
 
-int ps_close(mp_frame *f, int rc)
+int ps_close(mp_frame_t *f, int rc)
 {
     mp_frame_trim(f);
     return rc == DERAS_ENOMEM ? rc : rc != DERAS_OK ? DERAS_EFORMAT : DERAS_OK;
@@ -414,7 +415,7 @@ size_t ps_utf8_clip(const char *s, size_t n, size_t cap)
     return k;
 }
 
-int ps_open(mp_frame *f, const void *buf, size_t len, size_t max_bytes,
+int ps_open(mp_frame_t *f, const void *buf, size_t len, size_t max_bytes,
             const mp_scan_limits *lim, const msgpack_object_kv **kv, uint32_t *n,
             proto_error *err)
 {
@@ -474,5 +475,25 @@ int ps_header(const msgpack_object_kv *kv, uint32_t n, int version, const char *
         return ps_fail(err, PE_UNKNOWN_TYPE, "unknown message type '%s'", name);
     }
     *type = i;
+    return DERAS_OK;
+}
+
+void ps_out_init(ps_out *o)
+{
+    msgpack_sbuffer_init(&o->sb);
+    msgpack_packer_init(&o->pk, &o->sb, msgpack_sbuffer_write);
+}
+
+void ps_out_free(ps_out *o)
+{
+    msgpack_sbuffer_destroy(&o->sb);
+}
+
+int ps_out_done(ps_out *o, int rc, const char *what, const void **buf, size_t *len)
+{
+    if (rc != 0)
+        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
+    *buf = o->sb.data;
+    *len = o->sb.size;
     return DERAS_OK;
 }

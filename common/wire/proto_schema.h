@@ -1,5 +1,7 @@
-/* proto_schema.h - matching unpacked msgpack objects against a message schema (internal to
- * protocol.c, worker_proto.c and admin_proto.c; not a public header).
+/* SPDX-License-Identifier: Apache-2.0 */
+/* proto_schema.h - matching unpacked msgpack objects against a message schema, and the
+ * encoders' output buffer (internal to the wire room's codecs: protocol.c, protocol_enc.c,
+ * worker_proto.c, worker_proto_enc.c and admin_proto.c; not a public header).
  *
  * Each check takes the object, the bounds, an out-parameter, and last the field's name as
  * a printf format ("temperature", "stop[%u]", "tokens[%u][2]"), formatted only when the
@@ -11,7 +13,7 @@
  *   a number below its minimum or a sampling parameter outside its range -> value_out_of_range
  *   a count, length or size above its cap (limit argument) -> limit_exceeded
  *   malformed UTF-8 -> invalid_utf8
- * Nothing here allocates; strings are checked in place.
+ * Nothing here allocates but ps_grow and the encoders' buffer; strings are checked in place.
  */
 #ifndef DERAS_PROTO_SCHEMA_H
 #define DERAS_PROTO_SCHEMA_H
@@ -100,7 +102,7 @@ enum proto_error_code ps_error_code(const msgpack_object *o);
 /* Open a frame: larger than max_bytes is message_too_large; a scan failure or a root
  * that is not a map is malformed. On success *kv / *n are the root map's pairs (keys not
  * yet checked), valid until the next parse of f. */
-int ps_open(mp_frame *f, const void *buf, size_t len, size_t max_bytes,
+int ps_open(mp_frame_t *f, const void *buf, size_t len, size_t max_bytes,
             const mp_scan_limits *lim, const msgpack_object_kv **kv, uint32_t *n,
             proto_error *err);
 
@@ -128,7 +130,7 @@ int ps_required(uint64_t required, uint64_t seen, const char *const *names, int 
 
 /* The end of every decode: trim the frame's zone back to its retained size and map rc to
  * the decoders' contract (DERAS_ENOMEM stays, any other failure is DERAS_EFORMAT). */
-int ps_close(mp_frame *f, int rc);
+int ps_close(mp_frame_t *f, int rc);
 
 /* Decoder storage: make *p (capacity *cap elements of elem bytes) hold need elements,
  * growing geometrically (so a warm decoder stops allocating) and shrinking back to retain
@@ -140,5 +142,34 @@ int ps_grow(void **p, size_t *cap, size_t need, size_t elem, size_t retain);
 /* Largest prefix of s[0..n) (n <= cap) that is valid UTF-8 and at most cap bytes, for
  * encoders that must truncate free text: invalid bytes are cut there. */
 size_t ps_utf8_clip(const char *s, size_t n, size_t cap);
+
+/* ---- the encoders' output ---- */
+
+/* The buffer an encoder packs each message into, a member named `out` of the encoder,
+ * kept and reused: a warm encoder allocates nothing. */
+typedef struct ps_out {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+} ps_out;
+
+/* An empty buffer and its packer; allocates nothing until the first pack. */
+void ps_out_init(ps_out *o);
+/* Free what the buffer holds (o itself is the caller's). */
+void ps_out_free(ps_out *o);
+
+/* The start of every encode call of a function with `buf` and `len` out-parameters: it
+ * returns DERAS_EINVAL ("<function>: bad arguments") unless the encoder e, buf and len are
+ * non-NULL and the call's own condition ok holds, then empties e->out (memory kept). */
+#define PS_ENCODE_BEGIN(e, ok)                                                               \
+    do {                                                                                     \
+        if (!(e) || !buf || !len || !(ok))                                                   \
+            return deras_fail(DERAS_EINVAL, "%s: bad arguments", __func__);                  \
+        msgpack_sbuffer_clear(&(e)->out.sb);                                                 \
+    } while (0)
+
+/* The end of every encode call: rc is the packer calls' results or-ed together (msgpack-c's
+ * 0 / -1; the buffer's realloc is the only way a pack fails). DERAS_OK with *buf / *len the
+ * message, valid until the next one; else DERAS_ENOMEM, "encoding WHAT: out of memory". */
+int ps_out_done(ps_out *o, int rc, const char *what, const void **buf, size_t *len);
 
 #endif

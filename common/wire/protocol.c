@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* protocol.c - the client protocol's decoders: client frames for the router, router
  * replies for the C client (see protocol.h; the encoders are in protocol_enc.c).
  *
@@ -42,7 +43,7 @@ void proto_limits_default(proto_limits *l)
 
 struct proto_decoder {
     proto_limits lim;
-    mp_frame *frame;
+    mp_frame_t *frame;
     char *bytes;                 /* copied strings of the last message */
     size_t bytes_cap, bytes_used;
     int32_t *ids;                /* the one id array of the last message */
@@ -50,11 +51,14 @@ struct proto_decoder {
     proto_worker_status workers[PROTO_MAX_WORKERS];
 };
 
-proto_decoder *proto_decoder_new(const proto_limits *lim)
+int proto_decoder_new(const proto_limits *lim, proto_decoder_t **out)
 {
-    proto_decoder *d = calloc(1, sizeof *d);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "proto_decoder_new: NULL out");
+    *out = NULL;
+    proto_decoder_t *d = calloc(1, sizeof *d);
     if (!d)
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "proto_decoder_new: out of memory");
     if (lim)
         d->lim = *lim;
     else
@@ -63,19 +67,20 @@ proto_decoder *proto_decoder_new(const proto_limits *lim)
         d->lim.max_prompt_ids = 0;
     d->ids_retain = (size_t)d->lim.max_prompt_ids + 1024;
     /* A full-size id prompt should not make the zone thrash: keep what it needs. */
-    d->frame = mp_frame_new(((size_t)d->lim.max_prompt_ids + 1024) * sizeof(msgpack_object) * 2);
-    if (!d->frame) {
+    if (mp_frame_new(((size_t)d->lim.max_prompt_ids + 1024) * sizeof(msgpack_object) * 2,
+                     &d->frame)) {
         free(d);
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "proto_decoder_new: out of memory");
     }
-    return d;
+    *out = d;
+    return DERAS_OK;
 }
 
-void proto_decoder_destroy(proto_decoder **dp)
+void proto_decoder_destroy(proto_decoder_t **dp)
 {
     if (!dp || !*dp)
         return;
-    proto_decoder *d = *dp;
+    proto_decoder_t *d = *dp;
     mp_frame_destroy(&d->frame);
     free(d->bytes);
     free(d->ids);
@@ -85,7 +90,7 @@ void proto_decoder_destroy(proto_decoder **dp)
 
 /* Copy n bytes (plus a NUL) into the prepared storage; the caller sized it from the frame,
  * which contains every copied string, so this cannot run out. */
-static const char *keep(proto_decoder *d, const char *p, size_t n)
+static const char *keep(proto_decoder_t *d, const char *p, size_t n)
 {
     char *dst = d->bytes + d->bytes_used;
     if (n)
@@ -96,7 +101,7 @@ static const char *keep(proto_decoder *d, const char *p, size_t n)
 }
 
 /* Storage for a frame of len bytes holding at most 32 strings. */
-static int prepare(proto_decoder *d, size_t len, proto_error *err)
+static int prepare(proto_decoder_t *d, size_t len, proto_error *err)
 {
     d->bytes_used = 0;
     if (ps_grow((void **)&d->bytes, &d->bytes_cap, len + 64, 1, STORAGE_RETAIN_BYTES) !=
@@ -108,7 +113,7 @@ static int prepare(proto_decoder *d, size_t len, proto_error *err)
 }
 
 /* An array of 1..max token ids (min 0 allows empty) into the decoder's id storage. */
-static int id_array(proto_decoder *d, const msgpack_object *o, const char *field, uint32_t min,
+static int id_array(proto_decoder_t *d, const msgpack_object *o, const char *field, uint32_t min,
                     uint32_t max, const int32_t **ids, int *n, proto_error *err)
 {
     const msgpack_object *items;
@@ -164,7 +169,7 @@ void proto_request_default(proto_request *r)
     r->add_special_tokens = true;
 }
 
-static int request_stops(proto_decoder *d, const msgpack_object *v, proto_request *r,
+static int request_stops(proto_decoder_t *d, const msgpack_object *v, proto_request *r,
                          proto_error *err)
 {
     const msgpack_object *items;
@@ -197,7 +202,7 @@ static int request_stop_ids(const msgpack_object *v, req_params *p, proto_error 
 }
 
 /* One request field. */
-static int request_field(proto_decoder *d, int f, const msgpack_object *v, proto_request *r,
+static int request_field(proto_decoder_t *d, int f, const msgpack_object *v, proto_request *r,
                          bool *has_prompt, proto_error *err)
 {
     const proto_limits *L = &d->lim;
@@ -272,7 +277,7 @@ static void capture_id(const msgpack_object_kv *kv, uint32_t n, proto_error *err
     deras_errclear();
 }
 
-int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_client_msg *out,
+int proto_decode_client(proto_decoder_t *d, const void *buf, size_t len, proto_client_msg *out,
                         proto_error *err)
 {
     proto_error scratch;
@@ -449,7 +454,7 @@ static int decode_worker(const msgpack_object *o, uint32_t k, proto_worker_statu
     return rc;
 }
 
-static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_server_msg *m,
+static int server_field(proto_decoder_t *d, int f, const msgpack_object *v, proto_server_msg *m,
                         proto_error *err)
 {
     int64_t i64;
@@ -521,7 +526,7 @@ static int server_field(proto_decoder *d, int f, const msgpack_object *v, proto_
     return ps_fail(err, PE_INTERNAL, "reply field %d has no checker", f);
 }
 
-int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_server_msg *out,
+int proto_decode_server(proto_decoder_t *d, const void *buf, size_t len, proto_server_msg *out,
                         proto_error *err)
 {
     proto_error scratch;

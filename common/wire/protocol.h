@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* protocol.h - the client protocol: messages between clients and deras-router.
  *
  * Transport: ZeroMQ. A client connects a DEALER socket to the router's ROUTER socket and
@@ -87,14 +88,15 @@ typedef struct proto_client_msg {
     char cancel_id[PROTO_MAX_ID + 1];   /* PROTO_CANCEL */
 } proto_client_msg;
 
-typedef struct proto_decoder proto_decoder;
+typedef struct proto_decoder proto_decoder_t;
 
-proto_decoder *proto_decoder_new(const proto_limits *lim);
-void proto_decoder_destroy(proto_decoder **d);
+/* A decoder enforcing lim (NULL: proto_limits_default). DERAS_ENOMEM. */
+int proto_decoder_new(const proto_limits *lim, proto_decoder_t **out);
+void proto_decoder_destroy(proto_decoder_t **d);
 
 /* Decode one client frame. DERAS_OK with *out filled, or DERAS_EFORMAT with *err filled
  * (code, message, and the id if it could be read). Never reads outside buf. Cost: O(len). */
-int proto_decode_client(proto_decoder *d, const void *buf, size_t len, proto_client_msg *out,
+int proto_decode_client(proto_decoder_t *d, const void *buf, size_t len, proto_client_msg *out,
                         proto_error *err);
 
 /* ---- router -> client ---- */
@@ -114,30 +116,31 @@ typedef struct proto_usage {
                                   when it had none */
 } proto_usage;
 
-typedef struct proto_encoder proto_encoder;
+typedef struct proto_encoder proto_encoder_t;
 
-proto_encoder *proto_encoder_new(void);
-void proto_encoder_destroy(proto_encoder **e);
+/* DERAS_ENOMEM. */
+int proto_encoder_new(proto_encoder_t **out);
+void proto_encoder_destroy(proto_encoder_t **e);
 
 /* Each encoder call replaces the encoder's buffer with one message; *buf / *len stay valid
  * until the next call. ENOMEM is the only failure. */
 
 /* {"type":"chunk","id","index","token_ids","text"[,"logprobs"]}: streamed tokens of sample
  * `index` and the text they complete (possibly ""). lps: one per token id, or NULL. */
-int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_t *ids, int n_ids,
+int proto_encode_chunk(proto_encoder_t *e, const char *id, int index, const int32_t *ids, int n_ids,
                        const char *text, size_t text_len, const proto_logprob *lps,
                        const void **buf, size_t *len);
 
 /* {"type":"final","id","index","finish_reason","usage":{...}[,"text","token_ids",
  * "logprobs"][,"abort_reason"]}: the end of sample `index`. Non-streaming requests carry
  * the whole text, token ids and logprobs here (text/ids NULL for streams). */
-int proto_encode_final(proto_encoder *e, const char *id, int index, finish_reason why,
+int proto_encode_final(proto_encoder_t *e, const char *id, int index, finish_reason why,
                        const char *abort_reason, const proto_usage *u, const char *text,
                        size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
                        const void **buf, size_t *len);
 
 /* {"type":"error","id","code","message"}: the request ends (all samples). id may be "". */
-int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code code,
+int proto_encode_error(proto_encoder_t *e, const char *id, enum proto_error_code code,
                        const char *message, const void **buf, size_t *len);
 
 /* Per-worker summary in a pong (operators and tests watch load through it). */
@@ -151,14 +154,14 @@ typedef struct proto_worker_status {
 
 /* {"type":"pong","v","workers":[{"name","state","running","waiting","kv_blocks_free",
  * "kv_blocks_total","served"}...]} */
-int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_workers,
+int proto_encode_pong(proto_encoder_t *e, const proto_worker_status *w, int n_workers,
                       const void **buf, size_t *len);
 
 /* ---- client side: encoding requests, decoding replies (the C client library) ---- */
 
 /* Encode a request as the router expects it; fields at their defaults are omitted. */
-int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len);
-int proto_encode_cancel(proto_encoder *e, const char *id, const void **buf, size_t *len);
+int proto_encode_request(proto_encoder_t *e, const proto_request *r, const void **buf, size_t *len);
+int proto_encode_cancel(proto_encoder_t *e, const char *id, const void **buf, size_t *len);
 
 enum proto_server_type { PROTO_CHUNK = 1, PROTO_FINAL = 2, PROTO_ERROR = 3, PROTO_PONG = 4 };
 
@@ -182,7 +185,7 @@ typedef struct proto_server_msg {
 /* Decode a router reply (same strictness; unknown error codes map to PE_INTERNAL, an
  * unknown finish_reason is invalid_field).
  * Logprobs in replies are skipped by this decoder. */
-int proto_decode_server(proto_decoder *d, const void *buf, size_t len, proto_server_msg *out,
+int proto_decode_server(proto_decoder_t *d, const void *buf, size_t len, proto_server_msg *out,
                         proto_error *err);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* protocol_enc.c - the client protocol's encoders: replies for clients (chunk, final,
  * error, pong) and, for the C client, requests and cancels (see protocol.h).
  *
@@ -19,25 +20,25 @@
 
 
 struct proto_encoder {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
+    ps_out out;
 };
 
-proto_encoder *proto_encoder_new(void)
+int proto_encoder_new(proto_encoder_t **out)
 {
-    proto_encoder *e = calloc(1, sizeof *e);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "proto_encoder_new: NULL out");
+    proto_encoder_t *e = *out = calloc(1, sizeof *e);
     if (!e)
-        return NULL;
-    msgpack_sbuffer_init(&e->sb);
-    msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
-    return e;
+        return deras_fail(DERAS_ENOMEM, "proto_encoder_new: out of memory");
+    ps_out_init(&e->out);
+    return DERAS_OK;
 }
 
-void proto_encoder_destroy(proto_encoder **ep)
+void proto_encoder_destroy(proto_encoder_t **ep)
 {
     if (!ep || !*ep)
         return;
-    msgpack_sbuffer_destroy(&(*ep)->sb);
+    ps_out_free(&(*ep)->out);
     free(*ep);
     *ep = NULL;
 }
@@ -84,28 +85,12 @@ static int pack_logprobs(msgpack_packer *pk, const proto_logprob *lps, int n)
     return rc;
 }
 
-static int finish(proto_encoder *e, int rc, const char *what, const void **buf, size_t *len)
-{
-    if (rc != 0)
-        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
-    *buf = e->sb.data;
-    *len = e->sb.size;
-    return DERAS_OK;
-}
-
-#define BEGIN(e, ok)                                                                         \
-    do {                                                                                     \
-        if (!(e) || !buf || !len || !(ok))                                                   \
-            return deras_fail(DERAS_EINVAL, "%s: bad arguments", __func__);                  \
-        msgpack_sbuffer_clear(&(e)->sb);                                                     \
-    } while (0)
-
-int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_t *ids, int n_ids,
+int proto_encode_chunk(proto_encoder_t *e, const char *id, int index, const int32_t *ids, int n_ids,
                        const char *text, size_t text_len, const proto_logprob *lps,
                        const void **buf, size_t *len)
 {
-    BEGIN(e, id && n_ids >= 0 && (ids || !n_ids) && (text || !text_len));
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, id && n_ids >= 0 && (ids || !n_ids) && (text || !text_len));
+    msgpack_packer *pk = &e->out.pk;
     int rc = msgpack_pack_map(pk, lps ? 6 : 5);
     rc |= KEY(pk, "type") | KEY(pk, "chunk");
     rc |= KEY(pk, "id") | pack_cstr(pk, id);
@@ -114,16 +99,16 @@ int proto_encode_chunk(proto_encoder *e, const char *id, int index, const int32_
     rc |= KEY(pk, "text") | pack_str(pk, text, text_len);
     if (lps)
         rc |= KEY(pk, "logprobs") | pack_logprobs(pk, lps, n_ids);
-    return finish(e, rc, "chunk", buf, len);
+    return ps_out_done(&e->out, rc, "chunk", buf, len);
 }
 
-int proto_encode_final(proto_encoder *e, const char *id, int index, finish_reason why,
+int proto_encode_final(proto_encoder_t *e, const char *id, int index, finish_reason why,
                        const char *abort_reason, const proto_usage *u, const char *text,
                        size_t text_len, const int32_t *ids, int n_ids, const proto_logprob *lps,
                        const void **buf, size_t *len)
 {
-    BEGIN(e, id && (int)why >= 0 && why < FINISH_N && u && n_ids >= 0 && (ids || !lps));
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, id && (int)why >= 0 && why < FINISH_N && u && n_ids >= 0 && (ids || !lps));
+    msgpack_packer *pk = &e->out.pk;
     int rc = msgpack_pack_map(pk, 5u + (text != NULL) + (ids != NULL) + (lps != NULL) +
                                       (abort_reason != NULL));
     rc |= KEY(pk, "type") | KEY(pk, "final");
@@ -147,16 +132,16 @@ int proto_encode_final(proto_encoder *e, const char *id, int index, finish_reaso
         rc |= KEY(pk, "logprobs") | pack_logprobs(pk, lps, n_ids);
     if (abort_reason)
         rc |= KEY(pk, "abort_reason") | pack_cstr(pk, abort_reason);
-    return finish(e, rc, "final", buf, len);
+    return ps_out_done(&e->out, rc, "final", buf, len);
 }
 
 #define PROTO_MAX_MESSAGE_TEXT 1024 /* error messages on the wire, bytes */
 
-int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code code,
+int proto_encode_error(proto_encoder_t *e, const char *id, enum proto_error_code code,
                        const char *message, const void **buf, size_t *len)
 {
-    BEGIN(e, id && message);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, id && message);
+    msgpack_packer *pk = &e->out.pk;
     size_t n = strlen(message);
     n = ps_utf8_clip(message, n, PROTO_MAX_MESSAGE_TEXT);
     int rc = msgpack_pack_map(pk, 4);
@@ -164,14 +149,14 @@ int proto_encode_error(proto_encoder *e, const char *id, enum proto_error_code c
     rc |= KEY(pk, "id") | pack_cstr(pk, id);
     rc |= KEY(pk, "code") | pack_cstr(pk, proto_error_name(code));
     rc |= KEY(pk, "message") | pack_str(pk, message, n);
-    return finish(e, rc, "error", buf, len);
+    return ps_out_done(&e->out, rc, "error", buf, len);
 }
 
-int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_workers,
+int proto_encode_pong(proto_encoder_t *e, const proto_worker_status *w, int n_workers,
                       const void **buf, size_t *len)
 {
-    BEGIN(e, n_workers >= 0 && n_workers <= PROTO_MAX_WORKERS && (w || !n_workers));
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, n_workers >= 0 && n_workers <= PROTO_MAX_WORKERS && (w || !n_workers));
+    msgpack_packer *pk = &e->out.pk;
     int rc = msgpack_pack_map(pk, 3);
     rc |= KEY(pk, "type") | KEY(pk, "pong");
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
@@ -187,16 +172,17 @@ int proto_encode_pong(proto_encoder *e, const proto_worker_status *w, int n_work
         rc |= KEY(pk, "kv_blocks_total") | msgpack_pack_int(pk, w[i].kv_blocks_total);
         rc |= KEY(pk, "served") | msgpack_pack_uint64(pk, w[i].served);
     }
-    return finish(e, rc, "pong", buf, len);
+    return ps_out_done(&e->out, rc, "pong", buf, len);
 }
 
-int proto_encode_request(proto_encoder *e, const proto_request *r, const void **buf, size_t *len)
+int proto_encode_request(proto_encoder_t *e, const proto_request *r, const void **buf, size_t *len)
 {
     const req_params *q = r ? &r->params : NULL;
-    BEGIN(e, r && (r->prompt || !r->prompt_len) && (r->prompt_ids || r->n_prompt_ids <= 0) &&
-                 r->n_stops >= 0 && r->n_stops <= PROTO_MAX_STOPS && q->n_stop_ids >= 0 &&
-                 q->n_stop_ids <= REQ_MAX_STOP_IDS);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, r && (r->prompt || !r->prompt_len) &&
+                           (r->prompt_ids || r->n_prompt_ids <= 0) && r->n_stops >= 0 &&
+                           r->n_stops <= PROTO_MAX_STOPS && q->n_stop_ids >= 0 &&
+                           q->n_stop_ids <= REQ_MAX_STOP_IDS);
+    msgpack_packer *pk = &e->out.pk;
     bool ids = r->prompt_ids != NULL && !r->prompt;
     unsigned n = 4u + (q->max_tokens != REQ_DEFAULT_MAX_TOKENS) + (q->n != 1) + r->stream +
                  r->has_seed + (r->n_stops > 0) + (q->n_stop_ids > 0) + q->ignore_eos +
@@ -235,15 +221,15 @@ int proto_encode_request(proto_encoder *e, const proto_request *r, const void **
     if (q->spec_tokens != 0)
         rc |= KEY(pk, "num_speculative_tokens") |
               msgpack_pack_int(pk, q->spec_tokens < 0 ? 0 : q->spec_tokens);
-    return finish(e, rc, "request", buf, len);
+    return ps_out_done(&e->out, rc, "request", buf, len);
 }
 
-int proto_encode_cancel(proto_encoder *e, const char *id, const void **buf, size_t *len)
+int proto_encode_cancel(proto_encoder_t *e, const char *id, const void **buf, size_t *len)
 {
-    BEGIN(e, id);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, id);
+    msgpack_packer *pk = &e->out.pk;
     int rc = msgpack_pack_map(pk, 2);
     rc |= KEY(pk, "type") | KEY(pk, "cancel");
     rc |= KEY(pk, "id") | pack_cstr(pk, id);
-    return finish(e, rc, "cancel", buf, len);
+    return ps_out_done(&e->out, rc, "cancel", buf, len);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wire_vocab.c - the request vocabulary's tables on the wire (see wire_vocab.h). */
 #include "wire_vocab.h"
 

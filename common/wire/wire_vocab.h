@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wire_vocab.h - the request vocabulary's tables (common/request/) on the wire; internal
  * to protocol.c and worker_proto.c, like proto_schema.h.
  *

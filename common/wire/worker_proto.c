@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_proto.c - the router <-> worker protocol's decoder (see worker_proto.h; the
  * encoders and the STEP builder are in worker_proto_enc.c).
  *
@@ -112,7 +113,7 @@ static const char *const load_names[] = {
 
 struct wp_decoder {
     size_t max_bytes;
-    mp_frame *frame;
+    mp_frame_t *frame;
     int32_t *ids;
     size_t ids_cap;
     wp_token *tokens;
@@ -121,24 +122,26 @@ struct wp_decoder {
     size_t finishes_cap;
 };
 
-wp_decoder *wp_decoder_new(size_t max_message_bytes)
+int wp_decoder_new(size_t max_message_bytes, wp_decoder_t **out)
 {
-    wp_decoder *d = calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
-    d->max_bytes = max_message_bytes ? max_message_bytes : WP_DEFAULT_MAX_BYTES;
-    if (!(d->frame = mp_frame_new(WP_ZONE_RETAIN))) {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "wp_decoder_new: NULL out");
+    *out = NULL;
+    wp_decoder_t *d = calloc(1, sizeof *d);
+    if (!d || mp_frame_new(WP_ZONE_RETAIN, &d->frame)) {
         free(d);
-        return NULL;
+        return deras_fail(DERAS_ENOMEM, "wp_decoder_new: out of memory");
     }
-    return d;
+    d->max_bytes = max_message_bytes ? max_message_bytes : WP_DEFAULT_MAX_BYTES;
+    *out = d;
+    return DERAS_OK;
 }
 
-void wp_decoder_destroy(wp_decoder **dp)
+void wp_decoder_destroy(wp_decoder_t **dp)
 {
     if (!dp || !*dp)
         return;
-    wp_decoder *d = *dp;
+    wp_decoder_t *d = *dp;
     mp_frame_destroy(&d->frame);
     free(d->ids);
     free(d->tokens);
@@ -226,7 +229,7 @@ static int decode_load(const msgpack_object *o, const char *where, wp_load *l, p
 }
 
 /* SUBMIT prompt_ids: a bin of little-endian int32, 1 or more ids, each >= 0. */
-static int decode_prompt_bin(wp_decoder *d, const msgpack_object *o, wp_submit *s,
+static int decode_prompt_bin(wp_decoder_t *d, const msgpack_object *o, wp_submit *s,
                              proto_error *err)
 {
     if (o->type != MSGPACK_OBJECT_BIN)
@@ -315,7 +318,7 @@ static int decode_token(const msgpack_object *o, uint32_t i, wp_token *t, proto_
     return DERAS_OK;
 }
 
-static int decode_tokens(wp_decoder *d, const msgpack_object *o, wp_msg *m, proto_error *err)
+static int decode_tokens(wp_decoder_t *d, const msgpack_object *o, wp_msg *m, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
@@ -382,7 +385,7 @@ static int decode_finish(const msgpack_object *o, uint32_t i, wp_finish *f, prot
     return wv_check_spec(&f->spec, err, "finishes", i);
 }
 
-static int decode_finishes(wp_decoder *d, const msgpack_object *o, wp_msg *m, proto_error *err)
+static int decode_finishes(wp_decoder_t *d, const msgpack_object *o, wp_msg *m, proto_error *err)
 {
     const msgpack_object *items;
     uint32_t k;
@@ -410,7 +413,7 @@ static int int_field(const msgpack_object *v, int64_t lo, int64_t hi, int *out, 
     return rc;
 }
 
-static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, proto_error *err)
+static int wp_field(wp_decoder_t *d, int f, const msgpack_object *v, wp_msg *m, proto_error *err)
 {
     wp_hello *h = &m->hello;
     wp_submit *s = &m->submit;
@@ -466,7 +469,7 @@ static int wp_field(wp_decoder *d, int f, const msgpack_object *v, wp_msg *m, pr
     return ps_fail(err, PE_INTERNAL, "worker field %d has no checker", f);
 }
 
-int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_error *err)
+int wp_decode(wp_decoder_t *d, const void *buf, size_t len, wp_msg *out, proto_error *err)
 {
     proto_error scratch;
     if (!err)

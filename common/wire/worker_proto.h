@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_proto.h - the internal protocol between deras-router and deras-worker.
  *
  * Transport: ZeroMQ. The router binds a ROUTER socket for workers (ipc:// by default); a
@@ -127,38 +128,39 @@ typedef struct wp_msg {
     int heartbeat_ms;                 /* WELCOME: how often to heartbeat */
 } wp_msg;
 
-typedef struct wp_decoder wp_decoder;
+typedef struct wp_decoder wp_decoder_t;
 
 /* max_message_bytes bounds every frame (a STEP of a full batch with logprobs fits easily
- * in the default 16 MiB). */
-wp_decoder *wp_decoder_new(size_t max_message_bytes);
-void wp_decoder_destroy(wp_decoder **d);
-int wp_decode(wp_decoder *d, const void *buf, size_t len, wp_msg *out, proto_error *err);
+ * in the default 16 MiB; 0: that default). DERAS_ENOMEM. */
+int wp_decoder_new(size_t max_message_bytes, wp_decoder_t **out);
+void wp_decoder_destroy(wp_decoder_t **d);
+int wp_decode(wp_decoder_t *d, const void *buf, size_t len, wp_msg *out, proto_error *err);
 
 /* Encoders: each replaces the encoder's buffer with one message. */
-typedef struct wp_encoder wp_encoder;
-wp_encoder *wp_encoder_new(void);
-void wp_encoder_destroy(wp_encoder **e);
+typedef struct wp_encoder wp_encoder_t;
+/* DERAS_ENOMEM. */
+int wp_encoder_new(wp_encoder_t **out);
+void wp_encoder_destroy(wp_encoder_t **e);
 
-int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *len);
-int wp_encode_welcome(wp_encoder *e, int heartbeat_ms, const void **buf, size_t *len);
-int wp_encode_refuse(wp_encoder *e, const char *reason, const void **buf, size_t *len);
-int wp_encode_heartbeat(wp_encoder *e, const wp_load *l, const void **buf, size_t *len);
-int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t *len);
-int wp_encode_abort(wp_encoder *e, uint64_t rid, const void **buf, size_t *len);
-int wp_encode_reject(wp_encoder *e, uint64_t rid, enum proto_error_code code, const char *message,
+int wp_encode_hello(wp_encoder_t *e, const wp_hello *h, const void **buf, size_t *len);
+int wp_encode_welcome(wp_encoder_t *e, int heartbeat_ms, const void **buf, size_t *len);
+int wp_encode_refuse(wp_encoder_t *e, const char *reason, const void **buf, size_t *len);
+int wp_encode_heartbeat(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len);
+int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size_t *len);
+int wp_encode_abort(wp_encoder_t *e, uint64_t rid, const void **buf, size_t *len);
+int wp_encode_reject(wp_encoder_t *e, uint64_t rid, enum proto_error_code code, const char *message,
                      const void **buf, size_t *len);
-int wp_encode_drain(wp_encoder *e, const void **buf, size_t *len);
-int wp_encode_shutdown(wp_encoder *e, const void **buf, size_t *len);
-int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *len);
+int wp_encode_drain(wp_encoder_t *e, const void **buf, size_t *len);
+int wp_encode_shutdown(wp_encoder_t *e, const void **buf, size_t *len);
+int wp_encode_bye(wp_encoder_t *e, const char *reason, const void **buf, size_t *len);
 
 /* STEP is built incrementally during an engine step (no allocation after warm-up):
  * begin, add tokens and finishes as the engine reports them, then finish with the load. */
-void wp_step_begin(wp_encoder *e);
-int wp_step_add_token(wp_encoder *e, const wp_token *t);
-int wp_step_add_finish(wp_encoder *e, const wp_finish *f);
-int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len);
-bool wp_step_empty(const wp_encoder *e);
+void wp_step_begin(wp_encoder_t *e);
+int wp_step_add_token(wp_encoder_t *e, const wp_token *t);
+int wp_step_add_finish(wp_encoder_t *e, const wp_finish *f);
+int wp_step_end(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len);
+bool wp_step_empty(const wp_encoder_t *e);
 
 /* "starting", "ready", "draining" ("?" for anything else). */
 const char *wp_phase_name(enum wp_phase p);

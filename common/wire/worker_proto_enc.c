@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker_proto_enc.c - the router <-> worker protocol's encoders and the STEP builder (see
  * worker_proto.h; the wire shapes are described in worker_proto.c).
  *
@@ -21,30 +22,30 @@
 
 
 struct wp_encoder {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
+    ps_out out;
     wp_token *tokens;          /* the STEP being built */
     size_t n_tokens, tokens_cap;
     wp_finish *finishes;
     size_t n_finishes, finishes_cap;
 };
 
-wp_encoder *wp_encoder_new(void)
+int wp_encoder_new(wp_encoder_t **out)
 {
-    wp_encoder *e = calloc(1, sizeof *e);
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "wp_encoder_new: NULL out");
+    wp_encoder_t *e = *out = calloc(1, sizeof *e);
     if (!e)
-        return NULL;
-    msgpack_sbuffer_init(&e->sb);
-    msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
-    return e;
+        return deras_fail(DERAS_ENOMEM, "wp_encoder_new: out of memory");
+    ps_out_init(&e->out);
+    return DERAS_OK;
 }
 
-void wp_encoder_destroy(wp_encoder **ep)
+void wp_encoder_destroy(wp_encoder_t **ep)
 {
     if (!ep || !*ep)
         return;
-    wp_encoder *e = *ep;
-    msgpack_sbuffer_destroy(&e->sb);
+    wp_encoder_t *e = *ep;
+    ps_out_free(&e->out);
     free(e->tokens);
     free(e->finishes);
     free(e);
@@ -61,32 +62,16 @@ static int pack_text(msgpack_packer *pk, const char *s, size_t cap)
     return msgpack_pack_str_with_body(pk, n ? s : "", n);
 }
 
-static int done_enc(wp_encoder *e, int rc, const char *what, const void **buf, size_t *len)
-{
-    if (rc != 0)
-        return deras_fail(DERAS_ENOMEM, "encoding %s: out of memory", what);
-    *buf = e->sb.data;
-    *len = e->sb.size;
-    return DERAS_OK;
-}
-
-#define BEGIN(e, ok)                                                                         \
-    do {                                                                                     \
-        if (!(e) || !buf || !len || !(ok))                                                   \
-            return deras_fail(DERAS_EINVAL, "%s: bad arguments", __func__);                  \
-        msgpack_sbuffer_clear(&(e)->sb);                                                     \
-    } while (0)
-
 /* {"type": t} plus n more pairs to come. */
 static int pack_head(msgpack_packer *pk, const char *type, size_t n)
 {
     return msgpack_pack_map(pk, n + 1) | KEY(pk, "type") | pack_text(pk, type, 16);
 }
 
-int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *len)
+int wp_encode_hello(wp_encoder_t *e, const wp_hello *h, const void **buf, size_t *len)
 {
-    BEGIN(e, h);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, h);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "hello", 11 + (h->spec[0] != 0));
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, WPROTO_VERSION);
     rc |= KEY(pk, "name") | pack_text(pk, h->name, WPROTO_MAX_NAME);
@@ -101,26 +86,26 @@ int wp_encode_hello(wp_encoder *e, const wp_hello *h, const void **buf, size_t *
     rc |= KEY(pk, "pid") | msgpack_pack_int32(pk, h->pid);
     if (h->spec[0])
         rc |= KEY(pk, "spec") | pack_text(pk, h->spec, sizeof h->spec - 1);
-    return done_enc(e, rc, "hello", buf, len);
+    return ps_out_done(&e->out, rc, "hello", buf, len);
 }
 
-int wp_encode_welcome(wp_encoder *e, int heartbeat_ms, const void **buf, size_t *len)
+int wp_encode_welcome(wp_encoder_t *e, int heartbeat_ms, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, true);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "welcome", 2);
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, WPROTO_VERSION);
     rc |= KEY(pk, "heartbeat_ms") | msgpack_pack_int(pk, heartbeat_ms);
-    return done_enc(e, rc, "welcome", buf, len);
+    return ps_out_done(&e->out, rc, "welcome", buf, len);
 }
 
-int wp_encode_refuse(wp_encoder *e, const char *reason, const void **buf, size_t *len)
+int wp_encode_refuse(wp_encoder_t *e, const char *reason, const void **buf, size_t *len)
 {
-    BEGIN(e, reason);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, reason);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "refuse", 1);
     rc |= KEY(pk, "reason") | pack_text(pk, reason, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "refuse", buf, len);
+    return ps_out_done(&e->out, rc, "refuse", buf, len);
 }
 
 static int pack_load(msgpack_packer *pk, const wp_load *l)
@@ -149,13 +134,13 @@ static bool load_ok(const wp_load *l)
     return l && l->phase >= WP_PHASE_STARTING && l->phase <= WP_PHASE_DRAINING;
 }
 
-int wp_encode_heartbeat(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
+int wp_encode_heartbeat(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len)
 {
-    BEGIN(e, load_ok(l));
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, load_ok(l));
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "heartbeat", 1);
     rc |= KEY(pk, "load") | pack_load(pk, l);
-    return done_enc(e, rc, "heartbeat", buf, len);
+    return ps_out_done(&e->out, rc, "heartbeat", buf, len);
 }
 
 /* prompt_ids as a bin of little-endian int32. */
@@ -183,12 +168,12 @@ static int pack_int_array(msgpack_packer *pk, const int32_t *v, int n)
     return rc;
 }
 
-int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t *len)
+int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size_t *len)
 {
     const req_params *q = s ? &s->params : NULL;
-    BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) && q->n_stop_ids >= 0 &&
-                 q->n_stop_ids <= REQ_MAX_STOP_IDS);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, s && s->n_prompt >= 0 && (s->prompt_ids || !s->n_prompt) &&
+                           q->n_stop_ids >= 0 && q->n_stop_ids <= REQ_MAX_STOP_IDS);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "submit",
                        7u + (q->spec_tokens != 0) + wv_sampling_count(&q->sp, true));
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, s->rid);
@@ -201,54 +186,54 @@ int wp_encode_submit(wp_encoder *e, const wp_submit *s, const void **buf, size_t
     rc |= KEY(pk, "ignore_eos") | (q->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
     if (q->spec_tokens != 0)
         rc |= KEY(pk, "spec_tokens") | msgpack_pack_int(pk, q->spec_tokens);
-    return done_enc(e, rc, "submit", buf, len);
+    return ps_out_done(&e->out, rc, "submit", buf, len);
 }
 
-int wp_encode_abort(wp_encoder *e, uint64_t rid, const void **buf, size_t *len)
+int wp_encode_abort(wp_encoder_t *e, uint64_t rid, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, true);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "abort", 1);
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, rid);
-    return done_enc(e, rc, "abort", buf, len);
+    return ps_out_done(&e->out, rc, "abort", buf, len);
 }
 
-int wp_encode_reject(wp_encoder *e, uint64_t rid, enum proto_error_code code, const char *message,
+int wp_encode_reject(wp_encoder_t *e, uint64_t rid, enum proto_error_code code, const char *message,
                      const void **buf, size_t *len)
 {
-    BEGIN(e, message);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, message);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "reject", 3);
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, rid);
     rc |= KEY(pk, "code") | pack_text(pk, proto_error_name(code), 64);
     rc |= KEY(pk, "message") | pack_text(pk, message, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "reject", buf, len);
+    return ps_out_done(&e->out, rc, "reject", buf, len);
 }
 
-int wp_encode_drain(wp_encoder *e, const void **buf, size_t *len)
+int wp_encode_drain(wp_encoder_t *e, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    return done_enc(e, pack_head(&e->pk, "drain", 0), "drain", buf, len);
+    PS_ENCODE_BEGIN(e, true);
+    return ps_out_done(&e->out, pack_head(&e->out.pk, "drain", 0), "drain", buf, len);
 }
 
-int wp_encode_shutdown(wp_encoder *e, const void **buf, size_t *len)
+int wp_encode_shutdown(wp_encoder_t *e, const void **buf, size_t *len)
 {
-    BEGIN(e, true);
-    return done_enc(e, pack_head(&e->pk, "shutdown", 0), "shutdown", buf, len);
+    PS_ENCODE_BEGIN(e, true);
+    return ps_out_done(&e->out, pack_head(&e->out.pk, "shutdown", 0), "shutdown", buf, len);
 }
 
-int wp_encode_bye(wp_encoder *e, const char *reason, const void **buf, size_t *len)
+int wp_encode_bye(wp_encoder_t *e, const char *reason, const void **buf, size_t *len)
 {
-    BEGIN(e, reason);
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, reason);
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "bye", 1);
     rc |= KEY(pk, "reason") | pack_text(pk, reason, sizeof ((wp_msg *)0)->text - 1);
-    return done_enc(e, rc, "bye", buf, len);
+    return ps_out_done(&e->out, rc, "bye", buf, len);
 }
 
 /* ---- STEP, built incrementally ---- */
 
-void wp_step_begin(wp_encoder *e)
+void wp_step_begin(wp_encoder_t *e)
 {
     if (e) {
         e->n_tokens = 0;
@@ -277,7 +262,7 @@ static bool logprob_ok(float x)
     return !isnan(x) && x != INFINITY;
 }
 
-int wp_step_add_token(wp_encoder *e, const wp_token *t)
+int wp_step_add_token(wp_encoder_t *e, const wp_token *t)
 {
     if (!e || !t || t->index < 0 || t->index >= REQ_MAX_N || t->lp.token_id < 0 ||
         t->lp.n_top < 0 || t->lp.n_top > SAMPLING_MAX_LOGPROBS || !logprob_ok(t->lp.logprob))
@@ -294,7 +279,7 @@ int wp_step_add_token(wp_encoder *e, const wp_token *t)
     return DERAS_OK;
 }
 
-int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
+int wp_step_add_finish(wp_encoder_t *e, const wp_finish *f)
 {
     if (!e || !f || f->index < 0 || f->index >= REQ_MAX_N || (int)f->reason < 0 ||
         f->reason > FINISH_LAST_SAMPLE ||
@@ -310,15 +295,15 @@ int wp_step_add_finish(wp_encoder *e, const wp_finish *f)
     return DERAS_OK;
 }
 
-bool wp_step_empty(const wp_encoder *e)
+bool wp_step_empty(const wp_encoder_t *e)
 {
     return !e || (e->n_tokens == 0 && e->n_finishes == 0);
 }
 
-int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
+int wp_step_end(wp_encoder_t *e, const wp_load *l, const void **buf, size_t *len)
 {
-    BEGIN(e, load_ok(l));
-    msgpack_packer *pk = &e->pk;
+    PS_ENCODE_BEGIN(e, load_ok(l));
+    msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "step", 3);
     rc |= KEY(pk, "tokens") | msgpack_pack_array(pk, e->n_tokens);
     for (size_t i = 0; i < e->n_tokens; i++) {
@@ -347,5 +332,5 @@ int wp_step_end(wp_encoder *e, const wp_load *l, const void **buf, size_t *len)
     rc |= KEY(pk, "load") | pack_load(pk, l);
     e->n_tokens = 0;
     e->n_finishes = 0;
-    return done_enc(e, rc, "step", buf, len);
+    return ps_out_done(&e->out, rc, "step", buf, len);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* zmq_check.h - ZeroMQ calls checked: a failure becomes a status code and a message that
  * names the call, the file and the line.
  *

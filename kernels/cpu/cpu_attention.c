@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_attention.c - causal attention over the paged KV cache, flash-attention style, on CPU.
  *
  * One code path serves prefill, chunked prefill (queries starting at an offset into an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_backend.c - the CPU reference backend: f32 everywhere, OpenBLAS for matrix products.
  *
  * This is the semantics every other backend is tested against, so it stays simple: plain

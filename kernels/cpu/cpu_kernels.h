@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_kernels.h - CPU kernels shared between files of the CPU backend (private). */
 #ifndef DERAS_CPU_KERNELS_H
 #define DERAS_CPU_KERNELS_H

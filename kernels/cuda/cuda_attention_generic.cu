@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_attention_generic.cu - paged causal attention for head dims the tensor-core and
  * split-decode kernels are not built for (anything even up to 256 other than 64 and 128:
  * the tiny test models' 8 and 16, or 80 and 96).

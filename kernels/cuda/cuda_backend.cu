@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_backend.cu - the CUDA backend: device memory, transfers, cuBLAS products, and the
  * ops table that routes each op to its kernel file.
  *

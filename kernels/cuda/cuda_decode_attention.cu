@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_decode_attention.cu - paged decode attention, split over the context and combined in
  * a second pass (flash-decoding).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_dequant.cu - GGUF block types to the backend's element type, on the device.
  *
  * Lets a quantized checkpoint be uploaded as it is stored (a quarter to a half of the

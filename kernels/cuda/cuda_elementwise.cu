@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_elementwise.cu - the memory-bound layer ops: embedding gather, RMSNorm (fused with
  * the residual add), RoPE and its table, SiLU-and-multiply, bias add, row gather, KV cache
  * writes and block copies.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_internal.cuh - what the .cu files of the CUDA backend share (private to kernels/cuda).
  *
  * The backend struct, the check macros that turn CUDA and cuBLAS failures into

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_loader.c - the host side of the CUDA plugin (cuda_plugin.h): finds and loads
  * libderas_cuda.so the first time a CUDA device is asked for, and forwards backend_new
  * ("cuda:N") and every cuda_ops.h call to it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_ops.h - what the CUDA backend offers beyond the ops table (plain C).
  *
  * backend_new("cuda:N") gives a bf16 backend on device N and "cuda:N:fp16" an fp16 one;

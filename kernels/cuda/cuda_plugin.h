@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_plugin.h - the boundary between the CPU-side build and the CUDA backend, which is a
  * plugin (libderas_cuda.so) loaded at run time.
  *

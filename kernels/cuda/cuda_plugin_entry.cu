@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_plugin_entry.cu - the plugin's one exported symbol (cuda_plugin.h) and its
  * deras_fail, which hands messages to the host's per-thread status so that the host's
  * deras_errmsg() reads them. Everything else in libderas_cuda.so is hidden. */

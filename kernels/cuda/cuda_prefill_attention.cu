@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_prefill_attention.cu - flash-attention prefill over the paged KV cache, on tensor
  * cores (mma.sync m16n8k16, bf16 or fp16 in, f32 accumulate).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_sampling.cu - temperature, top-k, top-p, min-p and the draw, on the device.
  *
  * One block of 1,024 threads per row. The row is never sorted: each cut is a threshold on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - the engine embedded in a program that has nothing else of deras: load a model
  * through the loader, run 6 greedy requests together and each one alone, and require the
  * same tokens (the CPU backend computes in f32; a request's reduction order does not

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # run.sh SOURCE_ROOT WORK_DIR MODEL - copy the engine's folders (and nothing else of the
 # project) into WORK_DIR, build them as a project of their own (CMakeLists.txt here), and
 # run the result on MODEL. Exit status: the build's or the program's.

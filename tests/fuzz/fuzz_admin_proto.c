@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_admin_proto.c - libFuzzer target for the admin protocol's requests.
  *
  * Arbitrary bytes go through admin_decode_request, as the router decodes what arrives on
@@ -16,7 +17,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static admin_codec *c1, *c2;
+static admin_codec_t *c1, *c2;
 
 #define CHECK(x)                                                                             \
     do {                                                                                     \
@@ -27,9 +28,7 @@ static admin_codec *c1, *c2;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!c1) {
-        c1 = admin_codec_new();
-        c2 = admin_codec_new();
-        CHECK(c1 && c2);
+        CHECK(admin_codec_new(&c1) == DERAS_OK && admin_codec_new(&c2) == DERAS_OK);
     }
     admin_request q, back;
     proto_error err;

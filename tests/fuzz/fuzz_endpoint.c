@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_endpoint.c - libFuzzer target for the tcp:// endpoint parser (common/wire/endpoints.h).
  *
  * Arbitrary bytes (as a NUL-terminated string) go through endpoint_tcp_parse. A failure must

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_gguf.c - libFuzzer target: arbitrary bytes through gguf_open_memory and every accessor.
  *
  * Whatever the input, open must either fail with a message or give an object whose every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_group_segment.c - libFuzzer target for the checks a tensor-parallel rank makes
  * before it uses a shared segment (worker/group_impl.h): arbitrary bytes as a segment go
  * through group_hdr_check; where it passes, the plan ring and the communicator attach to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_protocol.c - libFuzzer target for the client protocol.
  *
  * Arbitrary bytes go through proto_decode_client and proto_decode_server. Invariants
@@ -23,8 +24,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static proto_decoder *d1, *d2;
-static proto_encoder *enc, *err_enc;
+static proto_decoder_t *d1, *d2;
+static proto_encoder_t *enc, *err_enc;
 
 #define CHECK(x)                                                                             \
     do {                                                                                     \
@@ -176,11 +177,9 @@ static void server_side(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!d1) {
-        d1 = proto_decoder_new(NULL);
-        d2 = proto_decoder_new(NULL);
-        enc = proto_encoder_new();
-        err_enc = proto_encoder_new();
-        CHECK(d1 && d2 && enc && err_enc);
+        CHECK(proto_decoder_new(NULL, &d1) == DERAS_OK);
+        CHECK(proto_decoder_new(NULL, &d2) == DERAS_OK);
+        CHECK(proto_encoder_new(&enc) == DERAS_OK && proto_encoder_new(&err_enc) == DERAS_OK);
     }
     client_side(data, size);
     server_side(data, size);

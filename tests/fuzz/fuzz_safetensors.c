@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_safetensors.c - libFuzzer target: arbitrary bytes through st_open_memory and every
  * accessor. On success every view must lie inside the input: its bytes are all read (ASan
  * checks) and computable ones converted to f32.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_same.h - whether two decoded request parameters are the same, for the protocol fuzz
  * targets' decode -> encode -> decode check. The sampling parameters are compared through
  * their table (common/request/sampling.h), so a new parameter is covered without an edit. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_tokenizer.c - libFuzzer target for the tokenizer.
  *
  * The first input byte picks a tokenizer (two small fixtures of tests/data/tokenizer: the
@@ -58,7 +59,9 @@ static void check_stream(const tokenizer_t *t, const int32_t *ids, size_t n, boo
         abort();
     if (utf8_valid_prefix(dec, dl) != dl)
         abort();
-    detok_t *d = detok_new(t, skip, true);
+    detok_t *d = NULL;
+    if (detok_new(t, skip, true, &d) != DERAS_OK)
+        abort();
     size_t cap = detok_max_output(d), pos = 0;
     char *chunk = malloc(cap);
     for (size_t i = 0; i <= n; i++) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_worker_proto.c - libFuzzer target for the router <-> worker protocol.
  *
  * Arbitrary bytes go through wp_decode, as a router decodes what a broken or hostile
@@ -18,8 +19,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static wp_decoder *d1, *d2;
-static wp_encoder *enc;
+static wp_decoder_t *d1, *d2;
+static wp_encoder_t *enc;
 
 #define CHECK(x)                                                                             \
     do {                                                                                     \
@@ -113,10 +114,8 @@ static void check_same(const wp_msg *a, const wp_msg *b)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!d1) {
-        d1 = wp_decoder_new(1 << 20);
-        d2 = wp_decoder_new(0);
-        enc = wp_encoder_new();
-        CHECK(d1 && d2 && enc);
+        CHECK(wp_decoder_new(1 << 20, &d1) == DERAS_OK && wp_decoder_new(0, &d2) == DERAS_OK &&
+              wp_encoder_new(&enc) == DERAS_OK);
     }
     wp_msg m, m2;
     proto_error err;

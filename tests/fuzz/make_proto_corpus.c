@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* make_proto_corpus.c - writes the seed corpora of fuzz_protocol, fuzz_worker_proto and
  * fuzz_admin_proto:
  * one valid frame of every message type, made by the encoders themselves, so the corpus
@@ -40,7 +41,8 @@ static void put(const char *target, const char *name, const void *buf, size_t le
 static void client_corpus(void)
 {
     const char *t = "fuzz_protocol";
-    proto_encoder *e = proto_encoder_new();
+    proto_encoder_t *e = NULL;
+    OK(proto_encoder_new(&e));
     const void *buf;
     size_t len;
     static const int32_t ids[] = {1, 15043, 3186, 29991};
@@ -110,7 +112,8 @@ static void client_corpus(void)
 static void worker_corpus(void)
 {
     const char *t = "fuzz_worker_proto";
-    wp_encoder *e = wp_encoder_new();
+    wp_encoder_t *e = NULL;
+    OK(wp_encoder_new(&e));
     const void *buf;
     size_t len;
     wp_hello h = {.name = "w0", .device = "cuda:0", .model = "smollm2-135m.gguf",
@@ -171,7 +174,8 @@ static void worker_corpus(void)
 static void admin_corpus(void)
 {
     const char *t = "fuzz_admin_proto";
-    admin_codec *c = admin_codec_new();
+    admin_codec_t *c = NULL;
+    OK(admin_codec_new(&c));
     const void *buf;
     size_t len;
     static const struct { const char *name; admin_request q; } reqs[] = {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_test.h - helpers shared by the CUDA kernel tests: skipping without a device, rounding
  * inputs to the device's element type, poisoning outputs, and dtype-aware tolerances.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_attention.c - paged decode and flash prefill attention on the GPU against the
  * CPU backend's attention and, where the case is small, a double-precision dense softmax.
  *

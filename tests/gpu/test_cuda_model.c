@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_model.c - the whole forward pass on the CUDA backend (engine/model.c unchanged)
  * against Hugging Face transformers' logits for the tiny reference models in tests/data/tiny
  * (GQA, MQA, MHA, llama3 and linear RoPE scaling, Qwen2 biases, Mistral sliding window,

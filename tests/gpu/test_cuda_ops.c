@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_ops.c - the CUDA backend's memory and layer ops against the CPU backend.
  *
  * Each op runs on both backends on the same bf16/fp16-rounded random inputs (fresh seed

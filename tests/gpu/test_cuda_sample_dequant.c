@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_sample_dequant.c - device sampling and GGUF dequantization on the GPU.
  *
  * Sampling: each configuration samples many rows of the same random logits with u spread

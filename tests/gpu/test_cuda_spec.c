@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_spec.c - choosing the CUDA backend: device specs and the CUDA-only entry points,
  * on any machine (no `gpu` label: it runs, and must pass, with or without a device).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cluster.py - deras-router and deras-workers as real processes, for the integration tests.
 
 Imported by test_serving.py and test_failures.py. Importing it checks what every such test

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fake_router.py - a tiny stand-in for deras-router, for testing clients.
 
 Speaks the client protocol (common/wire/protocol.h) on a ZeroMQ ROUTER socket from a thread:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fake_worker.py - a deras worker without a model, for testing the router.
 
 Speaks common/wire/worker_proto.h over ZeroMQ like deras-worker does (DEALER, routing id =

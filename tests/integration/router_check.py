@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """router_check.py - deras-router end to end, with real processes on this machine.
 
 Starts deras-router on the tiny test model and one or two workers (deras-worker, or

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_clients_e2e.py - the clients against real processes: deras-router + deras-worker.
 
 Starts deras-router and one deras-worker (CPU, one thread) on the tiny servable model

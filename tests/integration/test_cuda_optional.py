@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_cuda_optional.py - one build for CPU and GPU hosts: the CUDA backend is a plugin.
 
 Checks, on the build given with --build (made where nvcc was found, so the plugin exists):

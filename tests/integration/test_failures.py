@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_failures.py - deras when processes fail or are stopped: the operations issue's
 demonstrations, against the real binaries (cluster.py), each printing what it saw.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_ops.py - operating deras-router: derasctl, drain, health, stuck workers, metrics.
 
 What the operations issue (router side) asks to see, each test printing its figures:

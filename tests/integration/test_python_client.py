@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_python_client.py - the Python client (tools/clients/python) against a fake router.
 
 Runs a FakeRouter (fake_router.py, a ROUTER socket in a thread that speaks the client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_serving.py - deras served for real: router, workers and clients as separate processes.
 
 What the router/worker issue asks to see, each test printing its figures:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_systemd.py - the units in systemd/ without root and without systemd running them.
 
 Verify: `systemd-analyze verify` accepts deras-router.service, an instance of

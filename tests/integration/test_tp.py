@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_tp.py - tensor-parallel worker groups served for real, and killed.
 
 What the tensor-parallelism issue asks to see end to end, each test printing its figures:

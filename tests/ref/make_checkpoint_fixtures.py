@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_checkpoint_fixtures.py - tiny random Llama and Qwen2 checkpoints, each as GGUF and as HF dir.
 
 Writes tests/data/ckpt/ (read by tests/unit/test_checkpoint.c):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_engine_model.py - a small random Llama with a long context, for the engine tests.
 
 Writes tests/data/engine-llama/ (config.json, generation_config.json, model.safetensors):

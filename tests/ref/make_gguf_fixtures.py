@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_gguf_fixtures.py - small GGUF files for tests/unit/test_gguf.c, written by gguf-py.
 
   tests/data/gguf/fixture_v3.gguf   every metadata value type (scalars, strings incl. an

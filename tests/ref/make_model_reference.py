@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_model_reference.py - reference logits and greedy continuations for the test model.
 
 Writes tests/data/smollm2/:

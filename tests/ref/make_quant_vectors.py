@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_quant_vectors.py - reference dequantization and half/bfloat16 conversion vectors.
 
 Writes tests/data/quant/ (read by tests/unit/test_dtype.c):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_rope_configs.py - config.json variants and transformers' RoPE inverse frequencies.
 
 Writes tests/data/config/<case>/config.json and <case>/inv_freq.f32 (float32, head_dim/2

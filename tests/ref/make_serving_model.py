@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_serving_model.py - a tiny servable model: random Llama weights + a real tokenizer.
 
 Writes tests/data/tiny-chat/: the byte-level BPE tokenizer of

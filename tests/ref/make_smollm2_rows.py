@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_smollm2_rows.py - reference weight rows of the test model, as transformers reads them.
 
 transformers loads the SmolLM2 Q4_1/Q8_0 GGUF (dequantized by gguf-py, Q/K un-permuted by

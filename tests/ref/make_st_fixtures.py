@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_st_fixtures.py - a small safetensors file for tests/unit/test_safetensors.c.
 
   tests/data/st/fixture.safetensors   written by the safetensors library (torch API):

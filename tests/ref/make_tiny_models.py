@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_tiny_models.py - tiny random-weight models for every architecture feature, and their
 reference logits.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make_tokenizer_vectors.py - reference data for the tokenizer and chat tests.
 
 Run once by hand (never by CI), from the repository root:

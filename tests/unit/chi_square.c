@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chi_square.c - Pearson's chi-square test for the sampling tests (see chi_square.h). */
 #include "chi_square.h"
 

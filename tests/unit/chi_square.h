@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chi_square.h - Pearson's chi-square goodness of fit, for tests that check a sampler's
  * draws against exact probabilities: the statistic (small bins pooled) and its p-value
  * through the regularized incomplete gamma function. O(V) and O(iterations), no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_workload.c - the random engine workload of engine_workload.h. */
 #include "engine_workload.h"
 

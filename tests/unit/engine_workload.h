@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_workload.h - a random workload for engine tests: requests added, aborted and
  * stepped in a random order, with the engine's accounting checked after every action.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_frontend.c - a stand-in for deras-router in a thread (see fake_frontend.h).
  *
  * One thread owns the ROUTER socket: it polls with a short timeout, answers what arrives,
@@ -38,8 +39,8 @@ struct fake_frontend {
     atomic_int quit;
     atomic_int frames_sent;
     char address[64];
-    proto_decoder *dec;
-    proto_encoder *enc;
+    proto_decoder_t *dec;
+    proto_encoder_t *enc;
     fake_req live[MAX_LIVE];
     fake_frontend_stats stats;
 };
@@ -267,11 +268,11 @@ fake_frontend *fake_frontend_start(const char *curve_secret_key)
         return NULL;
     proto_limits lim;
     proto_limits_default(&lim);
-    r->dec = proto_decoder_new(&lim);
-    r->enc = proto_encoder_new();
+    if (proto_decoder_new(&lim, &r->dec) || proto_encoder_new(&r->enc))
+        goto fail;
     r->ctx = zmq_ctx_new();
     r->sock = r->ctx ? zmq_socket(r->ctx, ZMQ_ROUTER) : NULL;
-    if (!r->dec || !r->enc || !r->sock)
+    if (!r->sock)
         goto fail;
     int zero = 0, one = 1;
     zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_frontend.h - a stand-in for deras-router's client side (its frontend) in a thread, for
  * client tests.
  *

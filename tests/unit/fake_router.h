@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_router.h - a router for worker tests: a ZeroMQ ROUTER bound on an ipc path in a
  * fresh temporary directory, speaking common/wire/worker_proto.h, and a record of what the
  * worker sent (every STEP's tokens and finishes by request, REJECTs, the last load).
@@ -22,6 +23,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/base/status.h"
 #include "common/wire/worker_proto.h"
 
 #define FR_MAX_REQS 16
@@ -51,8 +53,8 @@ typedef struct fr_reject {
 typedef struct fake_router {
     void *ctx, *sock;
     char dir[64], endpoint[128];
-    wp_decoder *dec;
-    wp_encoder *enc;
+    wp_decoder_t *dec;
+    wp_encoder_t *enc;
     char peer[WPROTO_MAX_NAME + 1];
     size_t peer_len;
     /* what the worker sent */
@@ -103,8 +105,8 @@ static inline fake_router *fr_new(void)
     assert_non_null(r);
     fr_unbound_endpoint(r->dir, sizeof r->dir, r->endpoint, sizeof r->endpoint);
     fr_bind(r);
-    r->dec = wp_decoder_new(16u << 20);
-    r->enc = wp_encoder_new();
+    assert_int_equal(wp_decoder_new(16u << 20, &r->dec), DERAS_OK);
+    assert_int_equal(wp_encoder_new(&r->enc), DERAS_OK);
     assert_non_null(r->dec);
     assert_non_null(r->enc);
     return r;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mp_text.h - msgpack frames written as text, for protocol tests.
  *
  * A JSON-like notation turned into msgpack with msgpack-c's packer, so a test case reads

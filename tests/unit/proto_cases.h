@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proto_cases.h - helpers the client protocol's tests share (test_protocol.c and
  * test_protocol_hostile.c): frames written as text (mp_text.h), a default decoder, and the
  * check that a frame fails with a given code and a message containing a given text. */
@@ -17,16 +18,17 @@
 static msgpack_sbuffer sb; /* main() inits and destroys it */
 
 /* Decode `text` as a client frame with decoder d. */
-static inline int decode_text(proto_decoder *d, const char *text, proto_client_msg *m,
+static inline int decode_text(proto_decoder_t *d, const char *text, proto_client_msg *m,
                               proto_error *err)
 {
     mpt_pack(&sb, text);
     return proto_decode_client(d, sb.data, sb.size, m, err);
 }
 
-static inline proto_decoder *default_decoder(void)
+static inline proto_decoder_t *default_decoder(void)
 {
-    proto_decoder *d = proto_decoder_new(NULL);
+    proto_decoder_t *d = NULL;
+    assert_int_equal(proto_decoder_new(NULL, &d), DERAS_OK);
     assert_non_null(d);
     return d;
 }
@@ -40,7 +42,7 @@ typedef struct vcase {
 
 #define REQ "type: \"request\", id: \"r1\", "
 
-static inline void check_case(proto_decoder *d, const char *frame,
+static inline void check_case(proto_decoder_t *d, const char *frame,
                               enum proto_error_code code, const char *msg)
 {
     proto_client_msg m;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ref_attention.c - the dense attention reference of ref_attention.h. */
 #include "ref_attention.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ref_attention.h - the dense attention reference the attention tests compare kernels
  * against (tests/unit/test_attention.c for the CPU backend, tests/gpu/test_cuda_attention.c
  * for CUDA): softmax(q k^T / sqrt(head_dim)) v in double, causal, with a sliding window. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ref_json.c - the reference-vector readers of ref_json.h. */
 #include "ref_json.h"
 

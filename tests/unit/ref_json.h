@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ref_json.h - reading the JSON reference vectors that tests/ref scripts stored
  * (transformers outputs): the file, and an array of token ids. Failures end the test. */
 #ifndef DERAS_TEST_REF_JSON_H

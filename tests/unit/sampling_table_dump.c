@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sampling_table_dump.c - the sampling table (common/request/sampling.h) as text, one row
  * per line, tab-separated: key, kind, default, range, flag, arg, cap, worker_optional, doc.
  * test_sampling_docs.py reads it to check the documents against the table. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_rig.c - the engine rig of test_speculative (see spec_rig.h). */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_rig.h - the engine rig of test_speculative: a small model on the test backend, an
  * engine with a given proposer whose callbacks record every sample's tokens (with the
  * top-2 logprob margin) and finish, greedy runs over a set of prompts, and their

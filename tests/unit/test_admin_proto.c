@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_admin_proto.c - the admin protocol's requests (common/wire/admin_proto.h): what
  * derasctl encodes decodes to the same request, every hostile frame gets its stable code
  * and a message naming the problem, and the encoder refuses what the decoder would.
@@ -19,7 +20,8 @@ static msgpack_sbuffer sb;
 static void encoded_requests_decode_to_the_same_request(void **state)
 {
     (void)state;
-    admin_codec *c = admin_codec_new();
+    admin_codec_t *c = NULL;
+    assert_int_equal(admin_codec_new(&c), DERAS_OK);
     assert_non_null(c);
     admin_request in[] = {
         {.type = ADMIN_STATUS, .timeout_ms = -1, .wait = true},
@@ -95,7 +97,8 @@ static const vcase cases[] = {
 static void hostile_admin_frames_get_their_codes(void **state)
 {
     (void)state;
-    admin_codec *c = admin_codec_new();
+    admin_codec_t *c = NULL;
+    assert_int_equal(admin_codec_new(&c), DERAS_OK);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         admin_request q;
         proto_error err;
@@ -124,7 +127,8 @@ static void hostile_admin_frames_get_their_codes(void **state)
 static void the_encoder_refuses_what_the_decoder_would(void **state)
 {
     (void)state;
-    admin_codec *c = admin_codec_new();
+    admin_codec_t *c = NULL;
+    assert_int_equal(admin_codec_new(&c), DERAS_OK);
     const void *buf;
     size_t len;
     admin_request both = {.type = ADMIN_DRAIN, .worker = "w0", .all = true, .timeout_ms = -1};

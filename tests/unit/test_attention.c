@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_attention.c - paged causal attention (CPU backend) against dense attention (ref_attention.h).
  *
  * Each case builds several sequences with random Q/K/V (fresh seeds per case, never

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_chat.c - chat formats against transformers' Jinja rendering of the real templates
  * (SmolLM2's from the test model GGUF, Qwen2, Llama 3, Llama 2; data from
  * tests/ref/make_tokenizer_vectors.py, BOS removed from the front), default system

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_checkpoint.c - model configs and checkpoints from GGUF and Hugging Face files:
  * checkpoints here (same rows from either format, Q/K unpermuting, range checks, errors
  * that name the file and tensor), configs in test_checkpoint_config.c. One executable,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_checkpoint.h - what the two files of test_checkpoint share: the includes, the
  * fixture lookup (a skip, not a failure, when the fixtures were not made), a field-wise
  * config comparison, and the config tests main() runs from test_checkpoint_config.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_checkpoint_config.c - part of test_checkpoint: model configs. The tiny fixtures
  * agree between GGUF and config.json; RoPE inverse frequencies (classic and transformers
  * v5 forms, llama3 scaling, a GGUF rope_freqs tensor) match transformers within 1e-6;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_checkpoint_model.c - the checkpoint reader on the real test model (SmolLM2-135M Q4_1).
  *
  * Label `model`. The config must read as the published SmolLM2-135M one, and rows of every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client.c - the C client library (tools/client) against a fake router thread.
  *
  * The fake router (fake_frontend.c) speaks the protocol through the real codec, so these
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,7 +26,7 @@
 
 typedef struct fixture {
     fake_frontend *router;
-    deras_client *cl;
+    deras_client_t *cl;
 } fixture;
 
 static int setup(void **state)
@@ -32,7 +34,8 @@ static int setup(void **state)
     fixture *f = calloc(1, sizeof *f);
     f->router = fake_frontend_start(NULL);
     assert_non_null(f->router);
-    f->cl = deras_client_new(&(deras_client_opts){.address = fake_frontend_address(f->router)});
+    assert_int_equal(deras_client_new(&(deras_client_opts){
+                         .address = fake_frontend_address(f->router)}, &f->cl), DERAS_OK);
     assert_non_null(f->cl);
     *state = f;
     return 0;
@@ -73,7 +76,7 @@ static void expected_text(char *buf, size_t cap, int from, int to)
 }
 
 /* Receive one event, failing the test (with the client's message) on anything but OK. */
-static void recv_ok(deras_client *cl, deras_event *ev)
+static void recv_ok(deras_client_t *cl, deras_event *ev)
 {
     int rc = deras_client_recv(cl, WAIT_MS, ev);
     if (rc)
@@ -213,7 +216,9 @@ static void test_silent_router_times_out(void **state)
 
 static void test_no_router_times_out_instead_of_hanging(void **state)
 {
-    deras_client *cl = deras_client_new(&(deras_client_opts){.address = "tcp://127.0.0.1:1"});
+    deras_client_t *cl = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = "tcp://127.0.0.1:1"}, &cl),
+                     DERAS_OK);
     assert_non_null(cl);
     proto_request r;
     text_request(&r, "p", 5, true);
@@ -357,8 +362,9 @@ static void test_refuses_bad_requests_and_overflow(void **state)
     assert_non_null(strstr(deras_errmsg(), "already in flight"));
     assert_int_equal(deras_client_cancel(f->cl, ""), DERAS_EINVAL);
 
-    deras_client *small = deras_client_new(&(deras_client_opts){
-        .address = fake_frontend_address(f->router), .max_in_flight = 2});
+    deras_client_t *small = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){
+        .address = fake_frontend_address(f->router), .max_in_flight = 2}, &small), DERAS_OK);
     assert_non_null(small);
     for (int i = 0; i < 2; i++) {
         text_request(&r, "silent", 3, true);
@@ -368,9 +374,15 @@ static void test_refuses_bad_requests_and_overflow(void **state)
     assert_int_equal(deras_client_send(small, &r, NULL), DERAS_EBUSY);
     deras_client_destroy(&small);
 
-    assert_null(deras_client_new(&(deras_client_opts){.curve_server_key = "short"}));
+    deras_client_t *refused = (deras_client_t *)(uintptr_t)1; /* a refusal NULLs *out */
+    assert_int_equal(deras_client_new(&(deras_client_opts){.curve_server_key = "short"}, &refused),
+                     DERAS_EINVAL);
+    assert_null(refused);
     assert_non_null(strstr(deras_errmsg(), "40 Z85"));
-    assert_null(deras_client_new(&(deras_client_opts){.address = "nonsense://x"}));
+    refused = (deras_client_t *)(uintptr_t)1;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = "nonsense://x"}, &refused),
+                     DERAS_EIO);
+    assert_null(refused);
     deras_client_destroy(NULL);
 }
 
@@ -401,10 +413,13 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     zmq_curve_keypair(wrong, wsec);
     fake_frontend *fr = fake_frontend_start(sec);
     assert_non_null(fr);
-    deras_client *good = deras_client_new(
-        &(deras_client_opts){.address = fake_frontend_address(fr), .curve_server_key = pub});
-    deras_client *bad = deras_client_new(
-        &(deras_client_opts){.address = fake_frontend_address(fr), .curve_server_key = wrong});
+    deras_client_t *good = NULL, *bad = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = fake_frontend_address(fr),
+                                                           .curve_server_key = pub}, &good),
+                     DERAS_OK);
+    assert_int_equal(deras_client_new(&(deras_client_opts){.address = fake_frontend_address(fr),
+                                                           .curve_server_key = wrong}, &bad),
+                     DERAS_OK);
     assert_non_null(good);
     assert_non_null(bad);
     proto_server_msg pong;
@@ -415,8 +430,10 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     deras_event ev;
     assert_int_equal(deras_client_recv(bad, 300, &ev), DERAS_ETIMEOUT);
     /* a given client key: the public key is derived from it */
-    deras_client *mine = deras_client_new(&(deras_client_opts){
-        .address = fake_frontend_address(fr), .curve_server_key = pub, .curve_secret_key = wsec});
+    deras_client_t *mine = NULL;
+    assert_int_equal(deras_client_new(&(deras_client_opts){
+        .address = fake_frontend_address(fr), .curve_server_key = pub, .curve_secret_key = wsec},
+        &mine), DERAS_OK);
     assert_non_null(mine);
     assert_int_equal(deras_client_ping(mine, WAIT_MS, &pong), DERAS_OK);
     deras_client_destroy(&mine);
@@ -428,13 +445,19 @@ static void test_curve_encrypts_and_a_wrong_key_times_out(void **state)
     assert_int_equal(st.requests, 0);
 
     /* refused at construction: a secret key without the server's, a key that is not Z85 */
-    assert_null(deras_client_new(&(deras_client_opts){.curve_secret_key = wsec}));
+    deras_client_t *refused = (deras_client_t *)(uintptr_t)1; /* a refusal NULLs *out */
+    assert_int_equal(deras_client_new(&(deras_client_opts){.curve_secret_key = wsec}, &refused),
+                     DERAS_EINVAL);
+    assert_null(refused);
     assert_non_null(strstr(deras_errmsg(), "public key too"));
     char bad_key[41];
     memset(bad_key, '~', 40);
     bad_key[40] = '\0';
-    assert_null(deras_client_new(
-        &(deras_client_opts){.curve_server_key = pub, .curve_secret_key = bad_key}));
+    refused = (deras_client_t *)(uintptr_t)1;
+    assert_int_equal(deras_client_new(&(deras_client_opts){.curve_server_key = pub,
+                                                           .curve_secret_key = bad_key},
+                                      &refused), DERAS_EINVAL);
+    assert_null(refused);
     assert_non_null(strstr(deras_errmsg(), "not a valid Z85 key"));
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_cli.c - `deras complete` and `deras bench` end to end against a fake router.
  *
  * Runs $DERAS_BUILD_DIR/tools/deras as a child process (skips when it is absent) against

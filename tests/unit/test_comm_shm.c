@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_comm_shm.c - the shared-memory communicator: sums in rank order on every rank,
  * chunking and buffer reuse, all-gather placement, and what a dead, missing or failing
  * rank does to the others (a bounded failure, never a hang).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cpu_ops.c - the CPU backend's non-attention ops against naive double references.
  *
  * Fresh random inputs per shape (never zeros). Tolerances: f32 results of O(1) values with

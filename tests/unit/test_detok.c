@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_detok.c - decode and the streaming detokenizer at the edges: characters spread
  * over several byte tokens are held back until complete, invalid bytes become U+FFFD
  * (the "maximal subpart" rule), skip_special, the SentencePiece leading space removed only
@@ -79,7 +80,8 @@ static void test_emoji_held_until_complete(void **s)
     int32_t *ids = tt_encode(spm, "\xF0\x9F\x98\x80", 4, false, false, &n, NULL);
     assert_non_null(ids);
     assert_true(n >= 4);
-    detok_t *d = detok_new(spm, false, true);
+    detok_t *d = NULL;
+    assert_int_equal(detok_new(spm, false, true, &d), DERAS_OK);
     assert_non_null(d);
     for (size_t i = 0; i + 1 < n; i++)
         push_expect(d, ids[i], "");
@@ -92,7 +94,8 @@ static void test_emoji_held_until_complete(void **s)
     ids = tt_encode(bl, fam, strlen(fam), false, false, &n, NULL);
     assert_non_null(ids);
     detok_reset(d, true);
-    detok_t *d2 = detok_new(bl, false, true);
+    detok_t *d2 = NULL;
+    assert_int_equal(detok_new(bl, false, true, &d2), DERAS_OK);
     size_t total = 0, split_tokens = 0;
     char all[256];
     for (size_t i = 0; i < n; i++) {
@@ -119,7 +122,8 @@ static void test_emoji_held_until_complete(void **s)
 static void test_invalid_bytes_become_replacement(void **s)
 {
     (void)s;
-    detok_t *d = detok_new(spm, false, true);
+    detok_t *d = NULL;
+    assert_int_equal(detok_new(spm, false, true, &d), DERAS_OK);
     push_expect(d, byte_tok(0xFF), "\xEF\xBF\xBD");   /* can never start a character */
     push_expect(d, byte_tok(0xE2), "");               /* may start one: held */
     push_expect(d, byte_tok(0x41), "\xEF\xBF\xBD" "A"); /* ...and did not */
@@ -165,7 +169,8 @@ static void test_skip_special_and_leading_space(void **s)
     ids[1] = word;
     char want[64];
     snprintf(want, sizeof want, "%.*s", (int)bl1, b1);
-    detok_t *d = detok_new(spm, true, true);
+    detok_t *d = NULL;
+    assert_int_equal(detok_new(spm, true, true, &d), DERAS_OK);
     push_expect(d, ids[0], "");      /* skipped: the text has not started yet */
     push_expect(d, ids[1], want + 1); /* leading space dropped at the start */
     detok_reset(d, false);           /* a continuation keeps its leading space */
@@ -174,7 +179,7 @@ static void test_skip_special_and_leading_space(void **s)
     push_expect(d, ids[1], want + 1);
     push_expect(d, ids[1], want);    /* only the first */
     detok_destroy(&d);
-    d = detok_new(spm, false, true);
+    assert_int_equal(detok_new(spm, false, true, &d), DERAS_OK);
     push_expect(d, ids[0], "<s>");
     detok_destroy(&d);
     free(ids);
@@ -183,7 +188,8 @@ static void test_skip_special_and_leading_space(void **s)
 static void test_erange_changes_nothing(void **s)
 {
     (void)s;
-    detok_t *d = detok_new(bl, false, true);
+    detok_t *d = NULL;
+    assert_int_equal(detok_new(bl, false, true, &d), DERAS_OK);
     int32_t id = tokenizer_find(bl, "<|begin_of_text|>");
     char small[4];
     size_t n = 0;

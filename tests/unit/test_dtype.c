@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dtype.c - block sizes, half/bfloat16 conversion and dequantization against gguf-py.
  *
  * The reference vectors in tests/data/quant/ come from tests/ref/make_quant_vectors.py:

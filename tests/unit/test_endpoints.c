@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_endpoints.c - the router's default endpoints, shared by router, worker and deras
  * serve, and the tcp:// parser and loopback rule every bind and connect goes through. */
 #include <setjmp.h>

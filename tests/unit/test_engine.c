@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_engine.c - continuous batching: many sequences at once give each one's own output.
  *
  * The reference for a request is the same engine running that request alone. Batched,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_gguf.c - the GGUF reader: every accessor on gguf-py fixtures, and the bad-file corpus.
  *
  * Fixtures come from tests/ref/make_gguf_fixtures.py. The bad files are made here from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_gguf_model.c - the GGUF reader on the real test model (SmolLM2-135M-Instruct Q4_1).
  *
  * Label `model`: skips (or fails under DERAS_REQUIRE_MODEL=1) without the cached model.

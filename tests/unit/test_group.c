@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_group.c - the plan ring and the worker group's segment: every follower reads every
  * plan in order while the leader reuses slots only once they are read; bad sizes and
  * corrupt slots are refused; a leader waiting on a follower that stopped reading gives up

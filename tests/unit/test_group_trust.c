@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_group_trust.c - a tensor-parallel rank refuses segments and directories it must not
  * trust (worker/group_trust.c): a segment others may read, a segment whose live "leader"
  * wrote offsets outside it, a segment without the group's secret, a runtime directory that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_kv_manager.c - KV block accounting: allocation, reference counts and prefix
  * caching here; fork, copy-on-write and truncation in test_kv_manager_cow.c; a property
  * test over random operation sequences in test_kv_manager_property.c (helpers shared

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_kv_manager.h - what the three files of test_kv_manager share: status and value
  * checks that name the failing call, a small manager (block_size 4, so every block can be
  * named) and the scheduler's admit/claim paths, and the tests main() runs from the other

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_kv_manager_cow.c - part of test_kv_manager: fork shares blocks, the first write
  * into a shared partial block copies it (once, in order, never overflowing the copy
  * queue), and truncation releases blocks tail first and uncaches or copies a block it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_kv_manager_property.c - part of test_kv_manager: random operation sequences
  * (admit, grow, forward, commit, fork, truncate, free, take copies) against a model of
  * the cache: expected block tables and reference counts, the expected copy queue, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_kv_math.c - KV-cache, parameter and budget arithmetic (common/checkpoint/kv_math.c).
  *
  * Pins the KV formula on published architectures (Llama-2-7B at 4096 tokens fp16 is

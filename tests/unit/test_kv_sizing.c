@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_kv_sizing.c - KV cache size from a byte budget, a fraction of available memory
  * (cgroup limits included, on a fake /proc and cgroup tree), or a token count. */
 #include <setjmp.h>

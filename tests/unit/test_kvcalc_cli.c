@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_kvcalc_cli.c - `deras kvcalc` end to end: the binary's output and exit statuses.
  *
  * Runs $DERAS_BUILD_DIR/tools/deras as a child process (skips when it is absent) and checks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_list.c - common/base/list.h against a model: random inserts (front, back, after a
  * node) and removals on a few lists at once, checked after every operation against plain
  * arrays of record ids, both ways round, with list_entry back to the records. A few

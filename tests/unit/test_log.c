@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_log.c - the three log formats (text, journal priorities, JSON lines) and the refusal
  * of unknown DERAS_LOG / DERAS_LOG_FORMAT values. stderr is redirected to a file per case. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_model_reference.c - the forward pass against Hugging Face transformers.
  *
  * Reference data (tests/data, produced once by tests/ref/make_model_reference.py and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_model_tp.c - tensor parallelism inside one process: the shard layout, reading
  * column slices of quantized tensors, and TP = 2, 3, 4 forward passes against TP = 1.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_proto_alloc.c - what decoding costs in memory: warm codecs allocate nothing per
  * message, a frame that lies about its lengths allocates nothing at all, the memory any
  * hostile frame makes a decoder allocate is a bounded multiple of the frame's size, and
@@ -95,7 +96,7 @@ static msgpack_sbuffer sb;
 /* A hostile or ordinary frame and which decoder gets it. */
 enum which { CLIENT, SERVER, WORKER };
 
-static int decode(enum which w, proto_decoder *pd, wp_decoder *wd, const void *buf, size_t len)
+static int decode(enum which w, proto_decoder_t *pd, wp_decoder_t *wd, const void *buf, size_t len)
 {
     proto_error err;
     if (w == CLIENT) {
@@ -113,10 +114,14 @@ static int decode(enum which w, proto_decoder *pd, wp_decoder *wd, const void *b
 static void warm_codecs_allocate_nothing_per_message(void **state)
 {
     (void)state;
-    proto_decoder *pd = proto_decoder_new(NULL);
-    wp_decoder *wd = wp_decoder_new(0);
-    proto_encoder *pe = proto_encoder_new();
-    wp_encoder *we = wp_encoder_new();
+    proto_decoder_t *pd = NULL;
+    assert_int_equal(proto_decoder_new(NULL, &pd), DERAS_OK);
+    wp_decoder_t *wd = NULL;
+    assert_int_equal(wp_decoder_new(0, &wd), DERAS_OK);
+    proto_encoder_t *pe = NULL;
+    assert_int_equal(proto_encoder_new(&pe), DERAS_OK);
+    wp_encoder_t *we = NULL;
+    assert_int_equal(wp_encoder_new(&we), DERAS_OK);
     static int32_t ids[64];
     static const proto_logprob lps[4] = {{.token_id = 1, .logprob = -1, .n_top = 2}};
     wp_load load = {.running = 1};
@@ -191,10 +196,14 @@ static void warm_codecs_allocate_nothing_per_message(void **state)
 static void growing_frames_allocate_logarithmically(void **state)
 {
     (void)state;
-    proto_decoder *pd = proto_decoder_new(NULL);
-    proto_encoder *pe = proto_encoder_new();
-    wp_decoder *wd = wp_decoder_new(0);
-    wp_encoder *we = wp_encoder_new();
+    proto_decoder_t *pd = NULL;
+    assert_int_equal(proto_decoder_new(NULL, &pd), DERAS_OK);
+    proto_encoder_t *pe = NULL;
+    assert_int_equal(proto_encoder_new(&pe), DERAS_OK);
+    wp_decoder_t *wd = NULL;
+    assert_int_equal(wp_decoder_new(0, &wd), DERAS_OK);
+    wp_encoder_t *we = NULL;
+    assert_int_equal(wp_encoder_new(&we), DERAS_OK);
     static int32_t ids[20000];
     static char text[20000];
     memset(text, 'x', sizeof text);
@@ -236,8 +245,10 @@ static void growing_frames_allocate_logarithmically(void **state)
 static void lying_frames_allocate_nothing(void **state)
 {
     (void)state;
-    proto_decoder *pd = proto_decoder_new(NULL);
-    wp_decoder *wd = wp_decoder_new(0);
+    proto_decoder_t *pd = NULL;
+    assert_int_equal(proto_decoder_new(NULL, &pd), DERAS_OK);
+    wp_decoder_t *wd = NULL;
+    assert_int_equal(wp_decoder_new(0, &wd), DERAS_OK);
     static const unsigned char lies[][5] = {
         {0xdd, 0xff, 0xff, 0xff, 0xff}, /* array32 of 2^32-1 */
         {0xdf, 0xff, 0xff, 0xff, 0xff}, /* map32 of 2^32-1 */
@@ -282,16 +293,18 @@ static void hostile_memory_is_a_bounded_multiple_of_the_frame(void **state)
         {WORKER, "{type: \"submit\", prompt_ids: bin(8000000)}"},
         {WORKER, "{type: \"heartbeat\", load: ids(1048575)}"},
     };
-    proto_decoder *pd = proto_decoder_new(NULL);
-    wp_decoder *wd = wp_decoder_new(0);
+    proto_decoder_t *pd = NULL;
+    assert_int_equal(proto_decoder_new(NULL, &pd), DERAS_OK);
+    wp_decoder_t *wd = NULL;
+    assert_int_equal(wp_decoder_new(0, &wd), DERAS_OK);
     double worst = 0;
     for (size_t i = 0; i < sizeof frames / sizeof frames[0]; i++) {
         mpt_pack(&sb, frames[i].frame);
         /* fresh decoders each time: nothing retained from earlier frames hides a cost */
         proto_decoder_destroy(&pd);
         wp_decoder_destroy(&wd);
-        pd = proto_decoder_new(NULL);
-        wd = wp_decoder_new(0);
+        assert_int_equal(proto_decoder_new(NULL, &pd), DERAS_OK);
+        assert_int_equal(wp_decoder_new(0, &wd), DERAS_OK);
         int64_t base = live;
         peak = live;
         (void)decode(frames[i].w, pd, wd, sb.data, sb.size);
@@ -308,7 +321,8 @@ static void hostile_memory_is_a_bounded_multiple_of_the_frame(void **state)
                      (long long)(peak - base));
     }
     /* The densest STEP: 65536 tokens of 4 bytes each ([rid, index, id] as fixints). */
-    wp_encoder *we = wp_encoder_new();
+    wp_encoder_t *we = NULL;
+    assert_int_equal(wp_encoder_new(&we), DERAS_OK);
     wp_load load = {0};
     const void *buf;
     size_t len;
@@ -319,7 +333,7 @@ static void hostile_memory_is_a_bounded_multiple_of_the_frame(void **state)
     }
     assert_int_equal(wp_step_end(we, &load, &buf, &len), DERAS_OK);
     wp_decoder_destroy(&wd);
-    wd = wp_decoder_new(0);
+    assert_int_equal(wp_decoder_new(0, &wd), DERAS_OK);
     int64_t base = live;
     peak = live;
     assert_int_equal(decode(WORKER, pd, wd, buf, len), DERAS_OK);
@@ -351,10 +365,14 @@ static long rss_kb(void)
 static void rss_stays_flat_over_100k_hostile_decodes(void **state)
 {
     (void)state;
-    proto_decoder *pd = proto_decoder_new(NULL);
-    wp_decoder *wd = wp_decoder_new(0);
-    proto_encoder *pe = proto_encoder_new();
-    wp_encoder *we = wp_encoder_new();
+    proto_decoder_t *pd = NULL;
+    assert_int_equal(proto_decoder_new(NULL, &pd), DERAS_OK);
+    wp_decoder_t *wd = NULL;
+    assert_int_equal(wp_decoder_new(0, &wd), DERAS_OK);
+    proto_encoder_t *pe = NULL;
+    assert_int_equal(proto_encoder_new(&pe), DERAS_OK);
+    wp_encoder_t *we = NULL;
+    assert_int_equal(wp_encoder_new(&we), DERAS_OK);
     /* seeds: one valid frame per decoder, mutated and cut at random */
     unsigned char seeds[3][4096];
     size_t seed_len[3];

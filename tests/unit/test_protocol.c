@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_protocol.c - the client protocol: every message survives encode -> decode, every
  * validation rule answers with its stable code and a message naming the field and the
  * bound, replies are checked as strictly as requests. Hostile frames are
@@ -25,8 +26,9 @@
 static void request_round_trips_with_every_field(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
-    proto_encoder *e = proto_encoder_new();
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
     static const int32_t stop_ids[] = {2, 7};
     proto_request r = {
         .prompt = "Hello, wörld", .prompt_len = strlen("Hello, wörld"),
@@ -112,8 +114,9 @@ static void request_round_trips_with_every_field(void **state)
 static void min_tokens_and_logit_bias_round_trip(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
-    proto_encoder *e = proto_encoder_new();
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
     proto_limits lim;
     proto_limits_default(&lim);
     int32_t *ids = calloc((size_t)lim.max_prompt_ids, sizeof *ids);
@@ -157,7 +160,7 @@ static void min_tokens_and_logit_bias_round_trip(void **state)
 static void request_defaults_apply_to_omitted_fields(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     proto_client_msg m;
     proto_error err;
     assert_int_equal(decode_text(d, "{type: \"request\", id: \"a\", prompt: \"\"}", &m, &err),
@@ -195,8 +198,9 @@ static void request_defaults_apply_to_omitted_fields(void **state)
 static void cancel_and_ping_round_trip(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
-    proto_encoder *e = proto_encoder_new();
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     proto_client_msg m;
@@ -215,8 +219,9 @@ static void cancel_and_ping_round_trip(void **state)
 static void replies_round_trip(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
-    proto_encoder *e = proto_encoder_new();
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     proto_server_msg m;
@@ -444,7 +449,7 @@ static const vcase request_cases[] = {
 static void every_request_rule_has_its_code_and_message(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     for (size_t i = 0; i < sizeof request_cases / sizeof request_cases[0]; i++)
         check_case(d, request_cases[i].frame, request_cases[i].code, request_cases[i].msg);
     proto_decoder_destroy(&d);
@@ -485,7 +490,7 @@ static void every_field_refuses_wrong_types_and_bad_numbers(void **state)
     } wrong[] = {{"nil", "nil"}, {"true", "bool"}, {"7", "int"}, {"-7", "int"},
                  {"1.5", "float"}, {"1.5f", "float"}, {"\"s\"", "str"}, {"b\"s\"", "bin"},
                  {"[]", "array"}, {"{}", "map"}};
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     char frame[512], want[128];
     int n_checked = 0;
     for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
@@ -540,7 +545,7 @@ static void every_field_refuses_wrong_types_and_bad_numbers(void **state)
 static void errors_carry_the_id_when_it_was_readable(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     proto_client_msg m;
     proto_error err;
     /* the bad field comes before the id in the map: the id is still reported */
@@ -578,7 +583,8 @@ static void limits_are_the_decoders(void **state)
     lim.max_prompt_ids = 3;
     lim.max_tokens = 10;
     lim.max_deadline_ms = 1000;
-    proto_decoder *d = proto_decoder_new(&lim);
+    proto_decoder_t *d = NULL;
+    assert_int_equal(proto_decoder_new(&lim, &d), DERAS_OK);
     check_case(d, "{" REQ "prompt: \"123456789\"}", PE_LIMIT_EXCEEDED,
                "prompt must be 0..8 bytes, got 9");
     check_case(d, "{" REQ "prompt_ids: [1,2,3,4]}", PE_LIMIT_EXCEEDED,
@@ -596,7 +602,7 @@ static void limits_are_the_decoders(void **state)
 static void server_replies_are_checked_as_strictly(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     static const vcase cases[] = {
         {"{type: \"chunk\", id: \"a\", index: 0, token_ids: [1], text: \"\\xff\"}",
          PE_INVALID_UTF8, "text is not valid UTF-8"},
@@ -668,8 +674,9 @@ static void error_names_are_stable(void **state)
 static void bad_arguments_are_einval(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
-    proto_encoder *e = proto_encoder_new();
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
     proto_client_msg m;
     proto_error err;
     const void *buf;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_protocol_hostile.c - the client protocol against hostile frames: truncated,
  * trailing bytes, lying about lengths, deep, huge, non-finite, randomly mutated; each
  * fails cleanly with its code (or decodes and re-encodes to the same message).
@@ -26,8 +27,9 @@
 static void truncation_at_every_length_is_malformed(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
-    proto_encoder *e = proto_encoder_new();
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
     proto_request r = {.prompt = "héllo", .prompt_len = 6, .params.max_tokens = 9, .params.n = 2,
                        .params.sp.temperature = 0.5f, .params.sp.top_p = 0.5f,
                        .params.sp.repetition_penalty = 1,
@@ -64,7 +66,7 @@ static void truncation_at_every_length_is_malformed(void **state)
 static void trailing_bytes_are_malformed(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     mpt_pack(&sb, "{type: \"ping\"}");
     char buf[64];
     memcpy(buf, sb.data, sb.size);
@@ -111,7 +113,7 @@ static void lying_lengths_fail_fast(void **state)
         {"uint64 cut short", {0x81, 0xa1, 'a', 0xcf, 0, 0}, 6},
         {"nothing", {0}, 0},
     };
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
         unsigned char *buf = malloc(lies[i].len ? lies[i].len : 1);
         memcpy(buf, lies[i].bytes, lies[i].len);
@@ -161,7 +163,7 @@ static void scanner_bounds_depth_and_items(void **state)
     assert_int_equal(mp_scan(exts, sizeof exts, &lim, &info), DERAS_OK);
     assert_int_equal(info.n_items, 6);
     /* deep nesting inside a request is malformed */
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     char deep[512] = "{type: \"request\", id: \"d\", prompt: ";
     for (int i = 0; i < 100; i++)
         strcat(deep, "[");
@@ -175,7 +177,7 @@ static void scanner_bounds_depth_and_items(void **state)
 static void huge_and_exotic_values_are_refused(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
+    proto_decoder_t *d = default_decoder();
     /* a 2 MiB string fits the frame cap but not the prompt cap */
     check_case(d, "{" REQ "prompt: str(2097152)}", PE_LIMIT_EXCEEDED, "prompt must be");
     /* past the frame cap */
@@ -206,8 +208,9 @@ static void huge_and_exotic_values_are_refused(void **state)
 static void mutated_frames_decode_cleanly_or_fail(void **state)
 {
     (void)state;
-    proto_decoder *d = default_decoder();
-    proto_encoder *e = proto_encoder_new();
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
     proto_request r = {.prompt = "mutate me", .prompt_len = 9, .params.max_tokens = 9,
                        .params.n = 2,
                        .params.sp.temperature = 0.5f, .params.sp.top_p = 0.5f,

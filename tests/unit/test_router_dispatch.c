@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_dispatch.c - the router's dispatch policy with fake workers, the worker
  * registry's verdicts on HELLO and its states, and the live request table.
  *
@@ -32,17 +33,17 @@
 #define VOCAB 1005
 
 static workers_t *reg;
-static rq_table *tab;
+static rq_table_t *tab;
 static dispatch_t *disp;
 static int64_t now;
 
-static struct { int slot; uint64_t rid; rq *r; } sent[256];
+static struct { int slot; uint64_t rid; rq_t *r; } sent[256];
 static int n_sent;
 static int unreachable_slot = -1;
 static struct { enum proto_error_code code; char id[PROTO_MAX_ID + 1]; } failed[64];
 static int n_failed;
 
-static int fake_submit(void *ctx, worker *k, rq *r)
+static int fake_submit(void *ctx, worker_t *k, rq_t *r)
 {
     (void)ctx;
     if (k->slot == unreachable_slot)
@@ -53,7 +54,7 @@ static int fake_submit(void *ctx, worker *k, rq *r)
     return DERAS_OK;
 }
 
-static void fake_fail(void *ctx, rq *r, enum proto_error_code code, const char *msg)
+static void fake_fail(void *ctx, rq_t *r, enum proto_error_code code, const char *msg)
 {
     (void)ctx;
     (void)msg;
@@ -64,10 +65,10 @@ static void fake_fail(void *ctx, rq *r, enum proto_error_code code, const char *
 
 static void make(int max_queued_requests, int64_t max_queued_tokens, int wait_ms)
 {
-    reg = workers_new(VOCAB, "/models/tiny-chat", 3000, 10000);
-    tab = rq_table_new(NULL);
+    assert_int_equal(workers_new(VOCAB, "/models/tiny-chat", 3000, 10000, &reg), DERAS_OK);
+    assert_int_equal(rq_table_new(NULL, &tab), DERAS_OK);
     dispatch_opts o = {max_queued_requests, max_queued_tokens, wait_ms};
-    disp = dispatch_new(reg, tab, &o, fake_submit, fake_fail, NULL);
+    assert_int_equal(dispatch_new(reg, tab, &o, fake_submit, fake_fail, NULL, &disp), DERAS_OK);
     assert_non_null(reg);
     assert_non_null(tab);
     assert_non_null(disp);
@@ -101,10 +102,10 @@ static wp_hello hello_of(const char *name, int pid, int max_seqs, int ctx, int k
     return h;
 }
 
-static worker *add_worker(const char *name, int max_seqs, int ctx, int kv)
+static worker_t *add_worker(const char *name, int max_seqs, int ctx, int kv)
 {
     wp_hello h = hello_of(name, 100, max_seqs, ctx, kv);
-    worker *k;
+    worker_t *k;
     char why[256];
     enum hello_verdict v = workers_hello(reg, name, (int)strlen(name), &h, -1, now, &k, why, sizeof why);
     if (v != HELLO_NEW)
@@ -114,7 +115,7 @@ static worker *add_worker(const char *name, int max_seqs, int ctx, int kv)
     return k;
 }
 
-static void set_load(worker *k, int64_t queued, int64_t running, int kv_free)
+static void set_load(worker_t *k, int64_t queued, int64_t running, int kv_free)
 {
     wp_load l = {0};
     l.phase = WP_PHASE_READY;
@@ -125,12 +126,13 @@ static void set_load(worker *k, int64_t queued, int64_t running, int kv_free)
     workers_load(k, &l, true, now);
 }
 
-static rq *submit(int n, int n_prompt, int max_tokens)
+static rq_t *submit(int n, int n_prompt, int max_tokens)
 {
     static int counter;
     if (dispatch_check(disp, n, n_prompt))
         return NULL;
-    rq *r = rq_new(tab);
+    rq_t *r = NULL;
+    assert_int_equal(rq_acquire(tab, &r), DERAS_OK);
     assert_non_null(r);
     snprintf(r->id, sizeof r->id, "r%d", counter++);
     r->ident[0] = 7;
@@ -149,8 +151,8 @@ static void the_least_loaded_worker_gets_the_request(void **state)
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w0 = add_worker("w0", 8, 4096, 100);
-    worker *w1 = add_worker("w1", 8, 4096, 100);
+    worker_t *w0 = add_worker("w0", 8, 4096, 100);
+    worker_t *w1 = add_worker("w1", 8, 4096, 100);
     set_load(w0, 40, 60, 50);
     set_load(w1, 0, 0, 50);
     /* w1 is at 0, then 60, then 90 tokens sent since its report: all below w0's 100 */
@@ -175,8 +177,8 @@ static void ties_go_to_the_most_free_kv_blocks(void **state)
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w0 = add_worker("w0", 8, 4096, 100);
-    worker *w1 = add_worker("w1", 8, 4096, 100);
+    worker_t *w0 = add_worker("w0", 8, 4096, 100);
+    worker_t *w1 = add_worker("w1", 8, 4096, 100);
     set_load(w0, 10, 10, 30);
     set_load(w1, 10, 10, 70);
     submit(1, 1, 16);
@@ -189,9 +191,9 @@ static void a_full_worker_holds_the_queue_in_order(void **state)
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w = add_worker("w0", 1, 4096, 100); /* capacity 1 x 4 sequences */
+    worker_t *w = add_worker("w0", 1, 4096, 100); /* capacity 1 x 4 sequences */
     assert_int_equal(w->capacity, 4);
-    rq *a = submit(2, 10, 16), *b = submit(2, 10, 16), *c = submit(2, 10, 16), *d = submit(1, 10, 16);
+    rq_t *a = submit(2, 10, 16), *b = submit(2, 10, 16), *c = submit(2, 10, 16), *d = submit(1, 10, 16);
     assert_int_equal(n_sent, 2);
     assert_ptr_equal(sent[0].r, a);
     assert_ptr_equal(sent[1].r, b);
@@ -229,7 +231,7 @@ static void without_workers_a_request_fails_after_the_wait(void **state)
 {
     (void)state;
     make(256, 1 << 20, 100);
-    rq *r = submit(1, 10, 16);
+    rq_t *r = submit(1, 10, 16);
     now += 50 * 1000;
     dispatch_run(disp, now);
     assert_int_equal(n_failed, 0);
@@ -253,8 +255,8 @@ static void a_request_back_from_the_last_worker_fails_after_the_wait(void **stat
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w = add_worker("w0", 4, 4096, 10);
-    rq *r = submit(1, 10, 16);
+    worker_t *w = add_worker("w0", 4, 4096, 10);
+    rq_t *r = submit(1, 10, 16);
     assert_int_equal(n_sent, 1);
     now += 5 * 1000000LL; /* the request ran a while; then its worker died (or got stuck) */
     workers_dead(w, now);
@@ -291,8 +293,8 @@ static void a_busy_worker_is_held_until_a_heartbeat_says_it_has_room(void **stat
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w = add_worker("w0", 4, 4096, 10);
-    rq *r = submit(1, 10, 16);
+    worker_t *w = add_worker("w0", 4, 4096, 10);
+    rq_t *r = submit(1, 10, 16);
     assert_int_equal(n_sent, 1);
     /* the worker answers busy: the request goes back, the worker is held at 0 */
     workers_ended(w, r->params.n);
@@ -319,11 +321,11 @@ static void an_unreachable_worker_is_skipped(void **state)
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w0 = add_worker("w0", 4, 4096, 10);
-    worker *w1 = add_worker("w1", 4, 4096, 10);
+    worker_t *w0 = add_worker("w0", 4, 4096, 10);
+    worker_t *w1 = add_worker("w1", 4, 4096, 10);
     set_load(w1, 500, 0, 10);
     unreachable_slot = w0->slot;
-    rq *r = submit(1, 10, 16);
+    rq_t *r = submit(1, 10, 16);
     assert_int_equal(n_sent, 1);
     assert_int_equal(sent[0].slot, w1->slot);
     assert_true(w0->disconnected);
@@ -342,7 +344,7 @@ static void hello_verdicts(void **state)
     (void)state;
     make(256, 1 << 20, 1000);
     char why[256];
-    worker *k;
+    worker_t *k;
     wp_hello h = hello_of("w0", 100, 4, 4096, 10);
     h.vocab_size = VOCAB + 1;
     assert_int_equal(workers_hello(reg, "w0", 2, &h, -1, now, &k, why, sizeof why), HELLO_REFUSE);
@@ -357,7 +359,7 @@ static void hello_verdicts(void **state)
     assert_int_equal(workers_hello(reg, "w0", 2, &h, -1, now, &k, why, sizeof why), HELLO_REFUSE);
     h = hello_of("w0", 100, 4, 4096, 10);
     assert_int_equal(workers_hello(reg, "w0", 2, &h, 3, now, &k, why, sizeof why), HELLO_NEW);
-    worker *first = k;
+    worker_t *first = k;
     assert_int_equal(workers_hello(reg, "w0", 2, &h, 3, now, &k, why, sizeof why), HELLO_RECONNECT);
     assert_ptr_equal(k, first);
     h.pid = 101;
@@ -389,8 +391,8 @@ static void silent_workers_expire(void **state)
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w0 = add_worker("w0", 4, 4096, 10);
-    worker *w1 = add_worker("w1", 4, 4096, 10);
+    worker_t *w0 = add_worker("w0", 4, 4096, 10);
+    worker_t *w1 = add_worker("w1", 4, 4096, 10);
     assert_int_equal(workers_next_expiry(reg), now + 3000 * 1000);
     now += 2000 * 1000;
     workers_seen(w1, -1, now);
@@ -408,12 +410,12 @@ static void a_starting_worker_gets_nothing_until_its_load_says_ready(void **stat
     (void)state;
     make(256, 1 << 20, 1000);
     wp_hello h = hello_of("w0", 100, 4, 4096, 10);
-    worker *k;
+    worker_t *k;
     char why[256];
     assert_int_equal(workers_hello(reg, "w0", 2, &h, -1, now, &k, why, sizeof why), HELLO_NEW);
     assert_string_equal(workers_state_name(k), "starting");
     assert_true(workers_live(k));
-    rq *r = submit(1, 10, 16);
+    rq_t *r = submit(1, 10, 16);
     assert_int_equal(n_sent, 0);
     assert_int_equal(r->state, RQ_QUEUED);
     wp_load l = {.phase = WP_PHASE_STARTING, .kv_blocks_free = 10, .kv_blocks_total = 10};
@@ -438,10 +440,10 @@ static void a_drained_worker_gets_nothing_new_and_is_drained_when_empty(void **s
 {
     (void)state;
     make(256, 1 << 20, 60000);
-    worker *w0 = add_worker("w0", 4, 4096, 10);
-    worker *w1 = add_worker("w1", 4, 4096, 10);
+    worker_t *w0 = add_worker("w0", 4, 4096, 10);
+    worker_t *w1 = add_worker("w1", 4, 4096, 10);
     set_load(w1, 100, 0, 10); /* w0 looks idler: the first request goes there */
-    rq *r = submit(1, 10, 16);
+    rq_t *r = submit(1, 10, 16);
     assert_int_equal(sent[0].slot, w0->slot);
     workers_drain(w0, true, now + 5000000);
     assert_string_equal(workers_state_name(w0), "draining");
@@ -469,14 +471,14 @@ static void drain_all_covers_workers_that_register_later(void **state)
 {
     (void)state;
     make(256, 1 << 20, 1000);
-    worker *w0 = add_worker("w0", 4, 4096, 10);
+    worker_t *w0 = add_worker("w0", 4, 4096, 10);
     workers_drain_all(reg, 0);
-    worker *w1 = add_worker("w1", 4, 4096, 10);
+    worker_t *w1 = add_worker("w1", 4, 4096, 10);
     assert_string_equal(workers_state_name(w0), "drained");
     assert_string_equal(workers_state_name(w1), "drained");
     assert_int_equal(workers_ready(reg), 0);
     workers_undrain_all(reg);
-    worker *w2 = add_worker("w2", 4, 4096, 10);
+    worker_t *w2 = add_worker("w2", 4, 4096, 10);
     assert_int_equal(workers_ready(reg), 3);
     assert_string_equal(workers_state_name(w2), "ready");
     teardown(NULL);
@@ -486,7 +488,7 @@ static void a_busy_worker_without_a_step_is_stuck_and_then_dead_when_silent(void
 {
     (void)state;
     make(256, 1 << 20, 60000); /* workers: timeout 3 s, stuck after 10 s */
-    worker *w = add_worker("w0", 4, 4096, 10);
+    worker_t *w = add_worker("w0", 4, 4096, 10);
     /* idle: never stuck, however long */
     now += 60 * 1000000LL;
     workers_seen(w, -1, now);
@@ -521,9 +523,9 @@ static void a_busy_worker_without_a_step_is_stuck_and_then_dead_when_silent(void
 static void the_request_table_matches_a_model(void **state)
 {
     (void)state;
-    tab = rq_table_new(NULL);
+    assert_int_equal(rq_table_new(NULL, &tab), DERAS_OK);
     enum { MAXLIVE = 300 };
-    rq *live[MAXLIVE];
+    rq_t *live[MAXLIVE];
     int n_live = 0, max_seen = 0;
     uint64_t rid = 1;
     unsigned seed = 12345;
@@ -531,7 +533,8 @@ static void the_request_table_matches_a_model(void **state)
         seed = seed * 1103515245u + 12345u;
         bool add = n_live == 0 || (n_live < MAXLIVE && (seed >> 16) % 100 < 52);
         if (add) {
-            rq *r = rq_new(tab);
+            rq_t *r = NULL;
+            assert_int_equal(rq_acquire(tab, &r), DERAS_OK);
             assert_non_null(r);
             r->ident_len = 1 + (int)((seed >> 8) % 3);
             memset(r->ident, (int)(seed >> 20) & 3, (size_t)r->ident_len);
@@ -553,9 +556,9 @@ static void the_request_table_matches_a_model(void **state)
             max_seen = n_live;
         if (op % 97 == 0) {
             assert_int_equal(rq_count(tab), n_live);
-            rq *best = NULL;
+            rq_t *best = NULL;
             for (int i = 0; i < n_live; i++) {
-                rq *r = live[i];
+                rq_t *r = live[i];
                 if (rq_find_key(tab, r->ident, r->ident_len, r->id) != r ||
                     rq_find_rid(tab, r->rid) != r)
                     fail_msg("op %d: request %s (rid %llu) not found by key or rid", op, r->id,
@@ -563,7 +566,7 @@ static void the_request_table_matches_a_model(void **state)
                 if (r->deadline_us && (!best || r->deadline_us < best->deadline_us))
                     best = r;
             }
-            rq *next = rq_next_deadline(tab);
+            rq_t *next = rq_next_deadline(tab);
             if ((best == NULL) != (next == NULL) || (best && next->deadline_us != best->deadline_us))
                 fail_msg("op %d: next deadline %lld, expected %lld", op,
                          next ? (long long)next->deadline_us : -1LL,

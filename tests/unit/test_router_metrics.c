@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_metrics.c - the router's metrics (router/metrics.c) rendered as Prometheus
  * text, read back line by line.
  *
@@ -32,8 +33,8 @@ static size_t len;
 static int setup(void **state)
 {
     (void)state;
-    m = metrics_new();
-    reg = workers_new(VOCAB, "/models/tiny-chat", 3000, 10000);
+    assert_int_equal(metrics_new(&m), DERAS_OK);
+    assert_int_equal(workers_new(VOCAB, "/models/tiny-chat", 3000, 10000, &reg), DERAS_OK);
     memset(errors, 0, sizeof errors);
     assert_non_null(m);
     assert_non_null(reg);
@@ -95,7 +96,7 @@ static bool has_line(const char *line)
     return false;
 }
 
-static worker *add_worker(const char *name, int kv_total, int kv_free)
+static worker_t *add_worker(const char *name, int kv_total, int kv_free)
 {
     wp_hello h = {0};
     snprintf(h.name, sizeof h.name, "%s", name);
@@ -108,7 +109,7 @@ static worker *add_worker(const char *name, int kv_total, int kv_free)
     h.block_size = 16;
     h.tp_size = 1;
     h.pid = 7;
-    worker *k;
+    worker_t *k;
     char why[256];
     if (workers_hello(reg, name, (int)strlen(name), &h, -1, 0, &k, why, sizeof why) != HELLO_NEW)
         fail_msg("HELLO from %s refused: %s", name, why);
@@ -220,9 +221,9 @@ static void histograms_are_cumulative_and_a_bound_belongs_to_its_bucket(void **s
 static void worker_series_cover_live_workers_with_escaped_names(void **state)
 {
     (void)state;
-    worker *a = add_worker("w0", 200, 50);
+    worker_t *a = add_worker("w0", 200, 50);
     add_worker("we\"ird\\name", 100, 100);
-    worker *dead = add_worker("gone", 10, 10);
+    worker_t *dead = add_worker("gone", 10, 10);
     workers_dead(dead, 5);
     a->inflight_reqs = 3;
     render();
@@ -248,7 +249,7 @@ static void worker_series_cover_live_workers_with_escaped_names(void **state)
 static void speculation_series_carry_the_proposer_label(void **state)
 {
     (void)state;
-    worker *a = add_worker("w0", 100, 100), *b = add_worker("w1", 100, 100);
+    worker_t *a = add_worker("w0", 100, 100), *b = add_worker("w1", 100, 100);
     add_worker("w2", 100, 100); /* named no proposer */
     snprintf(a->hello.spec, sizeof a->hello.spec, "ngram");
     snprintf(b->hello.spec, sizeof b->hello.spec, "x\"}y"); /* unknown: never a raw label */

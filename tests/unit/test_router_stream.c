@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_router_stream.c - one sample's text as the router relays it: token ids in, text
  * deltas out. Whatever the batching of tokens into chunks, the chunks concatenate to the
  * decoded text; no chunk ends inside a UTF-8 character; no byte of a stop string is ever
@@ -81,7 +82,8 @@ static void chunks_concatenate_to_the_text_for_any_batching(void **state)
     const char *text = "Hello, world! Caf\xc3\xa9 \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x99\x82 done.";
     int32_t ids[256];
     int n = encode(text, ids, 256);
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     assert_non_null(s);
     for (int batch = 1; batch <= 7; batch++) {
         assert_int_equal(stream_start(s, NULL, NULL, 0, false, 0), DERAS_OK);
@@ -101,7 +103,8 @@ static void one_pending_chunk_holds_every_token_of_a_step(void **state)
     (void)state;
     int32_t ids[64];
     int n = encode("one two three", ids, 64);
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     assert_int_equal(stream_start(s, NULL, NULL, 0, true, 0), DERAS_OK);
     proto_logprob lp = {.logprob = -0.5f, .n_top = 1};
     for (int i = 0; i < n; i++) {
@@ -167,7 +170,8 @@ static void check_stop(stream_t *s, const char *text, const char *const *stops, 
 static void stop_strings_are_never_emitted_even_in_part(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"STOP", "\nUser:", "\xe4\xb8\x96"};
     check_stop(s, "Hello world. STOP and more text", stops, 3, "Hello world. ", 0);
     check_stop(s, "A reply.\nUser: next turn", stops, 3, "A reply.", 1);
@@ -181,7 +185,8 @@ static void stop_strings_are_never_emitted_even_in_part(void **state)
 static void pushes_after_a_stop_are_ignored(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"!"};
     size_t lens[] = {1};
     int32_t ids[64];
@@ -206,7 +211,8 @@ static void pushes_after_a_stop_are_ignored(void **state)
 static void stop_strings_wait_for_min_tokens(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"!"};
     size_t lens[] = {1};
     int32_t ids[64];
@@ -243,7 +249,8 @@ static void stop_strings_wait_for_min_tokens(void **state)
 static void special_tokens_add_no_text(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     assert_int_equal(stream_start(s, NULL, NULL, 0, false, 0), DERAS_OK);
     int32_t eos = tokenizer_eos(tok);
     assert_true(eos >= 0);
@@ -267,7 +274,8 @@ static void special_tokens_add_no_text(void **state)
 static void a_restarted_stream_forgets_the_previous_sample(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"x"};
     size_t lens[] = {1};
     int32_t ids[16];
@@ -294,7 +302,8 @@ static void a_restarted_stream_forgets_the_previous_sample(void **state)
 static void bad_stop_strings_are_refused(void **state)
 {
     (void)state;
-    stream_t *s = stream_new(tok);
+    stream_t *s = NULL;
+    assert_int_equal(stream_new(tok, &s), DERAS_OK);
     const char *stops[] = {"a\0b"};
     size_t lens[] = {3};
     assert_int_equal(stream_start(s, stops, lens, 1, false, 0), DERAS_EINVAL);

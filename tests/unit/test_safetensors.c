@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_safetensors.c - the safetensors reader: the valid fixture, and the bad-file corpus.
  *
  * The fixture comes from tests/ref/make_st_fixtures.py (the safetensors library itself).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sampler.c - logits processors, sampling distributions, seeds and logprobs.
  *
  * Distribution checks draw many samples with a fixed seed and compare the counts with the
@@ -56,7 +57,8 @@ static void greedy_takes_argmax_and_lowest_id_on_ties(void **state)
 {
     (void)state;
     float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f, 0.0f};
-    sampler_t *s = sampler_new(6);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(6, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     sample_result r;
@@ -70,7 +72,8 @@ static void temperature_sampling_follows_softmax(void **state)
 {
     (void)state;
     float l[5] = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f};
-    sampler_t *s = sampler_new(5);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(5, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     p.temperature = 0.7f;
@@ -93,7 +96,8 @@ static void top_k_top_p_min_p_restrict_and_renormalise(void **state)
     (void)state;
     /* probabilities at T=1: 0.5, 0.3, 0.15, 0.05 (logits = log p) */
     float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
-    sampler_t *s = sampler_new(4);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(4, &s), DERAS_OK);
     sampler_rng rng;
     sampler_rng_seed(&rng, 99);
     sample_result r;
@@ -141,7 +145,8 @@ static void top_p_over_a_flat_large_vocabulary_widens_past_first_slice(void **st
     int nucleus = 0;
     for (double acc = 0; nucleus < V && acc < 0.9; nucleus++)
         acc += p[nucleus];
-    sampler_t *s = sampler_new(V);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(V, &s), DERAS_OK);
     sampling_params sp;
     sampling_params_default(&sp);
     sp.temperature = 1.0f;
@@ -168,7 +173,8 @@ static void same_seed_same_tokens_different_seed_differs(void **state)
     float l[300];
     uint64_t seed = 5;
     test_fill_random(l, V, &seed, 3.0f);
-    sampler_t *s = sampler_new(V);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(V, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     p.temperature = 1.0f;
@@ -193,7 +199,8 @@ static void penalties_change_logits_as_specified(void **state)
     (void)state;
     /* token 0 leads; penalties must make token 1 win exactly when expected */
     float l[3] = {2.0f, 1.5f, -1.0f};
-    sampler_t *s = sampler_new(3);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(3, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     sample_result r;
@@ -240,7 +247,8 @@ static void logprobs_are_raw_log_softmax_with_sorted_top_n(void **state)
     float l[6] = {0.1f, 3.0f, 3.0f, -2.0f, 1.0f, 2.5f};
     double p[6];
     softmax(l, 6, 1.0f, p);
-    sampler_t *s = sampler_new(6);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(6, &s), DERAS_OK);
     sampling_params sp;
     sampling_params_default(&sp);
     sp.n_logprobs = 4;
@@ -293,7 +301,8 @@ static void logit_bias_shifts_logits_before_the_processors(void **state)
 {
     (void)state;
     float l[4] = {2.0f, 1.0f, 0.0f, -1.0f};
-    sampler_t *s = sampler_new(4);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(4, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     p.n_logprobs = 2;
@@ -336,7 +345,8 @@ static void min_tokens_holds_stop_tokens_back(void **state)
 {
     (void)state;
     float l[4] = {5.0f, 1.0f, 0.5f, 4.0f};
-    sampler_t *s = sampler_new(4);
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(4, &s), DERAS_OK);
     sampling_params p;
     sampling_params_default(&p);
     p.min_tokens = 2;

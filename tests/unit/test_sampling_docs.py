@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_sampling_docs - the documents agree with the sampling table.
 
 common/request/sampling.h declares every sampling parameter once; the code is derived from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sdnotify.c - common/service/sdnotify.h against a fake systemd: an AF_UNIX datagram socket
  * named by $NOTIFY_SOCKET, as systemd's own is. What arrives there is what systemd would
  * read: READY=1, STOPPING=1, STATUS= lines, and WATCHDOG=1 at half of $WATCHDOG_USEC only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_speculative.c - speculative decoding never changes the output.
  *
  * 1. The rejection rule on explicit distributions: drafts drawn from q and verified
@@ -250,7 +251,8 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
     sp.top_k = 12;
     sp.repetition_penalty = 1.2f; /* penalties apply to p and q alike, drafts in the history */
     const int V = g.vocab;
-    sampler_t *smp = sampler_new(V);
+    sampler_t *smp = NULL;
+    assert_int_equal(sampler_new(V, &smp), DERAS_OK);
     float *lg = malloc((size_t)V * sizeof(float)), *pf = malloc((size_t)V * sizeof(float));
     double *p1 = malloc((size_t)V * sizeof(double)), *p2 = malloc((size_t)V * sizeof(double));
     uint64_t *c1 = malloc((size_t)V * sizeof(uint64_t)), *c2 = malloc((size_t)V * sizeof(uint64_t));

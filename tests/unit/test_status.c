@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_status.c - the status convention: stable names, messages per thread, context prefix. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stop_matcher.c - stop strings over streamed text: nothing of a stop string is ever
  * released, nothing else is ever lost, whatever the split into pieces. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tokenizer_gguf.c - the GGUF loader's rules on tiny fixtures
  * (tests/ref/make_tokenizer_vectors.py): an unknown tokenizer.ggml.pre or model is
  * DERAS_EUNSUPPORTED naming it, never guessed; EOS/EOT/EOM make the end-of-generation set;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tokenizer_hf.c - tokenizers built from Hugging Face directories (tokenizer.json +
  * tokenizer_config.json + generation_config.json, chat_template.jinja) give the same ids
  * and texts as the Hugging Face tokenizers library, for both algorithms:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tokenizer_perf.c - encoding speed: 100 KB of mixed text (the corpus repeated) must
  * tokenize well under a second with the SentencePiece-style and the byte-level tokenizers
  * (whose whole text is one BPE piece, or thousands of regex pieces). Label no-sanitize:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tokenizer_smollm2.c - the test model's tokenizer, built from its GGUF metadata
  * (tokenizer.ggml.pre = "smollm"), against the Hugging Face reference
  * (tests/ref/smollm2_hf.py:load_tokenizer, vectors from make_tokenizer_vectors.py) over the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tokenizer_vectors.c - the four vocabulary-only GGUF files of the outside vectors
  * (../shared/tokenizer-vectors, from llama.cpp's tests/): every input tokenizes to the
  * ids Hugging Face's tokenizers produced, and decodes back to the input.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_util.h - helpers shared by the unit tests: locating test inputs, skipping honestly,
  * reading files, comparing float vectors.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_process.c - deras-worker as a process: options, exit statuses, signals.
  *
  * Runs $DERAS_BUILD_DIR/worker/deras-worker as a child (skips when it is absent) on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_proto.c - the router <-> worker protocol: every message round-trips, a STEP
  * built incrementally carries exactly what was added, and a broken or hostile worker's
  * frames are refused with the right code (a router must survive them). */
@@ -47,7 +48,7 @@ static void assert_load_equal(const wp_load *a, const wp_load *b)
                 a->spec.verifications == b->spec.verifications);
 }
 
-static void decode_ok(wp_decoder *d, const void *buf, size_t len, wp_msg *m)
+static void decode_ok(wp_decoder_t *d, const void *buf, size_t len, wp_msg *m)
 {
     proto_error err;
     int rc = wp_decode(d, buf, len, m, &err);
@@ -59,8 +60,10 @@ static void decode_ok(wp_decoder *d, const void *buf, size_t len, wp_msg *m)
 static void every_message_round_trips(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     wp_msg m;
@@ -186,8 +189,10 @@ static void every_message_round_trips(void **state)
 static void submit_carries_min_tokens_and_logit_bias_when_set(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     static const int32_t prompt[] = {5, 6};
     wp_submit s = {.rid = 9, .prompt_ids = prompt, .n_prompt = 2};
     req_params_init(&s.params);
@@ -219,8 +224,10 @@ static void submit_carries_min_tokens_and_logit_bias_when_set(void **state)
 static void step_carries_what_was_added(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     wp_msg m;
@@ -399,7 +406,8 @@ static const vcase cases[] = {
 static void hostile_worker_frames_are_refused(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         wp_msg m;
         proto_error err;
@@ -420,8 +428,10 @@ static void hostile_worker_frames_are_refused(void **state)
 static void reject_codes_survive_and_unknown_ones_are_internal(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     const void *buf;
     size_t len;
     wp_msg m;
@@ -448,8 +458,10 @@ static void reject_codes_survive_and_unknown_ones_are_internal(void **state)
 static void truncated_step_at_every_length_is_malformed(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     wp_load l = sample_load();
     wp_step_begin(e);
     wp_token t = {.rid = 9, .index = 1, .lp = {.token_id = 3, .logprob = -1, .n_top = 2,
@@ -472,7 +484,8 @@ static void truncated_step_at_every_length_is_malformed(void **state)
         free(cut);
     }
     /* the frame cap */
-    wp_decoder *small = wp_decoder_new(len - 1);
+    wp_decoder_t *small = NULL;
+    assert_int_equal(wp_decoder_new(len - 1, &small), DERAS_OK);
     wp_msg m;
     proto_error err;
     assert_int_equal(wp_decode(small, buf, len, &m, &err), DERAS_EFORMAT);
@@ -488,8 +501,10 @@ static void truncated_step_at_every_length_is_malformed(void **state)
 static void mutated_worker_frames_decode_cleanly_or_fail(void **state)
 {
     (void)state;
-    wp_decoder *d = wp_decoder_new(0);
-    wp_encoder *e = wp_encoder_new();
+    wp_decoder_t *d = NULL;
+    assert_int_equal(wp_decoder_new(0, &d), DERAS_OK);
+    wp_encoder_t *e = NULL;
+    assert_int_equal(wp_encoder_new(&e), DERAS_OK);
     static const int32_t prompt[] = {5, 6, 7};
     wp_submit s = {.rid = 3, .prompt_ids = prompt, .n_prompt = 3, .params.max_tokens = 4,
                    .params.n = 1,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_worker_server.c - the worker's event loop (worker/server.c) against a fake router.
  *
  * Each test runs worker_server_run() in a thread over tests/data/tiny-chat (random Llama
@@ -37,7 +38,7 @@ static char *model_dir;
 
 typedef struct worker_thread {
     worker_opts o;
-    worker_server *s;
+    worker_server_t *s;
     pthread_t th;
     int stop[2];
     int rc;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tok_test_common.h - helpers shared by the tokenizer tests: building tokenizers from
  * GGUF files, comparing id lists with messages that show both sides, and the checks every
  * corpus string goes through (decode round trip, streaming detokenizer = decode). */
@@ -112,8 +113,8 @@ static inline bool tt_ids_equal(const int32_t *a, size_t na, const int32_t *b, s
 static inline char *tt_stream(const tokenizer_t *t, const int32_t *ids, size_t n, bool skip_special,
                               size_t *len)
 {
-    detok_t *d = detok_new(t, skip_special, true);
-    if (!d)
+    detok_t *d = NULL;
+    if (detok_new(t, skip_special, true, &d) != DERAS_OK)
         return NULL;
     size_t cap = detok_max_output(d), total = 0, acap = 256;
     char *chunk = malloc(cap), *all = malloc(acap);

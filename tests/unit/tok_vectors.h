@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tok_vectors.h - checking a tokenizer against a vectors.json written by
  * tests/ref/make_tokenizer_vectors.py (Hugging Face tokenizers' output for each corpus
  * string): ids with parse_special on and off, with add_special, decode with and without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deras_client.c - the C client of deras-router (see deras_client.h).
  *
  * One DEALER socket, one protocol encoder and decoder, and an open-addressing hash table
@@ -35,8 +36,8 @@ typedef struct live_req {
 struct deras_client {
     void *ctx, *sock;
     bool own_ctx;
-    proto_encoder *enc;
-    proto_decoder *dec;
+    proto_encoder_t *enc;
+    proto_decoder_t *dec;
     char address[512];
     live_req *table;        /* cap slots, cap a power of two >= 2 * max_in_flight */
     size_t cap;
@@ -58,7 +59,7 @@ static size_t id_hash(const char *s)
 }
 
 /* Slot of `id`, or of the empty slot where it would go. The table is never full. */
-static size_t table_find(const deras_client *c, const char *id)
+static size_t table_find(const deras_client_t *c, const char *id)
 {
     size_t mask = c->cap - 1, i = id_hash(id) & mask;
     while (c->table[i].id[0] && strcmp(c->table[i].id, id))
@@ -67,7 +68,7 @@ static size_t table_find(const deras_client *c, const char *id)
 }
 
 /* Remove the entry at slot i and shift later members of its probe run back. */
-static void table_remove_at(deras_client *c, size_t i)
+static void table_remove_at(deras_client_t *c, size_t i)
 {
     size_t mask = c->cap - 1, j = i;
     c->table[i].id[0] = '\0';
@@ -95,62 +96,53 @@ void deras_client_request_init(proto_request *r)
         proto_request_default(r);
 }
 
-deras_client *deras_client_new(const deras_client_opts *opts)
+int deras_client_new(const deras_client_opts *opts, deras_client_t **out)
 {
+    if (!out)
+        return deras_fail(DERAS_EINVAL, "deras_client_new: NULL out");
+    *out = NULL;
     deras_client_opts o = {0};
     if (opts)
         o = *opts;
     if (!o.address)
         o.address = DERAS_CLIENT_DEFAULT_ADDRESS;
-    if (o.max_in_flight < 0 || o.max_in_flight > (1 << 24) || o.send_timeout_ms < 0) {
-        deras_fail(DERAS_EINVAL, "deras_client_new: max_in_flight %d or send_timeout_ms %d "
-                   "out of range", o.max_in_flight, o.send_timeout_ms);
-        return NULL;
-    }
+    if (o.max_in_flight < 0 || o.max_in_flight > (1 << 24) || o.send_timeout_ms < 0)
+        return deras_fail(DERAS_EINVAL, "deras_client_new: max_in_flight %d or send_timeout_ms "
+                          "%d out of range", o.max_in_flight, o.send_timeout_ms);
     if (!o.max_in_flight)
         o.max_in_flight = 4096;
     if (!o.send_timeout_ms)
         o.send_timeout_ms = 5000;
-    if (o.curve_server_key && strlen(o.curve_server_key) != 40) {
-        deras_fail(DERAS_EINVAL, "CURVE server key: expected 40 Z85 characters, got %zu",
-                   strlen(o.curve_server_key));
-        return NULL;
-    }
-    if (o.curve_secret_key && strlen(o.curve_secret_key) != 40) {
-        deras_fail(DERAS_EINVAL, "CURVE secret key: expected 40 Z85 characters, got %zu",
-                   strlen(o.curve_secret_key));
-        return NULL;
-    }
-    if (o.curve_secret_key && !o.curve_server_key) {
-        deras_fail(DERAS_EINVAL, "a CURVE secret key needs the router's public key too");
-        return NULL;
-    }
-    if (strlen(o.address) >= sizeof ((deras_client *)0)->address) {
-        deras_fail(DERAS_EINVAL, "address too long");
-        return NULL;
-    }
+    if (o.curve_server_key && strlen(o.curve_server_key) != 40)
+        return deras_fail(DERAS_EINVAL, "CURVE server key: expected 40 Z85 characters, got %zu",
+                          strlen(o.curve_server_key));
+    if (o.curve_secret_key && strlen(o.curve_secret_key) != 40)
+        return deras_fail(DERAS_EINVAL, "CURVE secret key: expected 40 Z85 characters, got %zu",
+                          strlen(o.curve_secret_key));
+    if (o.curve_secret_key && !o.curve_server_key)
+        return deras_fail(DERAS_EINVAL, "a CURVE secret key needs the router's public key too");
+    if (strlen(o.address) >= sizeof ((deras_client_t *)0)->address)
+        return deras_fail(DERAS_EINVAL, "address too long");
 
     int rc = DERAS_OK;
-    deras_client *c = calloc(1, sizeof *c);
-    if (!c) {
-        deras_fail(DERAS_ENOMEM, "out of memory");
-        return NULL;
-    }
+    deras_client_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return deras_fail(DERAS_ENOMEM, "out of memory");
     zmq_msg_init(&c->cur);
     snprintf(c->address, sizeof c->address, "%s", o.address);
     c->max_live = o.max_in_flight;
     for (c->cap = 16; c->cap < 2 * (size_t)o.max_in_flight; c->cap *= 2)
         ;
     c->table = calloc(c->cap, sizeof *c->table);
-    c->enc = proto_encoder_new();
-    proto_limits lim;
-    proto_limits_default(&lim);
-    lim.max_message_bytes = (size_t)64 << 20; /* a long non-streamed final; the router's call */
-    c->dec = proto_decoder_new(&lim);
-    if (!c->table || !c->enc || !c->dec) {
+    if (!c->table) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
+    proto_limits lim;
+    proto_limits_default(&lim);
+    lim.max_message_bytes = (size_t)64 << 20; /* a long non-streamed final; the router's call */
+    if ((rc = proto_encoder_new(&c->enc)) || (rc = proto_decoder_new(&lim, &c->dec)))
+        goto fail;
     if (getrandom(&c->id_prefix, sizeof c->id_prefix, GRND_NONBLOCK) != sizeof c->id_prefix)
         c->id_prefix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^
                        (uint64_t)(uintptr_t)c;
@@ -186,19 +178,20 @@ deras_client *deras_client_new(const deras_client_opts *opts)
     }
     if ((rc = ZMQ_CHECK(zmq_connect(c->sock, c->address))))
         goto fail;
-    return c;
+    *out = c;
+    return DERAS_OK;
 
 fail:
     deras_fail_ctx(rc, "connecting to %s: ", o.address);
     deras_client_destroy(&c);
-    return NULL;
+    return rc;
 }
 
-void deras_client_destroy(deras_client **pc)
+void deras_client_destroy(deras_client_t **pc)
 {
     if (!pc || !*pc)
         return;
-    deras_client *c = *pc;
+    deras_client_t *c = *pc;
     zmq_msg_close(&c->cur);
     for (size_t i = c->stash_head; i < c->n_stash; i++)
         zmq_msg_close(&c->stash[i]);
@@ -214,7 +207,7 @@ void deras_client_destroy(deras_client **pc)
     *pc = NULL;
 }
 
-int deras_client_n_in_flight(const deras_client *c)
+int deras_client_n_in_flight(const deras_client_t *c)
 {
     return c ? c->n_live : 0;
 }
@@ -223,7 +216,7 @@ int deras_client_n_in_flight(const deras_client *c)
 
 /* A blocking send bounded by ZMQ_SNDTIMEO. ZMQ_CHECK maps EINTR to DERAS_ETIMEOUT (retried
  * here) and EAGAIN, the queue staying full for the whole timeout, to DERAS_EBUSY. */
-static int send_frame(deras_client *c, const void *buf, size_t len)
+static int send_frame(deras_client_t *c, const void *buf, size_t len)
 {
     int rc;
     do
@@ -235,7 +228,7 @@ static int send_frame(deras_client *c, const void *buf, size_t len)
     return rc;
 }
 
-int deras_client_send(deras_client *c, proto_request *r, void *user)
+int deras_client_send(deras_client_t *c, proto_request *r, void *user)
 {
     if (!c || !r)
         return deras_fail(DERAS_EINVAL, "deras_client_send: NULL argument");
@@ -270,7 +263,7 @@ int deras_client_send(deras_client *c, proto_request *r, void *user)
     return DERAS_OK;
 }
 
-int deras_client_cancel(deras_client *c, const char *id)
+int deras_client_cancel(deras_client_t *c, const char *id)
 {
     if (!c || !id || !id[0] || strlen(id) > PROTO_MAX_ID)
         return deras_fail(DERAS_EINVAL, "deras_client_cancel: bad id");
@@ -282,7 +275,7 @@ int deras_client_cancel(deras_client *c, const char *id)
     return send_frame(c, buf, len);
 }
 
-void deras_client_forget(deras_client *c, const char *id)
+void deras_client_forget(deras_client_t *c, const char *id)
 {
     if (!c || !id || !id[0])
         return;
@@ -302,7 +295,7 @@ static double now_ms(void)
 
 /* Receive one whole message from the socket into c->cur (its last frame: a leading empty
  * delimiter is tolerated). DERAS_ETIMEOUT when none arrives within timeout_ms. */
-static int recv_frame(deras_client *c, int timeout_ms)
+static int recv_frame(deras_client_t *c, int timeout_ms)
 {
     int rc;
     double deadline = timeout_ms < 0 ? 0 : now_ms() + timeout_ms;
@@ -334,7 +327,7 @@ static int recv_frame(deras_client *c, int timeout_ms)
     }
 }
 
-static int decode_cur(deras_client *c, proto_server_msg *m)
+static int decode_cur(deras_client_t *c, proto_server_msg *m)
 {
     proto_error err;
     if (proto_decode_server(c->dec, zmq_msg_data(&c->cur), zmq_msg_size(&c->cur), m, &err))
@@ -344,7 +337,7 @@ static int decode_cur(deras_client *c, proto_server_msg *m)
 }
 
 /* Attribute a decoded message to its request and update the table. */
-static void classify(deras_client *c, deras_event *ev)
+static void classify(deras_client_t *c, deras_event *ev)
 {
     ev->user = NULL;
     ev->known = false;
@@ -363,7 +356,7 @@ static void classify(deras_client *c, deras_event *ev)
     }
 }
 
-int deras_client_recv(deras_client *c, int timeout_ms, deras_event *ev)
+int deras_client_recv(deras_client_t *c, int timeout_ms, deras_event *ev)
 {
     if (!c || !ev)
         return deras_fail(DERAS_EINVAL, "deras_client_recv: NULL argument");
@@ -383,7 +376,7 @@ int deras_client_recv(deras_client *c, int timeout_ms, deras_event *ev)
     return DERAS_OK;
 }
 
-static int stash_cur(deras_client *c)
+static int stash_cur(deras_client_t *c)
 {
     if (c->n_stash == c->stash_cap) {
         size_t cap = c->stash_cap ? 2 * c->stash_cap : 64;
@@ -398,7 +391,7 @@ static int stash_cur(deras_client *c)
     return DERAS_OK;
 }
 
-int deras_client_ping(deras_client *c, int timeout_ms, proto_server_msg *pong)
+int deras_client_ping(deras_client_t *c, int timeout_ms, proto_server_msg *pong)
 {
     if (!c || !pong)
         return deras_fail(DERAS_EINVAL, "deras_client_ping: NULL argument");

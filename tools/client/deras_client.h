@@ -1,13 +1,16 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deras_client.h - the C client of deras-router: requests out, events in, over one socket.
  *
- * A deras_client is one ZeroMQ DEALER socket connected to the router's client endpoint
+ * A deras_client_t is one ZeroMQ DEALER socket connected to the router's client endpoint
  * (optionally CURVE-encrypted), the protocol codec (common/wire/protocol.h), and a table of the
  * requests in flight. Any number of requests may be in flight; their events (chunks,
  * finals, errors) arrive interleaved through deras_client_recv(), each tagged with the
  * request's id and the user pointer given when it was sent, and flagged `done` on the
  * request's last event (its n-th final, or an error), after which the client forgets it.
  *
- *   deras_client *c = deras_client_new(&(deras_client_opts){.address = "tcp://..."});
+ *   deras_client_t *c;
+ *   if (deras_client_new(&(deras_client_opts){.address = "tcp://..."}, &c))
+ *       fprintf(stderr, "%s\n", deras_errmsg());    // and give up
  *   proto_request r;
  *   deras_client_request_init(&r);
  *   r.prompt = "Hello"; r.prompt_len = 5; r.stream = true;
@@ -19,8 +22,14 @@
  *   deras_client_destroy(&c);
  *
  * Status convention of deras (common/base/status.h): 0 on success, a negative deras_status on
- * failure with deras_errmsg() saying what failed; the constructor returns NULL. Every wait
+ * failure with deras_errmsg() saying what failed; the constructor, like every deras
+ * constructor, returns such a status and the client through its last argument. Every wait
  * takes a timeout, so a dead router surfaces as DERAS_ETIMEOUT, never as a hang.
+ *
+ * Changed: deras_client_new used to return the client (NULL on failure); it now returns a
+ * status and sets *out (NULL on failure), so `c = deras_client_new(&o); if (!c) ...` becomes
+ * `if (deras_client_new(&o, &c)) ...`. The type is deras_client_t; its old name deras_client
+ * stays as an alias so existing declarations compile. Nothing else changed.
  *
  * Costs: send and recv are O(1) expected (a hash table of live ids) plus the codec's O(len);
  * after warm-up neither allocates (ZeroMQ itself allocates for frames over 33 bytes). The
@@ -37,7 +46,8 @@
 
 #define DERAS_CLIENT_DEFAULT_ADDRESS "tcp://127.0.0.1:5555"
 
-typedef struct deras_client deras_client;
+typedef struct deras_client deras_client_t;
+typedef deras_client_t deras_client; /* the former name, kept for source compatibility */
 
 typedef struct deras_client_opts {
     const char *address;          /* NULL: DERAS_CLIENT_DEFAULT_ADDRESS */
@@ -61,13 +71,14 @@ typedef struct deras_event {
 
 /* Connect (ZeroMQ connects lazily: a router that is not there yet is not an error; it
  * shows as DERAS_ETIMEOUT on the first recv, and so does a CURVE handshake the router
- * refuses). NULL on failure (bad key, bad address, out of memory) with deras_errmsg()
- * set. */
-deras_client *deras_client_new(const deras_client_opts *opts);
+ * refuses). opts NULL: every default. DERAS_OK with the client in *out; on failure *out is
+ * NULL and the status says why with deras_errmsg() set: DERAS_EINVAL (a bad key, a bad
+ * option, an address too long), DERAS_ENOMEM, or ZeroMQ's refusal (a bad address). */
+int deras_client_new(const deras_client_opts *opts, deras_client_t **out);
 
 /* Close the socket (without waiting for unsent messages) and free everything; NULLs *c.
  * Safe on NULL and on *c == NULL. */
-void deras_client_destroy(deras_client **c);
+void deras_client_destroy(deras_client_t **c);
 
 /* Reset *r to the protocol's defaults (req_params_init: max_tokens 256, n 1, the sampling
  * table's defaults; add_special_tokens true; no prompt, empty id), so only the fields set
@@ -79,30 +90,30 @@ void deras_client_request_init(proto_request *r);
  * Returns DERAS_OK, DERAS_EINVAL (no prompt or both, bad n, id in flight or too long),
  * DERAS_EBUSY (max_in_flight requests in flight), DERAS_ETIMEOUT (the socket's queue
  * stayed full for send_timeout_ms) or DERAS_EIO. Cost: O(request size). */
-int deras_client_send(deras_client *c, proto_request *r, void *user);
+int deras_client_send(deras_client_t *c, proto_request *r, void *user);
 
 /* Wait up to timeout_ms (-1: forever, 0: just look) for the next event of any request and
  * fill *ev. DERAS_OK; DERAS_ETIMEOUT when nothing came; DERAS_EFORMAT when the router sent
  * something the codec refuses (message names the field); DERAS_EIO. Messages for ids not
  * in flight (late events of a cancelled or forgotten request, unattributable errors, a
  * late pong) come back with known == false. */
-int deras_client_recv(deras_client *c, int timeout_ms, deras_event *ev);
+int deras_client_recv(deras_client_t *c, int timeout_ms, deras_event *ev);
 
 /* Ask the router to stop request `id`. The request stays in flight until its finals
  * (finish_reason "abort") arrive through recv. DERAS_EINVAL for a bad id, else as send. */
-int deras_client_cancel(deras_client *c, const char *id);
+int deras_client_cancel(deras_client_t *c, const char *id);
 
 /* Stop tracking `id` locally (e.g. after a timeout); its later events come back with
  * known == false. No-op for an id not in flight. */
-void deras_client_forget(deras_client *c, const char *id);
+void deras_client_forget(deras_client_t *c, const char *id);
 
 /* Round trip: send a ping and wait up to timeout_ms for the pong, filling *pong (workers
  * point into the client until the next recv/ping). Events of requests that arrive while
  * waiting are kept and returned by later recv calls, in order. DERAS_ETIMEOUT, else as
  * send/recv. */
-int deras_client_ping(deras_client *c, int timeout_ms, proto_server_msg *pong);
+int deras_client_ping(deras_client_t *c, int timeout_ms, proto_server_msg *pong);
 
 /* Requests in flight. O(1). */
-int deras_client_n_in_flight(const deras_client *c);
+int deras_client_n_in_flight(const deras_client_t *c);
 
 #endif

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """example.py - the deras Python client in a few lines.
 
     python3 example.py [tcp://127.0.0.1:5555] ["prompt"]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """deras_client - Python client for deras-router (ZeroMQ + msgpack; see README.md).
 
     from deras_client import Client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """client.py - the deras client: one ZeroMQ DEALER socket, msgpack frames, many requests.
 
 Design: every message from the router names the request it belongs to ("id"), so one

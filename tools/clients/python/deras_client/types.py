@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """types.py - what the deras client returns and raises: events, completions, errors."""
 
 from dataclasses import dataclass, field
