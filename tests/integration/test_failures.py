@@ -281,8 +281,10 @@ class RouterRestart(unittest.TestCase):
                             "after the drained router's restart: %r (a worker kept its DRAIN?)"
                             % per_worker)
             # killed restart, with requests running on the workers; the clients' own timeout
-            # (5 s of silence) ends them once their router is gone
-            load = Load(c.address, 4, CUT, timeout=5)
+            # (20 s of silence) ends them once their router is gone. Not shorter: the two
+            # requests queued behind the running ones are silent until the kill, and must not
+            # time out before the test has seen all 4 at the workers, however slow the machine
+            load = Load(c.address, 4, CUT, timeout=20)
             load.wait_streaming(2)
             # all 4 at the workers first: a request still queued in its client's socket
             # would reach the next router and complete there, which is right but not this test

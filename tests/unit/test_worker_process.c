@@ -244,11 +244,13 @@ static void test_sigterm_finishes_work_in_flight_and_exits_0(void **state)
 {
     fake_router *r = fr_new();
     child c;
-    start_registered_slow(&c, r, "10"); /* 200 tokens: at least 2 s */
+    /* 500 tokens: at least 5 s, so still in flight when the worker reports draining (only a
+     * 5 s stall of this test could miss it), and done well within the 30 s drain timeout */
+    start_registered_slow(&c, r, "10");
     int32_t prompt[20];
     for (int i = 0; i < 20; i++)
         prompt[i] = 10 + i * 13;
-    wp_submit q = fr_submit_defaults(1, prompt, 20, 200);
+    wp_submit q = fr_submit_defaults(1, prompt, 20, 500);
     q.params.ignore_eos = true;
     fr_submit(r, &q);
     uint64_t rid = 1;
@@ -260,7 +262,7 @@ static void test_sigterm_finishes_work_in_flight_and_exits_0(void **state)
     fr_until(r, WAIT_S, fr_cond_finished, &rid, "the request to finish after SIGTERM");
     const fr_sample *s = &fr_req_of(r, 1)->s[0];
     assert_int_equal(s->fin.reason, 1); /* length: finished, not aborted */
-    assert_int_equal(s->n, 200);
+    assert_int_equal(s->n, 500);
     fr_until(r, WAIT_S, fr_cond_bye, NULL, "a BYE once the request finished");
     if (!strstr(r->bye, "nothing in flight"))
         fail_msg("BYE after a clean stop: expected \"... nothing in flight\", got \"%s\"", r->bye);
@@ -274,7 +276,7 @@ static void test_second_signal_says_bye_and_exits_at_once(void **state)
 {
     fake_router *r = fr_new();
     child c;
-    start_registered_slow(&c, r, "5"); /* 4000 tokens: at least 20 s */
+    start_registered_slow(&c, r, "20"); /* 4000 tokens: at least 80 s */
     int32_t prompt[20];
     for (int i = 0; i < 20; i++)
         prompt[i] = 10 + i * 17;
@@ -289,7 +291,7 @@ static void test_second_signal_says_bye_and_exits_at_once(void **state)
     fr_until(r, WAIT_S, fr_cond_draining, NULL, "the worker draining after the first SIGINT");
     double t0 = fr_now();
     assert_int_equal(kill(c.pid, SIGINT), 0);
-    /* 4000 tokens of at least 5 ms each (DERAS_TEST_STEP_DELAY_MS) and a 30 s
+    /* 4000 tokens of at least 20 ms each (DERAS_TEST_STEP_DELAY_MS: 80 s) and a 30 s
      * drain timeout: only the second signal can end it within 15 s */
     fr_until(r, 15.0, fr_cond_bye, NULL, "a BYE right after the second signal");
     if (!strstr(r->bye, "second SIGINT with 1 request in flight"))

@@ -28,9 +28,10 @@
 #define WAIT_S 20.0 /* generous: sanitizer builds on two shared cores */
 /* Requests a test must still find running when it aborts, stops or restarts something get
  * this test-only step delay (worker_opts.test_step_delay_ms): 4000 tokens then take at least
- * 20 s on any machine, so they cannot end by themselves first, however fast the CPU or
- * however late the test thread runs. */
-#define SLOW_STEP_MS 5
+ * 80 s on any machine, four times WAIT_S, so they cannot end by themselves first, however
+ * fast the CPU or however late the test thread runs (short requests in the same tests,
+ * 30 tokens at most, still end in well under a second). */
+#define SLOW_STEP_MS 20
 
 static char *model_dir;
 
