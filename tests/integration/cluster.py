@@ -205,7 +205,7 @@ class Cluster(ProcessSet):
         """{worker name: state} from the router's pong."""
         return {w["name"]: w["state"] for w in self.pong()}
 
-    def wait_states(self, want, timeout=30):
+    def wait_states(self, want, timeout=60):
         """Seconds until the pong shows every worker of `want` ({name: state}) so."""
         t0 = time.monotonic()
         got = None

@@ -447,14 +447,16 @@ class Serve(unittest.TestCase):
         address = "ipc://%s/clients.sock" % d
         shm_before = set(os.listdir("/dev/shm"))
         log = open(os.path.join(d, "serve.log"), "w+")
-        # its workers inherit the test-only step delay: 400 tokens take at least 4 s, so all
+        # its workers inherit the test-only step delay: 400 tokens take at least 10 s, so all
         # 8 requests are surely in flight when the signal comes, however fast the machine
+        # (only a 10 s stall of this test between their first chunks and the signal could
+        # miss them), and they finish well within the router's drain timeout
         serve = subprocess.Popen([DERAS, "serve", "--model", TINY, "--listen", address,
                                   "--num-workers", "2", "--threads", "1", "--kv-cache-memory",
                                   "64MiB", "--router-arg", "--metrics-listen=none"],
                                  stdout=log, stderr=subprocess.STDOUT,
                                  env=dict(os.environ, DERAS_RUNTIME_DIR=d,  # its admin socket
-                                          **{STEP_DELAY: "10"}))
+                                          **{STEP_DELAY: "25"}))
         try:
             cl = Client(address, timeout=60)
             deadline = time.monotonic() + 60
