@@ -25,12 +25,15 @@
 #include "engine/engine.h"
 #include "worker/server.h"
 
-#define WAIT_S 20.0 /* generous: sanitizer builds on two shared cores */
+/* How long a test waits for what must come: a hang guard. Generous: a sanitizer build, niced,
+ * on two cores shared with full-speed processes gets a few percent of a core, and OpenMP's
+ * barriers do worst of all when their threads are descheduled (20 s was seen to run out). */
+#define WAIT_S 60.0
 /* Requests a test must still find running when it aborts, stops or restarts something get
  * this test-only step delay (worker_opts.test_step_delay_ms): 4000 tokens then take at least
- * 80 s on any machine, four times WAIT_S, so they cannot end by themselves first, however
- * fast the CPU or however late the test thread runs (short requests in the same tests,
- * 30 tokens at most, still end in well under a second). */
+ * 80 s on any machine, so they cannot end by themselves before the test acts (right after
+ * their first token), however fast the CPU or however late the test thread runs (short
+ * requests in the same tests, 30 tokens at most, still end in well under a second). */
 #define SLOW_STEP_MS 20
 
 static char *model_dir;
