@@ -240,6 +240,15 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         }
         o->curve_secret_key = secret;
     }
+    /* TEST-ONLY: the integration tests make every serving step this much longer, so that a
+     * step outlasts a timeout or a request outlasts a signal on any machine (worker_opts.h).
+     * No option sets it, and the worker warns in its log while it is set. */
+    const char *delay = getenv("DERAS_TEST_STEP_DELAY_MS");
+    if (delay && *delay) {
+        if (cli_int("DERAS_TEST_STEP_DELAY_MS", delay, 0, 600000, &l))
+            return 2;
+        o->test_step_delay_ms = (int)l;
+    }
     if (worker_opts_check(o)) {
         fprintf(stderr, "deras-worker: %s\n", deras_errmsg());
         return 2;

@@ -243,6 +243,16 @@ static int read_stops(worker_server_t *s, double t, const char **now_sig)
     return DERAS_OK;
 }
 
+/* TEST-ONLY (worker_opts.test_step_delay_ms): the step takes ms longer, inside the pulse's
+ * window like real work, and signals do not cut it short (they wait for the step's end, as
+ * they do during a long forward pass). */
+static void test_step_delay(int ms)
+{
+    struct timespec left = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) && errno == EINTR)
+        ;
+}
+
 static long poll_timeout_ms(const worker_server_t *s, double t)
 {
     if (engine_has_work(s->e) && !s->stalled)
@@ -319,6 +329,8 @@ static int serve(worker_server_t *s)
                 if (wp_encode_heartbeat(s->msg_enc, &l, &hb, &hb_len) == DERAS_OK)
                     pulse_step_begin(s->pulse, hb, hb_len, s->heartbeat_ms);
             }
+            if (s->o.test_step_delay_ms > 0)
+                test_step_delay(s->o.test_step_delay_ms);
             rc = engine_step(s->e, &n_tokens);
             pulse_step_end(s->pulse);
             if (rc) {
@@ -418,6 +430,10 @@ int worker_server_run(worker_server_t *s)
     s->link = LINK_HELLO_FIRST;
     s->heartbeat_ms = s->o.heartbeat_ms;
     wp_step_begin(s->step_enc);
+    if (s->o.test_step_delay_ms > 0)
+        log_warn("DERAS_TEST_STEP_DELAY_MS=%d: every serving step sleeps %d ms (a test-only "
+                 "setting: unset it outside the test suite)",
+                 s->o.test_step_delay_ms, s->o.test_step_delay_ms);
     if ((rc = link_send_hello(s, server_now())) || (rc = warm_up(s)))
         return rc;
     return serve(s);

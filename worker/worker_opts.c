@@ -144,6 +144,9 @@ int worker_opts_check(const worker_opts *o)
     if (o->curve_server_key && strlen(o->curve_server_key) != 40)
         return deras_fail(DERAS_EINVAL, "--curve-server-key: expected 40 Z85 characters, got %zu",
                           strlen(o->curve_server_key));
+    if (o->test_step_delay_ms < 0 || o->test_step_delay_ms > 600000)
+        return deras_fail(DERAS_EINVAL, "DERAS_TEST_STEP_DELAY_MS %d: expected 0 to 600000",
+                          o->test_step_delay_ms);
     if (o->stop_fd < -1)
         return deras_fail(DERAS_EINVAL, "stop_fd %d: expected -1 or a file descriptor", o->stop_fd);
     return DERAS_OK;

@@ -36,12 +36,16 @@ typedef struct worker_opts {
                                     and heartbeat sockets are CURVE clients; NULL: plain */
     const char *curve_secret_key;/* this worker's CURVE secret key (Z85), the one the router
                                     allows; NULL with a server key: a fresh key pair */
+    int test_step_delay_ms;      /* TEST-ONLY, 0 (off) unless a test sets it: every serving step
+                                    also sleeps this long (0..600000), so a test can make steps
+                                    as long as it needs on any machine. deras-worker reads it
+                                    from $DERAS_TEST_STEP_DELAY_MS only; no option sets it */
 } worker_opts;
 
 /* The defaults deras-worker documents: device cpu, budget "0.4", 64 sequences, 512 batch
  * tokens, block size 16, prefix caching, tp 0/1 with a 60 s group timeout, handshake
  * 10 s, drain 30 s, heartbeat 1000 ms, stop_fd -1, no speculation (k 4, cut-off
- * SPEC_DEFAULT_MAX_BATCH when on). model, router and name NULL. */
+ * SPEC_DEFAULT_MAX_BATCH when on), no test step delay. model, router and name NULL. */
 void worker_opts_default(worker_opts *o);
 
 /* Check every option without loading anything. DERAS_EINVAL with a message naming the

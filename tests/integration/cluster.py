@@ -14,6 +14,7 @@ the router restarted on the same endpoints, so failure tests drive the real bina
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,9 @@ except ImportError as e:
 from deras_client import Chunk, Client, DerasError  # noqa: E402
 
 BUILD = os.environ.get("DERAS_BUILD_DIR", os.path.join(ROOT, "build"))
+# deras-worker's test-only knob (docs/worker.md): every serving step sleeps this many ms more,
+# so a test can make a request outlast whatever it does to it, on any machine
+STEP_DELAY = "DERAS_TEST_STEP_DELAY_MS"
 ROUTER = os.path.join(BUILD, "router", "deras-router")
 WORKER = os.path.join(BUILD, "worker", "deras-worker")
 DERAS = os.path.join(BUILD, "tools", "deras")
@@ -122,7 +126,7 @@ class Cluster(ProcessSet):
     its default follows DERAS_RUNTIME_DIR), HTTP metrics on a free loopback port."""
 
     def __init__(self, model=TINY, n_workers=2, router_args=(), worker_args=(),
-                 kv="64MiB", client_args=None):
+                 kv="64MiB", client_args=None, worker_env=None):
         self.dir = tempfile.mkdtemp(prefix="deras-serving-")
         self.address = "ipc://%s/clients.sock" % self.dir
         self.wep = "ipc://%s/workers.sock" % self.dir
@@ -131,6 +135,8 @@ class Cluster(ProcessSet):
         self.env = dict(os.environ, DERAS_RUNTIME_DIR=self.dir)
         self.model, self.kv = model, kv
         self.router_args, self.worker_args = tuple(router_args), tuple(worker_args)
+        # extra environment of the workers: one dict for all, or a list, one per worker
+        self.worker_env = worker_env or {}
         self.logs = []
         self.n_starts = {}
         self.router = self.start_router()
@@ -138,12 +144,13 @@ class Cluster(ProcessSet):
         self.client = Client(self.address, timeout=60, **(client_args or {}))
         self.wait_ready(n_workers)
 
-    def _spawn(self, argv, name):
+    def _spawn(self, argv, name, env=None):
         k = self.n_starts[name] = self.n_starts.get(name, 0) + 1
         log = "%s.log" % name if k == 1 else "%s.%d.log" % (name, k)
         f = open(os.path.join(self.dir, log), "w+")
         self.logs.append(f)
-        return subprocess.Popen(argv, env=self.env, stdout=f, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, env=dict(self.env, **(env or {})), stdout=f,
+                                stderr=subprocess.STDOUT)
 
     def start_router(self):
         """Start a router on the cluster's endpoints (also after the previous one ended)."""
@@ -151,13 +158,16 @@ class Cluster(ProcessSet):
                             "--workers", self.wep, "--metrics-listen",
                             self.metrics_url[len("http://"):], *self.router_args], "router")
 
-    def start_worker(self, i):
-        """Start worker w<i> (again, after it ended: the same name)."""
+    def start_worker(self, i, env=None):
+        """Start worker w<i> (again, after it ended: the same name); env: its environment
+        beyond the cluster's (default: the cluster's worker_env)."""
+        if env is None:
+            env = self.worker_env[i] if isinstance(self.worker_env, list) else self.worker_env
         return self._spawn([WORKER, "--model", self.model, "--router", self.wep, "--name",
                             "w%d" % i, "--threads", "1", "--kv-cache-memory", self.kv,
-                            *self.worker_args], "w%d" % i)
+                            *self.worker_args], "w%d" % i, env)
 
-    def add_worker(self, name, args=(), fake=False):
+    def add_worker(self, name, args=(), fake=False, env=None):
         """Start one more worker: deras-worker, or fake_worker.py (no model)."""
         if fake:
             argv = [sys.executable, FAKE_WORKER, "--router", self.wep, "--name", name,
@@ -165,7 +175,7 @@ class Cluster(ProcessSet):
         else:
             argv = [WORKER, "--model", self.model, "--router", self.wep, "--name", name,
                     "--threads", "1", "--kv-cache-memory", self.kv, *args]
-        p = self._spawn(argv, name)
+        p = self._spawn(argv, name, env)
         self.workers.append(p)
         return p
 
@@ -189,13 +199,13 @@ class Cluster(ProcessSet):
         return "".join(out)
 
     def pong(self):
-        return self.client.ping(timeout=5)["workers"]
+        return self.client.ping(timeout=30)["workers"]  # 30 s: a hang guard
 
     def states(self):
         """{worker name: state} from the router's pong."""
         return {w["name"]: w["state"] for w in self.pong()}
 
-    def wait_states(self, want, timeout=30):
+    def wait_states(self, want, timeout=60):
         """Seconds until the pong shows every worker of `want` ({name: state}) so."""
         t0 = time.monotonic()
         got = None
@@ -226,7 +236,37 @@ class Cluster(ProcessSet):
     def alive(self):
         return self.router.poll() is None and all(w.poll() is None for w in self.workers)
 
-    def wait_kv_baseline(self, timeout=10):
+    def log_of(self, name):
+        """Everything process `name` logged so far (all its starts)."""
+        out = []
+        for f in self.logs:
+            base = os.path.basename(f.name)
+            if base == name + ".log" or (base.startswith(name + ".") and
+                                         base[len(name) + 1:-len(".log")].isdigit()):
+                f.flush()
+                with open(f.name) as g:
+                    out.append(g.read())
+        return "".join(out)
+
+    def dead_silence_ms(self, name):
+        """How long the router had heard nothing from worker `name` when it declared it
+        dead, by the router's own clock (its log), or None. A bound on this excludes the
+        test's own polling, which a loaded machine can delay."""
+        m = re.search(r"worker %s \(pid \d+\) is dead: no message for (\d+) ms"
+                      % re.escape(name), self.router_log())
+        return int(m.group(1)) if m else None
+
+    def wait_log(self, name, text, timeout=60):
+        """Wait until process `name` logged `text` (an event the test must see happen
+        before its next step, instead of sleeping and hoping it did)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log_of(name):
+            if time.monotonic() > deadline:
+                raise AssertionError("waited %.0f s for %r in %s's log\n%s"
+                                     % (timeout, text, name, self.log_text()))
+            time.sleep(0.02)
+
+    def wait_kv_baseline(self, timeout=60):
         """Seconds until every worker reports nothing running and every KV block free."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:

@@ -8,7 +8,9 @@ it, so tests can reach every path:
 
     "error:CODE"   the request fails with that error code
     "silent"       never answered (client timeouts)
-    "slow"         a token every 20 ms (interleaving, cancel)
+    "slow"         a token every 20 ms (interleaving)
+    "hold:K"       K tokens at once, then nothing until cancelled (a request that lasts
+                   exactly as long as the test wants, however fast or slow the machine)
     "stop:K"       sample ends after K tokens with finish_reason "stop"
     anything else  max_tokens tokens (default 256), finish_reason "length"
 
@@ -55,6 +57,7 @@ class _Req:
         if prompt and prompt.startswith("stop:"):
             self.limit, self.finish = min(int(prompt[5:]), self.max_tokens), "stop"
         self.delay = 0.02 if prompt == "slow" else delay
+        self.hold = int(prompt[5:]) if prompt and prompt.startswith("hold:") else None
         self.generated = [0] * self.n
         self.done = [False] * self.n
         self.t0 = time.monotonic()
@@ -183,6 +186,8 @@ class FakeRouter(threading.Thread):
             for k in range(r.n):
                 if r.done[k]:
                     continue
+                if r.hold is not None and r.generated[k] >= r.hold:
+                    continue  # held: only a cancel ends it
                 if r.generated[k] >= r.limit:
                     self._final(r, k, r.finish)
                     continue

@@ -15,8 +15,11 @@ test can watch kv_blocks_free return to the total through ping.
 --stuck-after N plays a worker whose engine hangs inside its (N+1)-th step: from then on
 it computes nothing and its own socket goes quiet, but its pulse (routing id
 "<name>/hb", as worker/pulse.c) keeps heartbeating, so the router hears it alive while
-it makes no progress. --starting-ms T reports phase "starting" for T ms after WELCOME
-(a slow warm-up).
+it makes no progress; --stuck-after-requests K hangs the same way once K requests have
+arrived (however many steps that took: a test decides when, not the clock).
+--starting-ms T reports phase "starting" for T ms after WELCOME (a slow warm-up);
+--starting-until PATH reports it until the file PATH exists (a warm-up that ends when the
+test says so).
 
     fake_worker.py --router ipc:///tmp/deras-$UID/workers.sock --name w0 --model tiny-chat
 
@@ -43,7 +46,11 @@ def main():
     ap.add_argument("--step-ms", type=float, default=5.0)
     ap.add_argument("--eos", type=int, default=-1, help="end a sample after this many tokens with reason stop")
     ap.add_argument("--stuck-after", type=int, default=-1, help="hang after this many steps (pulses only)")
+    ap.add_argument("--stuck-after-requests", type=int, default=0,
+                    help="hang once this many requests arrived (pulses only)")
     ap.add_argument("--starting-ms", type=float, default=0, help="report phase starting this long")
+    ap.add_argument("--starting-until", default=None,
+                    help="report phase starting until this file exists")
     args = ap.parse_args()
 
     ctx = zmq.Context()
@@ -63,6 +70,7 @@ def main():
     last_hb = 0.0
     last_hello = 0.0
     steps = 0
+    n_received = 0
     welcomed_at = None
     pulse = None  # the "<name>/hb" socket, once stuck
 
@@ -76,6 +84,8 @@ def main():
 
     def phase():
         if welcomed_at is None or time.monotonic() - welcomed_at < args.starting_ms / 1000:
+            return "starting"
+        if args.starting_until and not os.path.exists(args.starting_until):
             return "starting"
         return "draining" if draining else "ready"
 
@@ -94,9 +104,10 @@ def main():
 
     while True:
         now = time.monotonic()
-        if 0 <= args.stuck_after <= steps:
+        if 0 <= args.stuck_after <= steps or 0 < args.stuck_after_requests <= n_received:
             if pulse is None:
-                print(f"{args.name}: stuck after {steps} steps (pulses only)", file=sys.stderr, flush=True)
+                print(f"{args.name}: stuck after {steps} steps and {n_received} requests "
+                      f"(pulses only)", file=sys.stderr, flush=True)
                 pulse = ctx.socket(zmq.DEALER)
                 pulse.setsockopt(zmq.ROUTING_ID, (args.name + "/hb").encode())
                 pulse.setsockopt(zmq.LINGER, 0)
@@ -137,6 +148,7 @@ def main():
                     if draining:
                         send({"type": "reject", "rid": rid, "code": "busy", "message": "draining"})
                         continue
+                    n_received += 1
                     live[rid] = {"prompt": prompt, "n": m["n"], "max_tokens": m["max_tokens"],
                                  "gen": [0] * m["n"], "done": [False] * m["n"]}
                 elif t == "abort":

@@ -26,7 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # cluster checks pyzmq/msgpack and the built binaries (exit 77 where they are missing)
-from cluster import DERAS, ROUTER, WORKER, Chunk, Client, DerasError  # noqa: E402
+from cluster import DERAS, ROUTER, STEP_DELAY, WORKER, Chunk, Client, DerasError  # noqa: E402
 from cluster import TINY as MODEL  # noqa: E402
 from deras_client import Final  # noqa: E402  (cluster put the client on the path)
 
@@ -35,6 +35,8 @@ import zmq  # noqa: E402
 
 class Servers(unittest.TestCase):
     """Base: a router (with router_args(dir)) and one worker per test class."""
+
+    worker_env = {}  # extra environment of the worker
 
     @classmethod
     def router_args(cls, d):
@@ -55,7 +57,8 @@ class Servers(unittest.TestCase):
                                        "--workers", workers, *cls.router_args(cls.dir)],
                                       env=env, stdout=cls.logs[0], stderr=subprocess.STDOUT)
         cls.worker = subprocess.Popen([WORKER, "--model", MODEL, "--router", workers,
-                                       "--threads", "1", "--kv-cache-memory", "64MiB"], env=env,
+                                       "--threads", "1", "--kv-cache-memory", "64MiB"],
+                                      env=dict(env, **cls.worker_env),
                                       stdout=cls.logs[1], stderr=subprocess.STDOUT)
         cls.client = cls.make_client()
         deadline = time.monotonic() + 60
@@ -103,6 +106,9 @@ class Servers(unittest.TestCase):
 
 
 class EndToEnd(Servers):
+    # steps 3 ms longer (the test-only knob): the 4000-token stream that the cancel test
+    # cuts would run 12 s, so it cannot end by itself before the cancel on any machine
+    worker_env = {STEP_DELAY: "3"}
 
     # ---- Python client ----
 

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -123,25 +124,36 @@ def unit_command(unit, instance, env_file):
     return argv, env
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; SCM_TIMESTAMPNS is the same
+
+
 class FakeSystemd:
-    """A NOTIFY_SOCKET: every datagram received, with its arrival time."""
+    """A NOTIFY_SOCKET: every datagram received, with its arrival time - the kernel's
+    (SO_TIMESTAMPNS, wall clock: time.time()), so the gaps between pings are the sender's,
+    not how late this process, on a loaded machine, got around to reading them."""
 
     def __init__(self, path):
         self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.bind(path)
         self.sock.settimeout(0.05)
-        self.msgs = []  # (time, {key: value})
+        self.msgs = []  # (arrival time, {key: value})
 
     def poll(self, seconds):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             try:
-                data = self.sock.recv(4096).decode()
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(16))
             except socket.timeout:
                 continue
-            fields = dict(line.partition("=")[::2] for line in data.split("\n") if line)
-            self.msgs.append((time.monotonic(), fields))
+            t = time.time()
+            for level, kind, blob in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(blob) >= 16:
+                    sec, nsec = struct.unpack("qq", blob[:16])
+                    t = sec + nsec * 1e-9
+            fields = dict(line.partition("=")[::2] for line in data.decode().split("\n") if line)
+            self.msgs.append((t, fields))
 
     def wait_for(self, key, value, timeout):
         """Poll until a message with key=value arrived; that message's time."""
@@ -227,18 +239,25 @@ class Notify(unittest.TestCase):
             t_wready, m = fakes[1].wait_for("READY", "1", 60)
             worker_status = m.get("STATUS", "")
             self.assertIn("registered with the router", worker_status)
-            # both ping the watchdog at about half of WATCHDOG_USEC
+            # both ping the watchdog at about half of WATCHDOG_USEC: the next 4 pings of each
+            # (by their arrival times; waiting for them is only bounded against a hang)
             for fake in fakes:
                 fake.poll(0.1)
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 2.2:
+            t0 = time.time()
+            deadline = time.monotonic() + 60
+            while any(len(fake.count("WATCHDOG", "1", since=t0)) < 4 for fake in fakes):
+                self.assertLess(time.monotonic(), deadline, "WATCHDOG=1 pings stopped")
                 for fake in fakes:
                     fake.poll(0.05)
-            pings = [fake.count("WATCHDOG", "1", since=t0) for fake in fakes]
+            pings = [fake.count("WATCHDOG", "1", since=t0)[:4] for fake in fakes]
             for name, p in zip(("router", "worker"), pings):
-                self.assertGreaterEqual(len(p), 3, "%s: WATCHDOG=1 in 2.2 s" % name)
                 gaps = [b - a for a, b in zip(p, p[1:])]
-                self.assertLess(max(gaps), 0.75, "%s: gaps between pings %r" % (name, gaps))
+                # every gap within WATCHDOG_USEC (1 s: what systemd enforces, 0.5 s of room
+                # for a ping the scheduler made late), and about half of it on average (the
+                # sender's period: a ping at the full WATCHDOG_USEC would average 1 s)
+                self.assertLess(max(gaps), 1.0, "%s: gaps between pings %r" % (name, gaps))
+                self.assertLess(sum(gaps) / len(gaps), 0.75,
+                                "%s: gaps between pings %r" % (name, gaps))
             # the units' processes serve
             cl = Client("ipc://%s/clients.sock" % d, timeout=30)
             r = cl.complete("hello", max_tokens=5, temperature=0)

@@ -27,6 +27,7 @@ typedef struct fake_req {
     size_t ident_len;
     char id[PROTO_MAX_ID + 1];
     int n, limit, generated[REQ_MAX_N], prompt_tokens, n_done;
+    int hold;                    /* "hold:K": K tokens, then none until cancelled; -1: none */
     bool done[REQ_MAX_N];
     finish_reason finish;
     double delay, next_at, t0, t_first;
@@ -36,6 +37,7 @@ struct fake_frontend {
     void *ctx, *sock;
     pthread_t thread;
     atomic_int quit;
+    atomic_int frames_sent;
     char address[64];
     proto_decoder_t *dec;
     proto_encoder_t *enc;
@@ -55,6 +57,7 @@ static void send_to(fake_frontend *r, const uint8_t *ident, size_t ident_len, co
 {
     zmq_send(r->sock, ident, ident_len, ZMQ_SNDMORE);
     zmq_send(r->sock, buf, len, 0);
+    atomic_fetch_add(&r->frames_sent, 1);
 }
 
 static void send_error(fake_frontend *r, const uint8_t *ident, size_t ident_len, const char *id,
@@ -137,6 +140,7 @@ static void on_request(fake_frontend *r, const uint8_t *ident, size_t ident_len,
     q->stream = req->stream;
     q->limit = req->params.max_tokens;
     q->finish = FINISH_LENGTH;
+    q->hold = !strncmp(prompt, "hold:", 5) ? atoi(prompt + 5) : -1;
     if (!strncmp(prompt, "stop:", 5)) {
         int k = atoi(prompt + 5);
         if (k < q->limit)
@@ -188,6 +192,8 @@ static void step(fake_frontend *r)
         for (int k = 0; k < q->n && q->used; k++) {
             if (q->done[k])
                 continue;
+            if (q->hold >= 0 && q->generated[k] >= q->hold)
+                continue; /* held: only a cancel ends it */
             if (q->generated[k] >= q->limit) {
                 send_final(r, q, k, q->finish, NULL);
                 continue;
@@ -295,6 +301,11 @@ fail:
 const char *fake_frontend_address(const fake_frontend *r)
 {
     return r->address;
+}
+
+int fake_frontend_frames_sent(const fake_frontend *r)
+{
+    return atomic_load(&((fake_frontend *)r)->frames_sent);
 }
 
 void fake_frontend_stop(fake_frontend **pr, fake_frontend_stats *stats)

@@ -10,6 +10,8 @@
  *   "error:CODE"  the request fails with that error code (a proto_error_name)
  *   "silent"      never answered
  *   "slow"        a token every 20 ms
+ *   "hold:K"      K tokens at once, then nothing until cancelled (a request that lasts
+ *                 exactly as long as the test wants, however fast or slow the machine)
  *   "stop:K"      each sample ends after K tokens with finish_reason "stop"
  *   otherwise     max_tokens tokens, finish_reason "length"
  *
@@ -35,6 +37,9 @@ fake_frontend *fake_frontend_start(const char *curve_secret_key);
 
 /* Where clients connect ("tcp://127.0.0.1:PORT"). */
 const char *fake_frontend_address(const fake_frontend *r);
+
+/* Frames sent to clients so far (chunks, finals, errors, pongs); readable while it runs. */
+int fake_frontend_frames_sent(const fake_frontend *r);
 
 /* Stop the thread, fill *stats (may be NULL), free everything. */
 void fake_frontend_stop(fake_frontend **r, fake_frontend_stats *stats);

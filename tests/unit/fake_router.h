@@ -375,6 +375,12 @@ static inline bool fr_cond_bye(fake_router *r, void *unused)
     return r->n_bye > 0;
 }
 
+/* The worker's last load report says it drains (it handled a stop). */
+static inline bool fr_cond_draining(fake_router *r, void *unused)
+{
+    return r->load.phase == WP_PHASE_DRAINING;
+}
+
 /* A heartbeat showing an idle worker with every KV block free. */
 static inline bool fr_cond_idle_heartbeat(fake_router *r, void *unused)
 {

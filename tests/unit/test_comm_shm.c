@@ -216,16 +216,23 @@ static void a_killed_rank_fails_the_collective_within_a_second(void **state)
     kill(pid, SIGKILL);
     /* not reaped yet: the zombie must already count as dead */
     double t0 = shm_now();
-    while (shm_life_alive(&sh->life[1]) && shm_now() - t0 < 5)
+    while (shm_life_alive(&sh->life[1]) && shm_now() - t0 < 60)
         usleep(1000);
+    if (shm_life_alive(&sh->life[1]))
+        fail_msg("rank 1, killed, still counts as alive after 60 s");
+    /* the collective alone is timed, from when the peer is known dead: closed (not timeout)
+     * says the check found it; within a sixth of the 30 s timeout says it did not wait the
+     * timeout out, with room for a loaded machine (it takes milliseconds) */
+    double t1 = shm_now();
     int rc = comm_all_reduce(c, x, 4);
-    double dt = shm_now() - t0;
-    printf("all-reduce with a killed peer failed after %.3f s: %s\n", dt, deras_errmsg());
+    double dt = shm_now() - t1;
+    printf("all-reduce with a killed peer failed after %.3f s (%.3f s after the kill): %s\n", dt,
+           shm_now() - t0, deras_errmsg());
     if (rc != DERAS_ECLOSED)
         fail_msg("expected closed (rank 1 is gone), got %s: %s", deras_status_name(rc),
                  deras_errmsg());
-    if (dt > 1.0)
-        fail_msg("expected the failure within 1 s, took %.3f s", dt);
+    if (dt > 5.0)
+        fail_msg("expected the failure within 5 s (timeout 30 s), took %.3f s", dt);
     assert_non_null(strstr(deras_errmsg(), "rank 1 is gone"));
     /* broken for good: the next call fails at once */
     assert_int_equal(comm_all_reduce(c, x, 4), DERAS_ECLOSED);
@@ -279,10 +286,14 @@ static void a_rank_that_never_comes_times_out_and_fails_the_others_fast(void **s
         fail_msg("rank 0: expected timeout, got %s", deras_status_name(w[0].status));
     if (w[1].status != DERAS_ECLOSED)
         fail_msg("rank 1: expected closed (rank 0 failed), got %s", deras_status_name(w[1].status));
-    if (w[0].seconds < 0.29 || w[0].seconds > 1.5)
+    /* a timeout never fires early; late only by scheduling, so the upper bounds are loose:
+     * rank 1 failing (closed, not timeout) well before its own 30 s shows rank 0's failure
+     * reached it */
+    if (w[0].seconds < 0.29 || w[0].seconds > 10)
         fail_msg("rank 0: expected to give up after ~0.3 s, took %.3f s", w[0].seconds);
-    if (w[1].seconds > 1.5)
-        fail_msg("rank 1: expected to fail within ~0.5 s, took %.3f s", w[1].seconds);
+    if (w[1].seconds > 15)
+        fail_msg("rank 1: expected to fail soon after rank 0 (its own timeout: 30 s), took "
+                 "%.3f s", w[1].seconds);
     free(region);
 }
 

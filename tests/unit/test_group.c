@@ -166,7 +166,8 @@ static void a_leader_gives_up_on_a_follower_that_stopped_reading(void **state)
     double t0 = shm_now();
     int rc = plan_ring_publish(lead, PLAN_MSG_STEP, b, 4, 0.2); /* both slots unread */
     double dt = shm_now() - t0;
-    if (rc != DERAS_ETIMEOUT || dt < 0.19 || dt > 1.0)
+    /* never early; late only by scheduling (the upper bound catches a hang, not jitter) */
+    if (rc != DERAS_ETIMEOUT || dt < 0.19 || dt > 10.0)
         fail_msg("expected a timeout after ~0.2 s, got %s after %.3f s", deras_status_name(rc), dt);
     assert_non_null(strstr(deras_errmsg(), "rank 1"));
     /* once the follower reads, the slot is free again */
@@ -217,7 +218,7 @@ static bool segment_exists(const char *name)
  * (or exit with a code saying what went wrong). */
 static void child_follower(const char *name)
 {
-    group_opts o = {.name = name, .rank = 1, .size = 2, .timeout_s = 10};
+    group_opts o = {.name = name, .rank = 1, .size = 2, .timeout_s = 60}; /* a hang guard */
     group_t *g = NULL;
     model_config c = tiny_cfg();
     if (group_join(&o, &g))
@@ -247,9 +248,9 @@ static void a_group_starts_notices_a_dead_follower_and_cleans_up(void **state)
         child_follower(name); /* starts first: it waits for the leader's segment */
     model_config c = tiny_cfg();
     model_opts mo = tiny_opts();
-    group_opts o = {.name = name, .rank = 0, .size = 2, .timeout_s = 10};
+    group_opts o = {.name = name, .rank = 0, .size = 2, .timeout_s = 60}; /* a hang guard */
     group_t *g = NULL, *dup = NULL;
-    usleep(100000);
+    usleep(100000); /* usually lets the follower wait first; the other order works as well */
     assert_int_equal(group_lead(&o, &c, &mo, 1024, &g), DERAS_OK);
     int rc = group_wait_ready(g);
     if (rc) {
@@ -267,7 +268,7 @@ static void a_group_starts_notices_a_dead_follower_and_cleans_up(void **state)
                  deras_errmsg());
     kill(pid, SIGKILL); /* not reaped: a zombie must count as dead */
     double t0 = shm_now();
-    while ((rc = group_check(g)) == DERAS_OK && shm_now() - t0 < 5)
+    while ((rc = group_check(g)) == DERAS_OK && shm_now() - t0 < 60)
         usleep(1000);
     printf("a killed follower is seen gone after %.3f s: %s\n", shm_now() - t0, deras_errmsg());
     if (rc != DERAS_ECLOSED || !strstr(deras_errmsg(), "rank 1"))
@@ -303,7 +304,9 @@ static void a_follower_that_dies_while_loading_fails_the_start_at_once(void **st
     double dt = shm_now() - t0;
     int st;
     waitpid(pid, &st, 0);
-    if (rc != DERAS_ECLOSED || dt > 2)
+    /* closed (not timeout) says the death was noticed; within half the 30 s timeout says it
+     * was not waited out, with room for a loaded machine */
+    if (rc != DERAS_ECLOSED || dt > 15)
         fail_msg("expected closed soon after the follower died, got %s after %.2f s: %s",
                  deras_status_name(rc), dt, deras_errmsg());
     assert_non_null(strstr(deras_errmsg(), "died while loading"));
@@ -333,7 +336,7 @@ static void a_stale_segment_is_replaced_and_a_lone_follower_times_out(void **sta
     double t0 = shm_now();
     int rc = group_join(&fo, &f);
     double dt = shm_now() - t0;
-    if (rc != DERAS_ETIMEOUT || dt > 2)
+    if (rc != DERAS_ETIMEOUT || dt > 10) /* late only by scheduling: a hang guard */
         fail_msg("join with a dead leader: expected a timeout after 0.3 s, got %s after %.2f s",
                  deras_status_name(rc), dt);
     assert_non_null(strstr(deras_errmsg(), "--tp-rank 0"));

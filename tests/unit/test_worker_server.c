@@ -25,7 +25,16 @@
 #include "engine/engine.h"
 #include "worker/server.h"
 
-#define WAIT_S 20.0 /* generous: sanitizer builds on two shared cores */
+/* How long a test waits for what must come: a hang guard. Generous: a sanitizer build, niced,
+ * on two cores shared with full-speed processes gets a few percent of a core, and OpenMP's
+ * barriers do worst of all when their threads are descheduled (20 s was seen to run out). */
+#define WAIT_S 60.0
+/* Requests a test must still find running when it aborts, stops or restarts something get
+ * this test-only step delay (worker_opts.test_step_delay_ms): 4000 tokens then take at least
+ * 80 s on any machine, so they cannot end by themselves before the test acts (right after
+ * their first token), however fast the CPU or however late the test thread runs (short
+ * requests in the same tests, 30 tokens at most, still end in well under a second). */
+#define SLOW_STEP_MS 20
 
 static char *model_dir;
 
@@ -222,6 +231,7 @@ static void test_handshake_hello_describes_the_worker_then_heartbeats(void **sta
     fake_router *r = fr_new();
     worker_thread w = {0};
     worker_opts_for_test(&w.o, r->endpoint);
+    w.o.heartbeat_ms = 60000; /* only WELCOME's 50 ms can make heartbeats come quickly */
     worker_start(&w);
     fr_expect(r, WP_HELLO, WAIT_S);
     assert_string_equal(r->peer, "wt"); /* routing id = name */
@@ -238,11 +248,13 @@ static void test_handshake_hello_describes_the_worker_then_heartbeats(void **sta
     assert_int_equal(r->n_heartbeat, 0);            /* nothing before WELCOME */
     fr_welcome(r, 50);
     double t0 = fr_now();
-    fr_expect(r, WP_HEARTBEAT, WAIT_S);
-    fr_expect(r, WP_HEARTBEAT, WAIT_S);
-    fr_expect(r, WP_HEARTBEAT, WAIT_S);
+    fr_expect(r, WP_HEARTBEAT, WAIT_S * 3);
+    fr_expect(r, WP_HEARTBEAT, WAIT_S * 3);
+    fr_expect(r, WP_HEARTBEAT, WAIT_S * 3);
     double dt = fr_now() - t0;
-    if (dt > 2.0)
+    /* its own period (60 s, set before the start) would put the third heartbeat 120 s
+     * after WELCOME; WELCOME's 50 ms puts it at 0.1 s. 30 s tells them apart on any machine */
+    if (dt > 30.0)
         fail_msg("3 heartbeats at 50 ms took %.2f s: WELCOME's heartbeat_ms was not used", dt);
     assert_int_equal(r->load.kv_blocks_total, r->hello.kv_blocks_total);
     assert_int_equal(r->load.kv_blocks_free, r->load.kv_blocks_total);
@@ -373,6 +385,7 @@ static void test_abort_ends_the_request_and_frees_its_blocks(void **state)
     fake_router *r = fr_new();
     worker_thread w = {0};
     worker_opts_for_test(&w.o, r->endpoint);
+    w.o.test_step_delay_ms = SLOW_STEP_MS; /* the 4000-token request outlasts the test */
     start_registered(&w, r);
     int32_t prompt[40];
     make_prompt(prompt, 40, 3);
@@ -448,6 +461,7 @@ static void test_busy_and_draining_workers_reject_with_busy(void **state)
     fake_router *r = fr_new();
     worker_thread w = {0};
     worker_opts_for_test(&w.o, r->endpoint);
+    w.o.test_step_delay_ms = SLOW_STEP_MS; /* the 4000-token request outlasts the test */
     w.o.max_seqs = 2;
     w.o.max_batch_tokens = 32;
     w.o.max_live_seqs = 2;
@@ -506,7 +520,7 @@ static void test_no_router_times_out_naming_what_to_check(void **state)
     assert_non_null(strstr(w.err, "within 0.3 s"));
     assert_non_null(strstr(w.err, "is deras-router running"));
     assert_non_null(strstr(w.err, "--workers"));
-    assert_true(dt < 5.0);
+    assert_true(dt < WAIT_S); /* the model load included: only a hang could take this long */
     rmdir(dir);
 }
 
@@ -530,6 +544,7 @@ static void test_refuse_while_registered_aborts_and_says_hello_again(void **stat
     fake_router *r = fr_new();
     worker_thread w = {0};
     worker_opts_for_test(&w.o, r->endpoint);
+    w.o.test_step_delay_ms = SLOW_STEP_MS; /* the 4000-token request outlasts the test */
     start_registered(&w, r);
     int32_t prompt[30];
     make_prompt(prompt, 30, 6);
@@ -561,6 +576,7 @@ static void test_router_restart_is_answered_with_hello(void **state)
     fake_router *r = fr_new();
     worker_thread w = {0};
     worker_opts_for_test(&w.o, r->endpoint);
+    w.o.test_step_delay_ms = SLOW_STEP_MS; /* the 4000-token request outlasts the test */
     start_registered(&w, r);
     int32_t prompt[30];
     make_prompt(prompt, 30, 10);
@@ -627,6 +643,7 @@ static void test_stop_past_the_drain_timeout_says_bye_and_drops_what_is_left(voi
     fake_router *r = fr_new();
     worker_thread w = {0};
     worker_opts_for_test(&w.o, r->endpoint);
+    w.o.test_step_delay_ms = SLOW_STEP_MS; /* the 4000-token request outlasts the test */
     w.o.drain_timeout_s = 0.2;
     start_registered(&w, r);
     int32_t prompt[30];
@@ -652,6 +669,7 @@ static void test_second_stop_says_bye_at_once(void **state)
     fake_router *r = fr_new();
     worker_thread w = {0};
     worker_opts_for_test(&w.o, r->endpoint);
+    w.o.test_step_delay_ms = SLOW_STEP_MS; /* the 4000-token request outlasts the test */
     start_registered(&w, r); /* drain timeout 30 s: only the second stop can end it soon */
     int32_t prompt[30];
     make_prompt(prompt, 30, 9);
