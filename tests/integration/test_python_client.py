@@ -26,8 +26,11 @@ except ImportError as e:
     print("SKIPPED: %s (install python3-zmq and python3-msgpack)" % e)
     sys.exit(77)
 
-from deras_client import (PARAMS, Chunk, Client, DerasError, DerasTimeout,  # noqa: E402
-                          Final)
+import asyncio  # noqa: E402
+import tempfile  # noqa: E402
+
+from deras_client import (PARAMS, AsyncClient, Chunk, Client, DerasError,  # noqa: E402
+                          DerasTimeout, DerasUnavailable, Final)
 from fake_router import FakeRouter  # noqa: E402
 
 
@@ -275,6 +278,29 @@ class ClientTest(unittest.TestCase):
                 c.ping(timeout=0.2)
             self.assertLess(time.monotonic() - t0, 10.0)  # two 0.2 s timeouts, not a hang
 
+    def test_nothing_listening_fails_fast_naming_the_address(self):
+        # the request timeout (60 s) would be a hang here; connect_timeout says it sooner
+        path = "ipc://%s/no-router.sock" % tempfile.mkdtemp(prefix="deras-none-")
+        with Client(path, timeout=60, connect_timeout=0.3) as c:
+            t0 = time.monotonic()
+            with self.assertRaises(DerasUnavailable) as cm:
+                c.complete("p")
+            dt = time.monotonic() - t0
+            self.assertEqual(cm.exception.code, "unavailable")
+            self.assertIn(path, cm.exception.message)
+            self.assertIn("is deras-router running", cm.exception.message)
+            self.assertTrue(isinstance(cm.exception, DerasTimeout))  # caught as before
+            self.assertTrue(0.25 <= dt < 30.0, "%.2f s" % dt)  # never early; a hang guard
+            self.assertEqual(c.in_flight, [])
+            with self.assertRaises(DerasUnavailable):  # still nothing: at once
+                c.ping(timeout=60)
+
+    def test_a_live_router_is_not_unavailable_however_slow(self):
+        # connected: only the request's own timeout applies, not connect_timeout
+        with Client(self.router.address, timeout=30, connect_timeout=0.01) as c:
+            self.assertEqual(c.ping(timeout=30)["type"], "pong")
+            self.assertEqual(c.complete("slow", max_tokens=5).text, expected_text(5))
+
     # ---- ping ----
 
     def test_ping_returns_the_pong_with_workers(self):
@@ -320,6 +346,79 @@ class CurveTest(unittest.TestCase):
     def test_bad_key_is_refused_at_construction(self):
         with self.assertRaises(ValueError):
             Client(self.router.address, curve_server_key="short")
+
+
+class AsyncClientTest(unittest.TestCase):
+    """AsyncClient: the same requests, awaited, many at once on one client."""
+
+    def setUp(self):
+        self.router = FakeRouter()
+        self.router.start()
+
+    def tearDown(self):
+        self.router.stop()
+
+    def run_async(self, coro):
+        return asyncio.run(asyncio.wait_for(coro, 120))
+
+    def test_complete_stream_chat_and_ping(self):
+        async def go():
+            async with AsyncClient(self.router.address, timeout=30) as c:
+                done = await c.complete("hello there", max_tokens=5)
+                self.assertEqual((done.text, done.token_ids), (expected_text(5),
+                                                               [expected_ids(5)]))
+                s = await c.stream("x", max_tokens=3, n=2)
+                events = [ev async for ev in s]
+                self.assertEqual(sum(isinstance(e, Final) for e in events), 2)
+                self.assertTrue(s.done)
+                texts = {}
+                for e in events:
+                    if isinstance(e, Chunk):
+                        texts[e.index] = texts.get(e.index, "") + e.text
+                self.assertEqual(texts, {0: expected_text(3), 1: expected_text(3)})
+                answer = await c.chat([{"role": "user", "content": "hi"}], max_tokens=4)
+                self.assertEqual(answer.text, expected_text(4))
+                pong = await c.ping(timeout=30)
+                self.assertEqual(pong["workers"][0]["name"], "fake0")
+                self.assertEqual(c.in_flight, [])
+        self.run_async(go())
+        sent = [m for m in self.router.received if m.get("type") == "request"]
+        self.assertEqual([("stream" in m, "messages" in m) for m in sent],
+                         [(False, False), (True, False), (False, True)])
+
+    def test_many_requests_at_once_each_get_their_own_answer(self):
+        async def go():
+            async with AsyncClient(self.router.address, timeout=30) as c:
+                tasks = [c.complete("slow" if i % 2 else "p", max_tokens=2 + i % 5,
+                                    id="r%d" % i) for i in range(16)]
+                done = await asyncio.gather(*tasks)
+                for i, d in enumerate(done):
+                    self.assertEqual((d.id, d.text), ("r%d" % i, expected_text(2 + i % 5)))
+        self.run_async(go())
+
+    def test_errors_timeouts_cancel_and_unavailable(self):
+        async def go():
+            async with AsyncClient(self.router.address, timeout=30) as c:
+                with self.assertRaises(DerasError) as cm:
+                    await c.complete("error:busy", max_tokens=2)
+                self.assertEqual(cm.exception.code, "busy")
+                with self.assertRaises(DerasTimeout):
+                    await c.complete("silent", timeout=0.3)
+                s = await c.stream("slow", max_tokens=500)
+                first = await s.__anext__()
+                self.assertIsInstance(first, Chunk)
+                await s.cancel()
+                rest = [ev async for ev in s]
+                self.assertEqual(rest[-1].finish_reason, "abort")
+                self.assertEqual(c.in_flight, [])
+            path = "ipc://%s/none.sock" % tempfile.mkdtemp(prefix="deras-none-")
+            async with AsyncClient(path, timeout=60, connect_timeout=0.3) as c:
+                with self.assertRaises(DerasUnavailable) as cm:
+                    await c.complete("p")
+                self.assertIn(path, cm.exception.message)
+        self.run_async(go())
+        types = [m.get("type") for m in self.router.received]
+        self.assertIn("cancel", types)
 
 
 if __name__ == "__main__":

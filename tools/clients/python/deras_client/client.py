@@ -9,9 +9,11 @@ Nothing runs in the background: all work happens inside the calls, which keeps t
 a single small object with no threads to start or stop.
 
 Every wait has a deadline (the `timeout`: the longest silence tolerated between two
-messages of one request), so a router that died or never existed surfaces as DerasTimeout
-instead of a hang; a timed-out request is cancelled on the router (best effort) and
-forgotten here.
+messages of one request), so a router that died surfaces as DerasTimeout instead of a
+hang; a timed-out request is cancelled on the router (best effort) and forgotten here.
+Nothing answering at all is told sooner: while no connection to the router is up (the
+socket's monitor says whether a handshake completed), a wait ends after connect_timeout
+with DerasUnavailable, which names the address (link.py).
 
 Thread safety: a Client is NOT thread-safe (ZeroMQ sockets are not). Use one Client per
 thread - they are cheap and may share a zmq.Context - or serialize every call on a Client
@@ -21,16 +23,21 @@ with your own lock, including iterating its streams.
 import collections
 import time
 import uuid
+from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union)
 
 import msgpack
 import zmq
-from zmq.utils import z85
 
+from .link import Key, LinkWatch, make_socket
 from .types import (PROTOCOL_VERSION, Choice, Chunk, Completion, DerasError, DerasTimeout,
                     Final, Usage)
 
 DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
 DEFAULT_TIMEOUT = 120.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+Event = Union[Chunk, Final]
+Message = Dict[str, Any]
 
 # Request fields by wire name (common/wire/protocol.h, docs/protocol.md) and the Python type
 # they must have. Anything else passed to complete()/stream() is a TypeError, raised before
@@ -43,19 +50,6 @@ BOOL_PARAMS = ("ignore_eos", "add_special_tokens")
 LIST_PARAMS = ("stop", "stop_token_ids")
 MAP_PARAMS = ("logit_bias",)  # {token id: bias}; ids as ints or decimal strings (OpenAI's)
 PARAMS = INT_PARAMS + FLOAT_PARAMS + BOOL_PARAMS + LIST_PARAMS + MAP_PARAMS
-
-
-def _curve_key(key, what):
-    """A CURVE key as Z85 bytes: accepts 40-character Z85 (str or bytes) or 32 raw bytes."""
-    if isinstance(key, str):
-        key = key.encode("ascii")
-    if not isinstance(key, bytes):
-        raise TypeError("%s: expected a Z85 string or 32 raw bytes" % what)
-    if len(key) == 32:
-        return z85.encode(key)
-    if len(key) == 40:
-        return key
-    raise ValueError("%s: expected 40 Z85 characters or 32 raw bytes, got %d" % (what, len(key)))
 
 
 def _build_params(params):
@@ -260,56 +254,51 @@ class Client:
     address: the router's client endpoint. curve_server_key: the router's CURVE public key
     (Z85 text or 32 raw bytes) to encrypt the connection; the client then uses
     curve_client_keys=(public, secret) or a fresh key pair. timeout: default longest wait,
-    in seconds, for the next message of a request (None waits forever). context: a
-    zmq.Context to share (default: the process-wide instance).
+    in seconds, for the next message of a request (None waits forever). connect_timeout:
+    how long a wait tolerates having no connection to the router before DerasUnavailable
+    (None: the request timeout alone). context: a zmq.Context to share (default: the
+    process-wide instance).
     """
 
-    def __init__(self, address=DEFAULT_ADDRESS, curve_server_key=None, curve_client_keys=None,
-                 timeout=DEFAULT_TIMEOUT, context=None):
+    def __init__(self, address: str = DEFAULT_ADDRESS, curve_server_key: Optional[Key] = None,
+                 curve_client_keys: Optional[Tuple[Key, Key]] = None,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT,
+                 context: Optional[zmq.Context] = None,
+                 connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT) -> None:
         self.address = address
         self.timeout = timeout
         self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        try:
-            self._sock.setsockopt(zmq.LINGER, 200)   # let a last cancel leave on close
-            self._sock.setsockopt(zmq.RCVHWM, 0)     # never drop tokens on our side
-            self._sock.setsockopt(zmq.SNDTIMEO, 5000)
-            if curve_server_key is not None:
-                if curve_client_keys is None:
-                    pub, sec = zmq.curve_keypair()
-                else:
-                    pub = _curve_key(curve_client_keys[0], "curve_client_keys[0]")
-                    sec = _curve_key(curve_client_keys[1], "curve_client_keys[1]")
-                self._sock.setsockopt(zmq.CURVE_SERVERKEY,
-                                      _curve_key(curve_server_key, "curve_server_key"))
-                self._sock.setsockopt(zmq.CURVE_PUBLICKEY, pub)
-                self._sock.setsockopt(zmq.CURVE_SECRETKEY, sec)
-            self._sock.connect(address)
-        except Exception:
-            self._sock.close(0)
-            raise
+        self._sock, mon = make_socket(self._ctx, address, curve_server_key, curve_client_keys)
+        self._link = LinkWatch(mon, address, connect_timeout)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
-        self._queues = {}                      # live request id -> deque of messages
-        self._pongs = collections.deque()
+        self._poller.register(mon, zmq.POLLIN)
+        self._queues: Dict[str, collections.deque] = {}  # live request id -> its messages
+        self._pongs: collections.deque = collections.deque()
         self.dropped = 0                       # messages for ids no longer tracked
 
     # ---- requests ----
 
-    def complete(self, prompt=None, *, prompt_ids=None, id=None, timeout=None, **params):
+    def complete(self, prompt: Optional[str] = None, *,
+                 prompt_ids: Optional[Sequence[int]] = None, id: Optional[str] = None,
+                 timeout: Optional[float] = None, **params: Any) -> Completion:
         """Run one request to the end and return its Completion (texts, token ids, finish
         reasons, usage per sample). Raises DerasError(code, message) when the router
         refuses or fails it and DerasTimeout when the router stays silent for `timeout`."""
         return self._complete(_prompt_fields(prompt, prompt_ids), id, timeout, params)
 
-    def stream(self, prompt=None, *, prompt_ids=None, id=None, timeout=None, **params):
+    def stream(self, prompt: Optional[str] = None, *,
+               prompt_ids: Optional[Sequence[int]] = None, id: Optional[str] = None,
+               timeout: Optional[float] = None, **params: Any) -> "Stream":
         """Start a streaming request; returns its Stream (iterate it for Chunk and Final
         events). Several streams may be open at once on one client."""
         rid, n = self._send_request(_prompt_fields(prompt, prompt_ids), id, True, params)
         return Stream(self, rid, n, self.timeout if timeout is None else timeout)
 
-    def chat(self, messages, *, tools=None, add_generation_prompt=True,
-             chat_template_kwargs=None, id=None, timeout=None, **params):
+    def chat(self, messages: Sequence[Message], *, tools: Optional[Sequence[Message]] = None,
+             add_generation_prompt: bool = True,
+             chat_template_kwargs: Optional[Message] = None, id: Optional[str] = None,
+             timeout: Optional[float] = None, **params: Any) -> Completion:
         """A chat: the router renders `messages` ([{"role": "system" | "user" |
         "assistant" | "tool", "content": str or [{"type": "text", "text": str}], ...}])
         with the model's own chat template (with `tools`, `add_generation_prompt` and
@@ -318,20 +307,23 @@ class Client:
         fields = _chat_fields(messages, tools, add_generation_prompt, chat_template_kwargs)
         return self._complete(fields, id, timeout, params)
 
-    def chat_stream(self, messages, *, tools=None, add_generation_prompt=True,
-                    chat_template_kwargs=None, id=None, timeout=None, **params):
+    def chat_stream(self, messages: Sequence[Message], *,
+                    tools: Optional[Sequence[Message]] = None,
+                    add_generation_prompt: bool = True,
+                    chat_template_kwargs: Optional[Message] = None, id: Optional[str] = None,
+                    timeout: Optional[float] = None, **params: Any) -> "Stream":
         """chat() as a Stream."""
         fields = _chat_fields(messages, tools, add_generation_prompt, chat_template_kwargs)
         rid, n = self._send_request(fields, id, True, params)
         return Stream(self, rid, n, self.timeout if timeout is None else timeout)
 
-    def cancel(self, id):
+    def cancel(self, id: str) -> None:
         """Ask the router to stop request `id` (fire and forget). A live request then ends
         with finish_reason "abort"; the router answers an id it does not know with an
         unknown_request error, which this client drops if it no longer tracks the id."""
         self._send({"type": "cancel", "id": id})
 
-    def ping(self, timeout=5.0):
+    def ping(self, timeout: Optional[float] = 5.0) -> Message:
         """Round trip to the router; returns the pong as a dict: {"type": "pong", "v": ...,
         "workers": [{"name", "state", "running", "waiting", "kv_blocks_free",
         "kv_blocks_total", "served"}, ...]}. Raises DerasTimeout after `timeout` seconds."""
@@ -342,20 +334,21 @@ class Client:
             self._pump(deadline, "ping")
         return self._pongs.popleft()
 
-    def close(self):
+    def close(self) -> None:
         """Close the socket (pending cancels get 200 ms to leave). Idempotent."""
         if not self._sock.closed:
+            self._link.close(self._sock)
             self._sock.close()
         self._queues.clear()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     @property
-    def in_flight(self):
+    def in_flight(self) -> List[str]:
         """Ids of the requests this client is still tracking."""
         return list(self._queues)
 
@@ -406,11 +399,23 @@ class Client:
     def _pump(self, deadline, what):
         """Read one message from the socket (waiting until `deadline`, monotonic seconds, or
         forever if None) and file it under its request id."""
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self._poller.poll(None if wait is None else int(wait * 1000) + 1):
+        self._link.drain()
+        now = time.monotonic()
+        ready = dict(self._poller.poll(0))  # what already came is read, link up or not
+        if self._sock not in ready:
+            self._link.check()
+            until = deadline
+            link_deadline = self._link.deadline()
+            if link_deadline is not None and (until is None or link_deadline < until):
+                until = link_deadline
+            wait = None if until is None else max(0.0, until - now)
+            ready = dict(self._poller.poll(None if wait is None else int(wait * 1000) + 1))
+            self._link.drain()
+        if self._sock not in ready:
+            self._link.check()
             if deadline is not None and time.monotonic() >= deadline:
                 raise DerasTimeout("timeout", "no reply from %s for %s within %.3g s"
-                                   % (self.address, what, wait if wait else 0.0))
+                                   % (self.address, what, max(0.0, deadline - now)))
             return
         frames = self._sock.recv_multipart()
         frame = frames[-1]   # a single frame; tolerate a leading empty delimiter

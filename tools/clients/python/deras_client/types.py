@@ -6,7 +6,8 @@ from typing import Any, List, Optional
 
 PROTOCOL_VERSION = 1
 
-# Stable error codes of the protocol (common/wire/protocol.h); "timeout" is the client's own.
+# Stable error codes of the protocol (common/wire/protocol.h); "timeout", "unavailable" and
+# "unauthenticated" are the client's own.
 ERROR_CODES = (
     "malformed", "unsupported_version", "unknown_type", "invalid_field", "missing_field",
     "message_too_large", "limit_exceeded", "value_out_of_range", "token_out_of_range",
@@ -28,6 +29,13 @@ class DerasError(Exception):
 
 class DerasTimeout(DerasError):
     """No reply within the timeout (router down, unreachable, or overloaded). code "timeout"."""
+
+
+class DerasUnavailable(DerasTimeout):
+    """Nothing answers: no connection to the router came up within connect_timeout (code
+    "unavailable": no router at that address, or a handshake that failed), or the router
+    refused this client's CURVE key (code "unauthenticated"). A DerasTimeout, so code that
+    catches timeouts catches it too, only sooner."""
 
 
 @dataclass(frozen=True)
