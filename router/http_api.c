@@ -29,8 +29,9 @@
  * KEY" with one of the file's keys (compared in constant time for a given length); 401
  * otherwise. /metrics, /health and /live (http.c) never do.
  *
- * Costs: a call allocates its record, the body (at most 4 MiB) and jansson's values while
- * it parses, and its output buffers; a streamed token appends to a buffer that keeps its
+ * Costs: a call allocates its record, the body (at most 4 MiB; all calls' bodies together
+ * at most 64 MiB, 429 beyond) and jansson's values while it parses (at most ~30 bytes per
+ * body byte), both freed once the request is admitted, then its output buffers; a streamed token appends to a buffer that keeps its
  * capacity (no allocation once warm). The departure check is O(waiting calls) per 100 ms.
  */
 #include "router/http_api.h"
@@ -48,6 +49,7 @@
 #define HTTP_API_CHECK_US 100000  /* departures of waiting clients checked this often */
 #define HTTP_API_MAX_KEYS 64
 #define HTTP_API_MAX_KEY 256
+#define HTTP_API_BODIES_MAX ((size_t)64 << 20) /* bodies being received, all calls together */
 
 enum route { R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_NONE };
 
@@ -61,6 +63,7 @@ struct http_api {
     int cap_pfds;
     int64_t next_check_us;
     uint64_t n_calls;
+    size_t body_bytes;            /* held in calls' body buffers now */
     char model[256];              /* the served model's name */
 };
 
@@ -70,7 +73,7 @@ struct http_call {
     enum route route;
     int fd;
     oai_buf body;
-    bool too_large, handled, suspended, responding, ended;
+    bool too_large, over_budget, handled, suspended, responding, ended;
     oai_request req;
     bool parsed;
     rq_t *r;                      /* while its request is live */
@@ -242,6 +245,12 @@ static void unlink_call(http_api_t *a, http_call_t *call)
     }
 }
 
+static void drop_body(http_api_t *a, http_call_t *call)
+{
+    a->body_bytes -= call->body.n;
+    oai_buf_free(&call->body);
+}
+
 /* The streaming body: what the buffer holds; when it is empty, wait (suspended). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -365,6 +374,11 @@ static void abandon(router_t *rt, http_call_t *call)
     relay_abort(rt, r, "disconnected");
 }
 
+const char *http_api_model(const router_t *rt)
+{
+    return rt->api ? rt->api->model : "";
+}
+
 bool http_api_waiting(const router_t *rt)
 {
     return rt->api && rt->api->n_waiting > 0;
@@ -412,7 +426,7 @@ void http_api_completed(router_t *rt, void **con_cls)
     *con_cls = NULL;
     abandon(rt, call);
     oai_request_free(&call->req);
-    oai_buf_free(&call->body);
+    drop_body(rt->api, call);
     oai_buf_free(&call->out);
     oai_buf_free(&call->choices);
     free(call);
@@ -516,6 +530,9 @@ static enum MHD_Result handle(router_t *rt, http_call_t *call)
         snprintf(msg, sizeof msg, "the body exceeds %zu bytes", rt->lim.max_message_bytes);
         return respond_error(rt, c, 413, "message_too_large", NULL, msg);
     }
+    if (call->over_budget)
+        return respond_error(rt, c, 429, "busy", NULL,
+                             "too many request bodies are being received; retry later");
     if (call->route == R_DETOKENIZE)
         return detokenize_route(rt, call);
     /* /tokenize takes a completion's prompt or a chat's messages */
@@ -524,8 +541,10 @@ static enum MHD_Result handle(router_t *rt, http_call_t *call)
                                             "\"messages\"", 10))
         kind = OAI_CHAT;
     oai_error e;
-    if (oai_parse(kind, call->body.p ? call->body.p : "", call->body.n, &rt->lim, &call->req,
-                  &e))
+    int rc = oai_parse(kind, call->body.p ? call->body.p : "", call->body.n, &rt->lim,
+                       &call->req, &e);
+    drop_body(rt->api, call); /* the parsed values hold what is needed */
+    if (rc)
         return respond_error(rt, c, oai_http_status(e.code), proto_error_name(e.code), e.param,
                              e.message);
     call->parsed = true;
@@ -551,6 +570,8 @@ static enum MHD_Result handle(router_t *rt, http_call_t *call)
     rq_origin o = {.ident = call->ident, .ident_len = 16, .fd = -1, .http = call};
     char msg[256];
     enum proto_error_code code = frontend_admit(rt, &o, &call->req.q, msg, sizeof msg);
+    /* admission copied or tokenized what it needs: the parsed body goes (the flags stay) */
+    oai_request_free(&call->req);
     if (code != PE_NONE) {
         rt->st.errors[code]++;
         return respond_error(rt, c, oai_http_status(code), proto_error_name(code), NULL, msg);
@@ -622,14 +643,23 @@ enum MHD_Result http_api_request(router_t *rt, struct MHD_Connection *c, const c
     }
     if (*upload_size) {
         size_t n = *upload_size;
+        http_api_t *a = rt->api;
         *upload_size = 0;
-        if (call->too_large || call->body.n + n > rt->lim.max_message_bytes) {
-            call->too_large = true; /* read and dropped: the answer is 413 */
-            oai_buf_free(&call->body);
+        if (call->too_large || call->over_budget ||
+            call->body.n + n > rt->lim.max_message_bytes ||
+            a->body_bytes + n > HTTP_API_BODIES_MAX) {
+            /* read and dropped: the answer is 413, or 429 when all bodies together are over */
+            if (!call->too_large && call->body.n + n <= rt->lim.max_message_bytes)
+                call->over_budget = true;
+            else
+                call->too_large = true;
+            drop_body(a, call);
             return MHD_YES;
         }
+        size_t before = call->body.n;
         oai_buf_put(&call->body, upload_data, n);
-        call->too_large = call->body.failed;
+        a->body_bytes += call->body.n - before;
+        call->over_budget = call->body.failed;
         return MHD_YES;
     }
     if (!call->handled) {
