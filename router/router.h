@@ -303,6 +303,9 @@ void http_api_fail(router_t *rt, rq_t *r, enum proto_error_code code, const char
 void http_api_end(router_t *rt, rq_t *r);
 /* Calls waiting on their request whose client went away: their requests are cancelled. */
 void http_api_check_gone(router_t *rt);
+/* The served model's id (/v1/models, the vllm:* gauges' model_name): the base name of
+ * --model; "" before http_api_open. */
+const char *http_api_model(const router_t *rt);
 /* Whether some call waits (the loop then checks for departures every 100 ms). */
 bool http_api_waiting(const router_t *rt);
 /* --api-key-file: load the keys (one per line, blank and # lines skipped). DERAS_EIO,
