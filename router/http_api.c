@@ -75,7 +75,6 @@ struct http_call {
     oai_buf body;
     bool too_large, over_budget, handled, suspended, responding, ended;
     oai_request req;
-    bool parsed;
     rq_t *r;                      /* while its request is live */
     enum proto_error_code err;
     char err_msg[256];
@@ -547,7 +546,6 @@ static enum MHD_Result handle(router_t *rt, http_call_t *call)
     if (rc)
         return respond_error(rt, c, oai_http_status(e.code), proto_error_name(e.code), e.param,
                              e.message);
-    call->parsed = true;
     if (*call->req.model && strcmp(call->req.model, rt->api->model)) {
         char msg[400];
         snprintf(msg, sizeof msg, "The model '%.150s' does not exist; this server serves '%.150s'",
