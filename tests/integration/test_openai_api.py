@@ -158,6 +158,19 @@ class Raw(unittest.TestCase):
         self.error(*http(self.base, "GET", "/v1/nothing"), 404, "not_found")
         big = b'{"prompt": "' + b"a" * (5 << 20) + b'"}'
         self.error(*http(self.base, "POST", p, raw=big), 413, "message_too_large")
+        self.error(*http(self.base, "POST", p, raw=b'{"prompt": "a", "top_p": NaN}'), 400,
+                   "malformed")
+        self.error(*http(self.base, "POST", "/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                   400, "invalid_field", "messages[0].content")
+        # a 1 MiB header: libmicrohttpd answers 431 once its 32 KiB per connection are full
+        # and closes; the client may still be sending then, and see the reset instead
+        try:
+            status, _ = http(self.base, "POST", p, {"prompt": "a"},
+                             headers={"X-Big": "b" * (1 << 20)})
+        except OSError:  # ConnectionResetError, BrokenPipeError
+            status = 431
+        self.assertEqual(status, 431)
         # the router still serves
         self.assertEqual(http(self.base, "POST", p, {"prompt": "a", "max_tokens": 1})[0], 200)
 
