@@ -344,6 +344,7 @@ void http_run(router_t *rt)
     while ((fd = conn_guard_expired(h->guard, now_s(), HTTP_HEAD_TIMEOUT_S)) >= 0)
         shut(h, fd, "no request head within 5 s");
     http_api_check_gone(rt);
+    http_api_take_resumed(rt);
     MHD_run(h->d);
 }
 
@@ -364,6 +365,8 @@ int64_t http_next_timer(const router_t *rt, int64_t now_us)
     conn_guard_get_stats(rt->http->guard, &gs);
     if (gs.unproven > 0 && now_us + 500000 < t)
         t = now_us + 500000;
+    if (http_api_resumed(rt)) /* resumed during this turn, after http_run */
+        return now_us;
     /* calls waiting on their request: their clients' departures are looked for */
     if (http_api_waiting(rt) && now_us + 100000 < t)
         t = now_us + 100000;

@@ -64,6 +64,8 @@ struct http_api {
     int64_t next_check_us;
     uint64_t n_calls;
     size_t body_bytes;            /* held in calls' body buffers now */
+    int n_live;                   /* calls not yet completed */
+    bool resumed;                 /* a call was resumed since the last http_run */
     char model[256];              /* the served model's name */
 };
 
@@ -219,10 +221,13 @@ static enum MHD_Result respond_error(router_t *rt, struct MHD_Connection *c, uns
     return ok;
 }
 
+/* libmicrohttpd picks a resumed connection up in its next MHD_run; the loop's next poll
+ * does not wait for that (http_next_timer). */
 static void resume(http_call_t *call)
 {
     if (call->suspended) {
         call->suspended = false;
+        call->rt->api->resumed = true;
         MHD_resume_connection(call->conn);
     }
 }
@@ -373,6 +378,24 @@ static void abandon(router_t *rt, http_call_t *call)
     relay_abort(rt, r, "disconnected");
 }
 
+bool http_api_take_resumed(router_t *rt)
+{
+    if (!rt->api || !rt->api->resumed)
+        return false;
+    rt->api->resumed = false;
+    return true;
+}
+
+bool http_api_resumed(const router_t *rt)
+{
+    return rt->api && rt->api->resumed;
+}
+
+bool http_api_idle(const router_t *rt)
+{
+    return !rt->api || rt->api->n_live == 0;
+}
+
 const char *http_api_model(const router_t *rt)
 {
     return rt->api ? rt->api->model : "";
@@ -423,6 +446,7 @@ void http_api_completed(router_t *rt, void **con_cls)
     if (!call)
         return;
     *con_cls = NULL;
+    rt->api->n_live--;
     abandon(rt, call);
     oai_request_free(&call->req);
     drop_body(rt->api, call);
@@ -636,6 +660,7 @@ enum MHD_Result http_api_request(router_t *rt, struct MHD_Connection *c, const c
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         call->fd = ci ? ci->connect_fd : -1;
         *con_cls = call;
+        rt->api->n_live++;
         rt->st.http_api_calls++;
         return MHD_YES;
     }

@@ -610,7 +610,8 @@ static int run(router_t *rt)
         dispatch_run(rt->disp, now);
         relay_reap(rt);
         if (rt->draining) {
-            if (rq_count(rt->rqs) == 0) {
+            /* and every HTTP call answered: its response may still be on its way out */
+            if (rq_count(rt->rqs) == 0 && http_api_idle(rt)) {
                 log_info("drained: every request ended");
                 return 0;
             }

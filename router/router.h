@@ -306,6 +306,12 @@ void http_api_check_gone(router_t *rt);
 /* The served model's id (/v1/models, the vllm:* gauges' model_name): the base name of
  * --model; "" before http_api_open. */
 const char *http_api_model(const router_t *rt);
+/* Whether a call was resumed since the last http_run (the next poll must not wait); the
+ * take form also clears it (http_run, before MHD_run). */
+bool http_api_resumed(const router_t *rt);
+bool http_api_take_resumed(router_t *rt);
+/* No call is in progress (every response written): a drain may end. */
+bool http_api_idle(const router_t *rt);
 /* Whether some call waits (the loop then checks for departures every 100 ms). */
 bool http_api_waiting(const router_t *rt);
 /* --api-key-file: load the keys (one per line, blank and # lines skipped). DERAS_EIO,

@@ -22,7 +22,9 @@ skipped, the raw half still runs.
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +34,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import ROOT, Cluster  # noqa: E402
+from cluster import ROOT, ROUTER, STEP_DELAY, TINY, Cluster, free_port  # noqa: E402
 
 sys.path.append(os.environ.get("DERAS_PYLIB", os.path.join(ROOT, ".dev", "pylib")))
 try:
@@ -96,7 +98,8 @@ class Raw(unittest.TestCase):
 
     def test_completion_and_chat(self):
         s, b = http(self.base, "POST", "/v1/completions",
-                    {"model": self.model, "prompt": "hello", "max_tokens": 5, "temperature": 0})
+                    {"model": self.model, "prompt": "hello", "max_tokens": 5, "temperature": 0,
+                     "ignore_eos": True})
         self.assertEqual(s, 200, b)
         self.assertEqual(b["object"], "text_completion")
         self.assertEqual(b["usage"]["completion_tokens"], 5)
@@ -112,6 +115,7 @@ class Raw(unittest.TestCase):
     def test_stream_with_usage(self):
         s, text = http(self.base, "POST", "/v1/chat/completions",
                        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6,
+                        "min_tokens": 6,  # the turn cannot end early: 6 tokens each
                         "stream": True, "stream_options": {"include_usage": True}, "n": 2})
         self.assertEqual(s, 200)
         events = sse_events(text)
@@ -200,6 +204,73 @@ class Raw(unittest.TestCase):
             time.sleep(0.1)
 
 
+class NoWorkers(unittest.TestCase):
+    """A router without workers: a request waits --no-workers-wait-ms, then 503 no_workers;
+    while it stops, 503 shutting_down."""
+
+    def test_503(self):
+        d = tempfile.mkdtemp(prefix="deras-openai-nw-")
+        port = free_port()
+        base = "http://127.0.0.1:%d" % port
+        p = subprocess.Popen([ROUTER, "--model", TINY, "--listen", "ipc://%s/c.sock" % d,
+                              "--workers", "ipc://%s/w.sock" % d, "--metrics-listen",
+                              "127.0.0.1:%d" % port, "--no-workers-wait-ms", "200"],
+                             env=dict(os.environ, DERAS_RUNTIME_DIR=d),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if http(base, "GET", "/live")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                self.assertLess(time.monotonic(), deadline, "the router never answered /live")
+                time.sleep(0.05)
+            for stream in (False, True):
+                s, b = http(base, "POST", "/v1/completions", {"prompt": "a", "stream": stream})
+                self.assertEqual(s, 503, b)
+                self.assertEqual(b["error"]["code"], "no_workers")
+                self.assertEqual(b["error"]["type"], "server_error")
+        finally:
+            p.terminate()
+            self.assertEqual(p.wait(timeout=60), 0)
+
+
+class Drain(unittest.TestCase):
+    """SIGTERM while a call streams: the request finishes, its stream ends with [DONE], and
+    only then does the router exit (0). The worker's steps are slowed (a test-only knob), so
+    the stream is still running when the signal comes, on any machine."""
+
+    def test_stream_outlives_sigterm(self):
+        c = Cluster(n_workers=1, worker_env={STEP_DELAY: "20"})
+        try:
+            port = int(c.metrics_url.rsplit(":", 1)[1])
+            body = json.dumps({"prompt": "hello", "max_tokens": 40, "ignore_eos": True,
+                               "stream": True}).encode()
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            got = b""
+            while b"data: " not in got:
+                chunk = s.recv(4096)
+                self.assertTrue(chunk, "the stream ended before its first event")
+                got += chunk
+            c.router.send_signal(signal.SIGTERM)
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            s.close()
+            self.assertIn(b"data: [DONE]", got)
+            self.assertIn(b'"finish_reason":"length"', got)
+            self.assertEqual(c.router.wait(timeout=60), 0)
+        finally:
+            c.stop()
+
+
 @unittest.skipIf(openai is None, "the openai package is not installed (pip install openai)")
 class OpenAI(unittest.TestCase):
     @classmethod
@@ -271,7 +342,7 @@ class OpenAI(unittest.TestCase):
 
     def test_completions(self):
         r = self.client.completions.create(model=self.model, prompt="Once upon", max_tokens=5,
-                                           logprobs=1)
+                                           logprobs=1, extra_body={"ignore_eos": True})
         self.assertEqual(r.object, "text_completion")
         self.assertEqual(len(r.choices[0].logprobs.tokens), 5)
         self.assertEqual(r.usage.completion_tokens, 5)
