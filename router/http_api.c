@@ -154,6 +154,8 @@ int http_api_open(router_t *rt)
         memcpy(a->keys[a->n_keys], line, l + 1);
         a->key_lens[a->n_keys++] = l;
     }
+    if (!rc && ferror(f))
+        rc = deras_fail(DERAS_EIO, "--api-key-file %s: cannot read it", rt->o.api_key_file);
     fclose(f);
     if (!rc && !a->n_keys)
         rc = deras_fail(DERAS_EINVAL, "--api-key-file %s holds no key", rt->o.api_key_file);

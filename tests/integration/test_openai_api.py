@@ -237,6 +237,22 @@ class NoWorkers(unittest.TestCase):
             self.assertEqual(p.wait(timeout=60), 0)
 
 
+    def test_bad_key_files_stop_the_router(self):
+        d = tempfile.mkdtemp(prefix="deras-openai-kf-")
+        empty = os.path.join(d, "empty")
+        with open(empty, "w") as f:
+            f.write("# no key here\n\n")
+        for path, words in ((empty, "holds no key"), (os.path.join(d, "absent"), "cannot open"),
+                            (d, "cannot read")):
+            r = subprocess.run([ROUTER, "--model", TINY, "--listen", "ipc://%s/c.sock" % d,
+                                "--workers", "ipc://%s/w.sock" % d, "--metrics-listen",
+                                "127.0.0.1:%d" % free_port(), "--api-key-file", path],
+                               env=dict(os.environ, DERAS_RUNTIME_DIR=d), capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(words, r.stderr)
+
+
 class Drain(unittest.TestCase):
     """SIGTERM while a call streams: the request finishes, its stream ends with [DONE], and
     only then does the router exit (0). The worker's steps are slowed (a test-only knob), so
