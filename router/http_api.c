@@ -562,9 +562,12 @@ static enum MHD_Result handle(router_t *rt, http_call_t *call)
         return detokenize_route(rt, call);
     /* /tokenize takes a completion's prompt or a chat's messages */
     oai_kind kind = call->route == R_CHAT ? OAI_CHAT : OAI_COMPLETIONS;
-    if (call->route == R_TOKENIZE && memmem(call->body.p ? call->body.p : "", call->body.n,
-                                            "\"messages\"", 10))
-        kind = OAI_CHAT;
+    if (call->route == R_TOKENIZE) { /* a second parse, for /tokenize only */
+        json_t *root = json_loadb(call->body.p ? call->body.p : "", call->body.n, 0, NULL);
+        if (json_object_get(root, "messages"))
+            kind = OAI_CHAT;
+        json_decref(root);
+    }
     oai_error e;
     int rc = oai_parse(kind, call->body.p ? call->body.p : "", call->body.n, &rt->lim,
                        &call->req, &e);

@@ -136,6 +136,8 @@ class Raw(unittest.TestCase):
         s2, b2 = http(self.base, "POST", "/detokenize", {"tokens": b["tokens"]})
         self.assertEqual(s2, 200, b2)
         self.assertIn("hello world", b2["prompt"])
+        s, b = http(self.base, "POST", "/tokenize", {"prompt": "messages"})
+        self.assertEqual(s, 200, b)
         s, b = http(self.base, "POST", "/tokenize",
                     {"messages": [{"role": "user", "content": "hi"}]})
         self.assertEqual(s, 200, b)
