@@ -15,8 +15,9 @@
  * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
  * tokenized here; a chat's messages are first rendered by the model's chat template,
  * chat.h) plus max_tokens against the model's context, the client's live ids, and the
- * admission caps. A failed check is one `error` reply; the socket never blocks
- * (every send is ZMQ_DONTWAIT) and a client that is gone (EHOSTUNREACH under
+ * admission caps. These checks and the admission are frontend_admit, the one way in for
+ * the HTTP API's requests too (http_api.c). A failed check is one `error` reply; the
+ * socket never blocks (every send is ZMQ_DONTWAIT) and a client that is gone (EHOSTUNREACH under
  * ZMQ_ROUTER_MANDATORY) or not reading (its send queue at the high-water mark) has its
  * requests ended.
  *
