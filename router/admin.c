@@ -206,6 +206,7 @@ int admin_metrics_text(router_t *rt, const char **text, size_t *len)
         .worker_deaths = rt->st.worker_deaths,
         .worker_stuck = rt->st.worker_stuck,
         .start_time_s = rt->start_time_s,
+        .model_name = http_api_model(rt),
     };
     return metrics_render(rt->metrics, rt->workers, &mr, text, len);
 }

@@ -15,8 +15,9 @@
  * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
  * tokenized here; a chat's messages are first rendered by the model's chat template,
  * chat.h) plus max_tokens against the model's context, the client's live ids, and the
- * admission caps. A failed check is one `error` reply; the socket never blocks
- * (every send is ZMQ_DONTWAIT) and a client that is gone (EHOSTUNREACH under
+ * admission caps. These checks and the admission are frontend_admit, the one way in for
+ * the HTTP API's requests too (http_api.c). A failed check is one `error` reply; the
+ * socket never blocks (every send is ZMQ_DONTWAIT) and a client that is gone (EHOSTUNREACH under
  * ZMQ_ROUTER_MANDATORY) or not reading (its send queue at the high-water mark) has its
  * requests ended.
  *
@@ -265,78 +266,64 @@ static enum proto_error_code check_request(router_t *rt, const proto_request *q,
     return PE_NONE;
 }
 
-/* A decoded request ends with an error reply before admission (counted as a request that
- * ended with finish_reason "error" in the metrics). */
-static void refuse(router_t *rt, const uint8_t *ident, int ident_len, bool delim, const char *id,
-                   enum proto_error_code code, const char *msg)
+enum proto_error_code frontend_prompt(router_t *rt, const proto_request *q, const int32_t **ids,
+                                      int *n_ids, char *msg, size_t cap)
 {
-    metrics_request_error(rt->metrics);
-    stats_line_request_refused(id, code);
-    frontend_error(rt, ident, ident_len, delim, id, code, msg);
+    return check_request(rt, q, ids, n_ids, msg, cap);
 }
 
-static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bool delim, int fd,
-                           const proto_request *q)
+/* The checks and the admission, without the reply: PE_NONE or the code with msg. */
+static enum proto_error_code admit(router_t *rt, const rq_origin *o, const proto_request *q,
+                                   char *msg, size_t cap)
 {
-    char msg[256];
-    rt->st.requests++;
     if (rt->draining) {
-        refuse(rt, ident, ident_len, delim, q->id, PE_SHUTTING_DOWN,
-                       "the router is shutting down");
-        return;
+        snprintf(msg, cap, "the router is shutting down");
+        return PE_SHUTTING_DOWN;
     }
-    if (rq_find_key(rt->rqs, ident, ident_len, q->id)) {
-        /* the error carries id "": an error with the live request's id would read as that
-         * request's end, and its stream goes on (its chunks and final still come) */
-        snprintf(msg, sizeof msg, "request id '%s' is already live on this connection", q->id);
-        metrics_request_error(rt->metrics);
-        stats_line_request_refused(q->id, PE_DUPLICATE_ID);
-        frontend_error(rt, ident, ident_len, delim, "", PE_DUPLICATE_ID, msg);
-        return;
+    if (rq_find_key(rt->rqs, o->ident, o->ident_len, q->id)) {
+        snprintf(msg, cap, "request id '%s' is already live on this connection", q->id);
+        return PE_DUPLICATE_ID;
     }
     /* the cheap cap first: a flood is refused before any tokenizing */
     const int n = q->params.n;
     if (n <= rt->o.max_queued_requests && dispatch_check(rt->disp, n, 0)) {
-        refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
-        return;
+        snprintf(msg, cap, "%s", deras_errmsg());
+        return PE_BUSY;
     }
     req_params params = q->params;
     if (q->messages && chat_add_stops(rt->chat, &params)) {
-        refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, deras_errmsg());
-        return;
+        snprintf(msg, cap, "%s", deras_errmsg());
+        return PE_LIMIT_EXCEEDED;
     }
     const int32_t *ids;
     int n_ids;
-    enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, sizeof msg);
-    if (code != PE_NONE) {
-        refuse(rt, ident, ident_len, delim, q->id, code, msg);
-        return;
-    }
+    enum proto_error_code code = check_request(rt, q, &ids, &n_ids, msg, cap);
+    if (code != PE_NONE)
+        return code;
     if (n > rt->o.max_queued_requests) {
-        snprintf(msg, sizeof msg, "n = %d exceeds --max-queued-requests (%d)", n,
+        snprintf(msg, cap, "n = %d exceeds --max-queued-requests (%d)", n,
                  rt->o.max_queued_requests);
-        refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
-        return;
+        return PE_LIMIT_EXCEEDED;
     }
     if (n_ids > rt->o.max_queued_tokens) {
-        snprintf(msg, sizeof msg, "prompt of %d tokens exceeds --max-queued-tokens (%lld)", n_ids,
+        snprintf(msg, cap, "prompt of %d tokens exceeds --max-queued-tokens (%lld)", n_ids,
                  (long long)rt->o.max_queued_tokens);
-        refuse(rt, ident, ident_len, delim, q->id, PE_LIMIT_EXCEEDED, msg);
-        return;
+        return PE_LIMIT_EXCEEDED;
     }
     if (dispatch_check(rt->disp, n, n_ids)) {
-        refuse(rt, ident, ident_len, delim, q->id, PE_BUSY, deras_errmsg());
-        return;
+        snprintf(msg, cap, "%s", deras_errmsg());
+        return PE_BUSY;
     }
 
     rq_t *r;
     if (rq_acquire(rt->rqs, &r) || rq_reserve_prompt(r, n_ids))
         goto nomem;
     int64_t now = router_now_us();
-    memcpy(r->ident, ident, (size_t)ident_len);
-    r->ident_len = ident_len;
-    r->delim = delim;
-    r->fd = fd;
+    memcpy(r->ident, o->ident, (size_t)o->ident_len);
+    r->ident_len = o->ident_len;
+    r->delim = o->delim;
+    r->fd = o->fd;
+    r->http = o->http;
     snprintf(r->id, sizeof r->id, "%s", q->id);
     memcpy(r->prompt, ids, (size_t)n_ids * sizeof *ids);
     r->n_prompt = n_ids;
@@ -353,12 +340,15 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     r->deadline_us = q->deadline_ms > 0 ? now + q->deadline_ms * 1000 : 0;
     int rc = rq_start_samples(rt->rqs, r);
     if (rc == DERAS_EINVAL) {
-        refuse(rt, ident, ident_len, delim, q->id, PE_INVALID_FIELD, deras_errmsg());
+        snprintf(msg, cap, "%s", deras_errmsg());
+        r->http = NULL;
         rq_discard(rt->rqs, r);
-        return;
+        return PE_INVALID_FIELD;
     }
     if (rc || rq_insert(rt->rqs, r))
         goto nomem;
+    if (r->http)
+        http_api_bind(r->http, r);
     dispatch_admit(rt->disp, r, now);
     if (rt->o.log_prompts && q->prompt)
         log_info("request '%s': %d prompt tokens, prompt: %.*s", r->id, n_ids, (int)q->prompt_len,
@@ -371,13 +361,42 @@ static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bo
     else
         log_debug("request '%s': %d prompt tokens, n %d, max_tokens %d%s", r->id, n_ids,
                   r->params.n, r->params.max_tokens, r->stream ? ", stream" : "");
-    dispatch_run(rt->disp, now);
-    return;
+    dispatch_run(rt->disp, now); /* may end r at once (and with it an HTTP call's wait) */
+    return PE_NONE;
 nomem:
-    if (r)
+    if (r) {
+        r->http = NULL;
         rq_discard(rt->rqs, r);
+    }
     log_error("request '%s': %s", q->id, deras_errmsg());
-    refuse(rt, ident, ident_len, delim, q->id, PE_INTERNAL, "out of memory");
+    snprintf(msg, cap, "out of memory");
+    return PE_INTERNAL;
+}
+
+enum proto_error_code frontend_admit(router_t *rt, const rq_origin *o, const proto_request *q,
+                                     char *msg, size_t cap)
+{
+    rt->st.requests++;
+    enum proto_error_code code = admit(rt, o, q, msg, cap);
+    if (code != PE_NONE) {
+        /* counted as a request that ended with finish_reason "error" in the metrics */
+        metrics_request_error(rt->metrics);
+        stats_line_request_refused(q->id, code);
+    }
+    return code;
+}
+
+static void handle_request(router_t *rt, const uint8_t *ident, int ident_len, bool delim, int fd,
+                           const proto_request *q)
+{
+    char msg[256];
+    rq_origin o = {.ident = ident, .ident_len = ident_len, .delim = delim, .fd = fd};
+    enum proto_error_code code = frontend_admit(rt, &o, q, msg, sizeof msg);
+    /* duplicate_id carries id "": an error with the live request's id would read as that
+     * request's end, and its stream goes on (its chunks and final still come) */
+    if (code != PE_NONE)
+        frontend_error(rt, ident, ident_len, delim, code == PE_DUPLICATE_ID ? "" : q->id, code,
+                       msg);
 }
 
 static void handle_cancel(router_t *rt, const uint8_t *ident, int ident_len, bool delim,

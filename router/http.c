@@ -12,7 +12,8 @@
  *   GET /health    readiness: 200 "ready" while some worker is ready and the router is not
  *                  stopping, else 503 with the reason (also /ready)
  *   GET /live      liveness: 200 "live" whenever the loop answers
- * Anything else is 404; methods other than GET and HEAD are 405.
+ * Anything else is 404; methods other than GET and HEAD are 405. The OpenAI-compatible
+ * routes (/v1/..., /tokenize, /detokenize) are http_api.c's, which reads their bodies.
  *
  * --metrics-listen HOST:PORT (default 127.0.0.1:9400; "none" turns HTTP off) takes a
  * numeric IPv4 or [IPv6] address or localhost; beyond loopback only with
@@ -27,7 +28,8 @@
  * gets in and a probe, which asks at once, is answered in the loop turn that accepts it.
  * A request head must arrive within HTTP_HEAD_TIMEOUT_S of the connection; an idle
  * connection is closed after HTTP_IDLE_TIMEOUT_S; libmicrohttpd bounds a connection's
- * memory (32 KiB: longer heads are answered 431) and never reads a body here. Accepting
+ * memory (32 KiB: longer heads are answered 431); only the API's routes read a body
+ * (at most 4 MiB, http_api.c). Accepting
  * is paused for a moment when the process is out of descriptors, instead of spinning.
  */
 #include <arpa/inet.h>
@@ -44,6 +46,7 @@
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "router/conn_guard.h"
+#include "router/http_api.h"
 #include "router/router.h"
 
 #define HTTP_HEAD_TIMEOUT_S 5.0   /* from accept to a whole request head */
@@ -150,15 +153,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *upload_data, size_t *upload_size, void **con_cls)
 {
     (void)version;
-    (void)upload_data;
-    (void)con_cls;
     router_t *rt = cls;
-    rt->st.http_requests++;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci)
-        conn_guard_proven(rt->http->guard, ci->connect_fd); /* a whole head arrived */
-    *upload_size = 0; /* a body is never read */
+    if (!*con_cls) { /* the first call: a whole head arrived */
+        rt->st.http_requests++;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            conn_guard_proven(rt->http->guard, ci->connect_fd);
+    }
+    if (*con_cls || http_api_route(url))
+        return http_api_request(rt, c, url, method, upload_data, upload_size, con_cls);
+    *upload_size = 0; /* these routes read no body */
     if (strcmp(method, "GET") && strcmp(method, "HEAD"))
         return respond(c, MHD_HTTP_METHOD_NOT_ALLOWED, TEXT, "GET or HEAD\n", 12);
     if (!strcmp(url, "/metrics")) {
@@ -180,6 +185,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!strcmp(url, "/live"))
         return respond(c, MHD_HTTP_OK, TEXT, "live\n", 5);
     return respond(c, MHD_HTTP_NOT_FOUND, TEXT, "not found: /metrics, /health, /live\n", 36);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    http_api_completed(cls, con_cls);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -240,11 +253,13 @@ int http_open(router_t *rt)
     h->listen_fd = listen_on(&sa, ipv6);
     if (h->listen_fd >= 0)
         h->d = MHD_start_daemon(
-            MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
+            MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME |
+                (ipv6 ? MHD_USE_IPv6 : 0),
+            0, NULL, NULL,
             on_request, rt, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(rt->fds.http_max + HTTP_NAMED_SLACK), MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-            MHD_OPTION_END);
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, rt, MHD_OPTION_END);
     const union MHD_DaemonInfo *info = h->d ? MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD)
                                             : NULL;
     if (!info) {
@@ -259,8 +274,9 @@ int http_open(router_t *rt)
     }
     h->fd = info->epoll_fd;
     rt->http = h;
-    log_info("HTTP on %s: GET /metrics, /health, /live (up to %d connections)",
-             rt->o.metrics_listen, rt->fds.http_max);
+    log_info("HTTP on %s: GET /metrics, /health, /live; the OpenAI-compatible API under /v1%s "
+             "(up to %d connections)", rt->o.metrics_listen,
+             rt->api && rt->o.api_key_file ? " (API keys required)" : "", rt->fds.http_max);
     return DERAS_OK;
 }
 
@@ -327,6 +343,8 @@ void http_run(router_t *rt)
     int fd;
     while ((fd = conn_guard_expired(h->guard, now_s(), HTTP_HEAD_TIMEOUT_S)) >= 0)
         shut(h, fd, "no request head within 5 s");
+    http_api_check_gone(rt);
+    http_api_take_resumed(rt);
     MHD_run(h->d);
 }
 
@@ -347,5 +365,10 @@ int64_t http_next_timer(const router_t *rt, int64_t now_us)
     conn_guard_get_stats(rt->http->guard, &gs);
     if (gs.unproven > 0 && now_us + 500000 < t)
         t = now_us + 500000;
+    if (http_api_resumed(rt)) /* resumed during this turn, after http_run */
+        return now_us;
+    /* calls waiting on their request: their clients' departures are looked for */
+    if (http_api_waiting(rt) && now_us + 100000 < t)
+        t = now_us + 100000;
     return t;
 }

@@ -95,8 +95,11 @@ static void usage(FILE *f)
         "                             (mode 0600); tcp:// only with --admin-curve-allow\n"
         "  --admin-curve-allow FILE   public keys (Z85) allowed on a tcp admin socket (CURVE,\n"
         "                             with --curve-secret-key)\n"
-        "  --metrics-listen HOST:PORT HTTP for GET /metrics, /health, /live, default\n"
-        "                             127.0.0.1:9400; none: off\n"
+        "  --metrics-listen HOST:PORT HTTP for GET /metrics, /health, /live and the\n"
+        "                             OpenAI-compatible API (/v1/...), default 127.0.0.1:9400;\n"
+        "                             none: off\n"
+        "  --api-key-file FILE        keys (one per line) the API's routes require as\n"
+        "                             Authorization: Bearer KEY; default: none required\n"
         "  --max-queued-requests N    samples waiting for a worker (n counts as n), default 256\n"
         "  --max-queued-tokens N      prompt tokens waiting for a worker, default 262144\n"
         "  --max-tokens-cap N         largest max_tokens a request may ask, default 32768\n"
@@ -181,7 +184,7 @@ static int check_admin(const router_opts *o)
 static int parse_options(int argc, char **argv, router_opts *o)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
-           O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_STUCK, O_LOGFMT,
+           O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_APIKEY, O_STUCK, O_LOGFMT,
            O_WCA, O_STATS, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -203,6 +206,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
         {"worker-curve-allow", required_argument, 0, O_WCA},
         {"stats-interval", required_argument, 0, O_STATS},
         {"metrics-listen", required_argument, 0, O_METRICS},
+        {"api-key-file", required_argument, 0, O_APIKEY},
         {"stuck-timeout-ms", required_argument, 0, O_STUCK},
         {"log-format", required_argument, 0, O_LOGFMT},
         {"version", no_argument, 0, O_VERSION},
@@ -244,6 +248,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
             snprintf(o->metrics_listen, sizeof o->metrics_listen, "%s", optarg);
             o->metrics_listen_given = true;
             break;
+        case O_APIKEY: o->api_key_file = optarg; break;
         case O_STUCK:
             if ((rc = parse_int("--stuck-timeout-ms", optarg, 0, 86400000, &v)))
                 return rc;
@@ -424,7 +429,7 @@ static int start(router_t *rt)
         (rc = curve_zap_open(rt->zctx, &rt->zap)))
         return rc;
     if ((rc = wlink_open(rt)) || (rc = frontend_open(rt)) || (rc = admin_open(rt)) ||
-        (rc = http_open(rt)))
+        (rc = http_api_open(rt)) || (rc = http_open(rt)))
         return rc;
     log_info("listening for clients on %s%s, for workers on %s%s, for derasctl on %s%s",
              rt->o.listen, rt->curve ? " (CURVE)" : "", rt->o.workers,
@@ -443,7 +448,8 @@ static void log_stats(const router_t *rt)
              "errors (%llu busy, %llu malformed), %llu bad envelopes, %llu stale frames, %llu send failures, %llu "
              "disconnects (frames over the cap among them), %llu protocol drops, CURVE %llu allowed / %llu denied; workers: "
              "%llu frames, %llu bad, %llu stray tokens, %llu re-dispatched, %llu deaths, %llu stuck; "
-             "%llu admin requests (%llu errors), %llu HTTP requests; %llu client connections "
+             "%llu admin requests (%llu errors), %llu HTTP requests (%llu API calls, %llu API errors); "
+             "%llu client connections "
              "shut down at the cap",
              (unsigned long long)s->frames, (unsigned long long)s->requests,
              (unsigned long long)s->completed, (unsigned long long)s->cancels,
@@ -457,12 +463,14 @@ static void log_stats(const router_t *rt)
              (unsigned long long)s->stray_tokens, (unsigned long long)s->redispatched,
              (unsigned long long)s->worker_deaths, (unsigned long long)s->worker_stuck,
              (unsigned long long)s->admin_requests, (unsigned long long)s->admin_errors,
-             (unsigned long long)s->http_requests, (unsigned long long)s->conn_evicted);
+             (unsigned long long)s->http_requests, (unsigned long long)s->http_api_calls,
+             (unsigned long long)s->http_api_errors, (unsigned long long)s->conn_evicted);
 }
 
 static void stop(router_t *rt)
 {
     http_close(rt);
+    http_api_close(rt);
     admin_close(rt);
     wlink_close(rt);
     frontend_close(rt);
@@ -602,7 +610,8 @@ static int run(router_t *rt)
         dispatch_run(rt->disp, now);
         relay_reap(rt);
         if (rt->draining) {
-            if (rq_count(rt->rqs) == 0) {
+            /* and every HTTP call answered: its response may still be on its way out */
+            if (rq_count(rt->rqs) == 0 && http_api_idle(rt)) {
                 log_info("drained: every request ended");
                 return 0;
             }

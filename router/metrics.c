@@ -295,6 +295,40 @@ static void render_workers(metrics_t *m, workers_t *w)
     }
 }
 
+/* vLLM's gauges over every live worker (the model-server protocol gateways read). */
+static void render_vllm(metrics_t *m, workers_t *w, const metrics_router *r)
+{
+    int waiting = r->requests_waiting, running = 0, block_size = 0;
+    long long free_blocks = 0, total = 0;
+    for (int i = 0; i < WORKERS_MAX; i++) {
+        const worker_t *k = workers_at(w, i);
+        if (!workers_live(k))
+            continue;
+        waiting += k->load.waiting;
+        running += k->load.running;
+        free_blocks += k->load.kv_blocks_free;
+        total += k->load.kv_blocks_total;
+        if (!block_size)
+            block_size = k->hello.block_size;
+    }
+    char model[2 * 256 + 2];
+    label(r->model_name ? r->model_name : "", model, sizeof model);
+    head(m, "vllm:num_requests_waiting", "gauge",
+         "Requests waiting: in the router's queue and in the workers' schedulers (vLLM's name).");
+    put(m, "vllm:num_requests_waiting{model_name=\"%s\"} %d\n", model, waiting);
+    head(m, "vllm:num_requests_running", "gauge",
+         "Sequences the workers are running (vLLM's name).");
+    put(m, "vllm:num_requests_running{model_name=\"%s\"} %d\n", model, running);
+    head(m, "vllm:kv_cache_usage_perc", "gauge",
+         "Fraction (0..1) of the live workers' KV cache blocks in use (vLLM's name).");
+    put(m, "vllm:kv_cache_usage_perc{model_name=\"%s\"} %.6g\n", model,
+        total > 0 ? 1.0 - (double)free_blocks / (double)total : 0.0);
+    head(m, "vllm:cache_config_info", "gauge",
+         "The KV cache's configuration as labels: tokens per block, blocks of all live workers.");
+    put(m, "vllm:cache_config_info{model_name=\"%s\",block_size=\"%d\",num_gpu_blocks=\"%lld\"} 1\n",
+        model, block_size, total);
+}
+
 int metrics_render(metrics_t *m, workers_t *w, const metrics_router *r, const char **text,
                    size_t *len)
 {
@@ -344,6 +378,7 @@ int metrics_render(metrics_t *m, workers_t *w, const metrics_router *r, const ch
          "Workers declared stuck (no step completed for --stuck-timeout-ms while busy).");
     put(m, "deras_worker_stuck_total %llu\n", (unsigned long long)r->worker_stuck);
     render_workers(m, w);
+    render_vllm(m, w, r);
     render_hist(m, &m->ttft);
     render_hist(m, &m->tpot);
     render_hist(m, &m->e2e);

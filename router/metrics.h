@@ -14,6 +14,12 @@
  * with an error (refused after decoding, or failed after admission) counts once under
  * finish_reason "error". The names are documented in docs/operations.md and never change.
  *
+ * Next to them, the gauges Kubernetes inference gateways read from vLLM, with vLLM's names
+ * and a model_name label: vllm:num_requests_waiting (the router's queue and the workers'),
+ * vllm:num_requests_running (sequences the workers run), vllm:kv_cache_usage_perc (a 0..1
+ * fraction over every live worker's blocks) and vllm:cache_config_info{block_size,
+ * num_gpu_blocks} (the blocks of all live workers; block_size of the first).
+ *
  * Everything is plain counters updated from the router's one thread: no locks. Recording
  * is O(1) (a histogram observation is a scan of at most METRICS_MAX_BUCKETS bounds) and
  * allocates nothing; rendering is O(workers + buckets) into a buffer the module keeps and
@@ -40,6 +46,7 @@ typedef struct metrics_router {
     const uint64_t *errors;           /* PE_N_CODES error replies by code (any frame) */
     uint64_t redispatched, worker_deaths, worker_stuck;
     double start_time_s;              /* process start, seconds since the Unix epoch */
+    const char *model_name;           /* the vllm:* gauges' model_name label (/v1/models id) */
 } metrics_router;
 
 /* DERAS_ENOMEM. */

@@ -50,6 +50,12 @@ static void send_to(router_t *rt, rq_t *r, const void *buf, size_t len)
 static void send_chunk(router_t *rt, rq_t *r, int k)
 {
     stream_t *st = r->samples[k].st;
+    if (r->http) {
+        http_api_chunk(rt, r, k);
+        r->client_seen = true;
+        stream_take(st);
+        return;
+    }
     size_t n_text;
     int n_ids;
     const char *text = stream_text(st, &n_text);
@@ -82,6 +88,11 @@ static void send_final(router_t *rt, rq_t *r, int k, int64_t now_us)
     usage_of(r, s, now_us, &u);
     r->n_finals++;
     account_final(rt, r, s, &u);
+    if (r->http) {
+        http_api_final(rt, r, k, &u);
+        r->client_seen = true;
+        return;
+    }
     const char *text = NULL;
     size_t n_text = 0;
     const int32_t *ids = NULL;
@@ -122,6 +133,8 @@ static void leave_worker(router_t *rt, rq_t *r)
 static void release(router_t *rt, rq_t *r, enum proto_error_code code)
 {
     stats_line_request_end(rt, r, code, router_now_us());
+    if (r->http)
+        http_api_end(rt, r);
     leave_worker(rt, r);
     dispatch_remove(rt->disp, r);
     rq_release(rt->rqs, r);
@@ -164,7 +177,9 @@ void relay_abort(router_t *rt, rq_t *r, const char *abort_reason)
 void relay_fail(router_t *rt, rq_t *r, enum proto_error_code code, const char *msg)
 {
     metrics_request_error(rt->metrics);
-    if (!r->gone)
+    if (r->http)
+        http_api_fail(rt, r, code, msg);
+    else if (!r->gone)
         frontend_error(rt, r->ident, r->ident_len, r->delim, r->id, code, msg);
     release(rt, r, code);
 }

@@ -54,7 +54,8 @@ typedef struct rq {
     uint8_t ident[RQ_MAX_IDENTITY];
     int ident_len;
     bool delim;                  /* REQ envelope: echo the empty delimiter frame */
-    int fd;                      /* connection the request came on (-1 unknown) */
+    int fd;                      /* connection the request came on (-1 unknown, HTTP) */
+    struct http_call *http;      /* the HTTP call that asked (http_api.c), NULL: ZeroMQ */
     char id[PROTO_MAX_ID + 1];
 
     /* what to run (the prompt is already tokenized and validated) */

@@ -42,7 +42,8 @@ typedef struct router_opts {
     char listen[ROUTER_ADDR_MAX];
     char workers[ROUTER_ADDR_MAX];
     char admin[ROUTER_ADDR_MAX];
-    char metrics_listen[ROUTER_ADDR_MAX]; /* host:port of GET /metrics and /health, or "none" */
+    char metrics_listen[ROUTER_ADDR_MAX]; /* host:port of HTTP (metrics, health, the API), or "none" */
+    const char *api_key_file;             /* keys the OpenAI-compatible routes require, or NULL */
     bool metrics_listen_given;            /* explicit: failing to bind it stops the router */
     const char *curve_secret_file, *curve_allow_file, *admin_curve_allow_file;
     const char *worker_curve_allow_file;  /* workers' public keys: the worker socket is CURVE */
@@ -72,6 +73,7 @@ typedef struct router_stats {
     uint64_t worker_frames, worker_bad_frames, stray_tokens, redispatched, worker_deaths;
     uint64_t worker_stuck;
     uint64_t admin_requests, admin_errors, http_requests;
+    uint64_t http_api_calls, http_api_errors; /* OpenAI-compatible calls, and their errors */
     uint64_t conn_evicted;                /* client connections shut down at the cap */
     uint64_t prompt_tokens;               /* dispatched to workers (re-dispatches too) */
     uint64_t generated_tokens;            /* received from workers */
@@ -90,6 +92,8 @@ int fd_budget_init(fd_budget *b);
 typedef struct curve curve_t;
 typedef struct admin admin_t;
 typedef struct http http_t;
+typedef struct http_call http_call_t;
+typedef struct http_api http_api_t;
 typedef struct conn_guard conn_guard_t;
 
 typedef struct router {
@@ -126,6 +130,7 @@ typedef struct router {
     metrics_t *metrics;
     admin_t *admin;
     http_t *http;
+    http_api_t *api;           /* the OpenAI-compatible routes' state (http_api.c) */
 
     /* scratch */
     int32_t *tok_buf;          /* ctx_len + 1 ids: a text prompt's tokens */
@@ -196,6 +201,27 @@ void frontend_monitor(router_t *rt);
  * reading (its requests are then marked gone for relay_reap). */
 int frontend_send(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
                   const void *buf, size_t len);
+/* Who sent a request: a ZeroMQ envelope (ident, delim, the connection's fd), or an HTTP
+ * call (ident a unique key of the call, fd -1). */
+typedef struct rq_origin {
+    const uint8_t *ident;
+    int ident_len;
+    bool delim;
+    int fd;
+    http_call_t *http;         /* NULL: ZeroMQ */
+} rq_origin;
+/* Both doors' way in: check q (the model's limits, the prompt tokenized or the chat
+ * rendered, the context), then admit it to the dispatch queue. PE_NONE: the request is live
+ * (and may already have ended: dispatch runs at once); else the code with msg filled, the
+ * refusal counted in the metrics, nothing sent. Cost: tokenizing or rendering the prompt,
+ * O(prompt); allocates only a new slot's buffers. */
+enum proto_error_code frontend_admit(router_t *rt, const rq_origin *o, const proto_request *q,
+                                     char *msg, size_t cap);
+/* q's prompt as token ids (tokenized, or a chat rendered and tokenized; into rt->tok_buf,
+ * valid until the next call) checked against the vocabulary and the context with
+ * q->params.max_tokens. PE_NONE or the code with msg. */
+enum proto_error_code frontend_prompt(router_t *rt, const proto_request *q, const int32_t **ids,
+                                      int *n_ids, char *msg, size_t cap);
 /* An error reply (not tied to a live request). */
 void frontend_error(router_t *rt, const uint8_t *ident, int ident_len, bool delim,
                     const char *id, enum proto_error_code code, const char *msg);
@@ -265,6 +291,33 @@ int http_listen_fd(const router_t *rt);
 void http_run(router_t *rt);
 /* When http_run must run even without input (connection timeouts; INT64_MAX if never). */
 int64_t http_next_timer(const router_t *rt, int64_t now_us);
+
+/* ---- http_api.c: the OpenAI-compatible routes; relay.c tells a call what its request did ---- */
+/* (the libmicrohttpd side is router/http_api.h) */
+/* The call's request r was admitted (frontend_admit). */
+void http_api_bind(http_call_t *call, rq_t *r);
+/* Pending text of sample k (streaming), sample k's final, the request's error, its end. */
+void http_api_chunk(router_t *rt, rq_t *r, int k);
+void http_api_final(router_t *rt, rq_t *r, int k, const proto_usage *u);
+void http_api_fail(router_t *rt, rq_t *r, enum proto_error_code code, const char *msg);
+void http_api_end(router_t *rt, rq_t *r);
+/* Calls waiting on their request whose client went away: their requests are cancelled. */
+void http_api_check_gone(router_t *rt);
+/* The served model's id (/v1/models, the vllm:* gauges' model_name): the base name of
+ * --model; "" before http_api_open. */
+const char *http_api_model(const router_t *rt);
+/* Whether a call was resumed since the last http_run (the next poll must not wait); the
+ * take form also clears it (http_run, before MHD_run). */
+bool http_api_resumed(const router_t *rt);
+bool http_api_take_resumed(router_t *rt);
+/* No call is in progress (every response written): a drain may end. */
+bool http_api_idle(const router_t *rt);
+/* Whether some call waits (the loop then checks for departures every 100 ms). */
+bool http_api_waiting(const router_t *rt);
+/* --api-key-file: load the keys (one per line, blank and # lines skipped). DERAS_EIO,
+ * DERAS_EINVAL (no key in the file), DERAS_ENOMEM. */
+int http_api_open(router_t *rt);
+void http_api_close(router_t *rt);
 
 /* ---- stats_line.c: the periodic stats line and the per-request end line ---- */
 /* Log the stats line when its interval is over (the first call starts the interval). */

@@ -53,7 +53,7 @@ static void render(void)
 {
     metrics_router r = {.requests_waiting = 3, .requests_received = 42, .errors = errors,
                         .redispatched = 5, .worker_deaths = 1, .worker_stuck = 2,
-                        .start_time_s = 1700000000.25};
+                        .start_time_s = 1700000000.25, .model_name = "tiny-chat"};
     int rc = metrics_render(m, reg, &r, &text, &len);
     if (rc)
         fail_msg("metrics_render: expected DERAS_OK, got %d (%s)", rc, deras_errmsg());
@@ -246,6 +246,24 @@ static void worker_series_cover_live_workers_with_escaped_names(void **state)
     assert_true(has_line("# TYPE deras_time_to_first_token_seconds histogram"));
 }
 
+/* The gauges gateways read, under vLLM's names: over the live workers, the router's queue
+ * counted as waiting, the KV usage a fraction of all their blocks. */
+static void vllm_gauges_sum_the_live_workers(void **state)
+{
+    (void)state;
+    add_worker("w0", 200, 50);
+    add_worker("w1", 100, 100);
+    worker_t *dead = add_worker("gone", 10, 10);
+    workers_dead(dead, 5);
+    render();
+    expect_series("vllm:num_requests_waiting{model_name=\"tiny-chat\"}", 3 + 1 + 1);
+    expect_series("vllm:num_requests_running{model_name=\"tiny-chat\"}", 2 + 2);
+    expect_series("vllm:kv_cache_usage_perc{model_name=\"tiny-chat\"}", 150.0 / 300.0);
+    expect_series("vllm:cache_config_info{model_name=\"tiny-chat\",block_size=\"16\","
+                  "num_gpu_blocks=\"300\"}", 1);
+    assert_true(has_line("# TYPE vllm:kv_cache_usage_perc gauge"));
+}
+
 static void speculation_series_carry_the_proposer_label(void **state)
 {
     (void)state;
@@ -295,6 +313,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(worker_series_cover_live_workers_with_escaped_names, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(vllm_gauges_sum_the_live_workers, setup, teardown),
         cmocka_unit_test_setup_teardown(speculation_series_carry_the_proposer_label, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_warm_render_reuses_its_buffer, setup, teardown),
