@@ -34,6 +34,8 @@ static int fail(oai_error *e, enum proto_error_code code, const char *param, con
 
 static const char *type_name(const json_t *v)
 {
+    if (!v)
+        return "nothing";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "object";
     case JSON_ARRAY: return "array";
@@ -371,6 +373,8 @@ static int parse_field(oai_error *e, oai_kind kind, const char *k, const json_t 
         const json_t *u = json_object_get(v, "include_usage");
         if (!json_is_object(v) || json_object_size(v) != (u ? 1u : 0u))
             return fail(e, PE_INVALID_FIELD, k, "stream_options takes only include_usage");
+        if (!u) /* {}: include_usage absent, false (found by fuzz_openai) */
+            return DERAS_OK;
         return get_bool(e, "stream_options.include_usage", u, &r->include_usage);
     } else if (!strcmp(k, "seed")) {
         if (get_int(e, k, v, 0, INT64_MAX, PE_VALUE_OUT_OF_RANGE, &x))

@@ -164,6 +164,13 @@ static void hostile_bodies_are_refused(void **s)
     refused(OAI_CHAT, b, PE_INVALID_FIELD, "top_logprobs");
     snprintf(b, sizeof b, "{%s, \"stream_options\": {\"x\": 1}}", m);
     refused(OAI_CHAT, b, PE_INVALID_FIELD, "stream_options");
+    /* {} is include_usage absent: false (fuzz_openai found it crashing the parser) */
+    snprintf(b, sizeof b, "{%s, \"stream\": true, \"stream_options\": {}}", m);
+    oai_request ok;
+    oai_error oe;
+    assert_int_equal(parse(OAI_CHAT, b, &ok, &oe), DERAS_OK);
+    assert_false(ok.include_usage);
+    oai_request_free(&ok);
     refused(OAI_CHAT, "{\"messages\": []}", PE_INVALID_FIELD, "messages");
     refused(OAI_CHAT, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
             PE_INVALID_FIELD, "messages[0]");
