@@ -31,6 +31,7 @@ class BenchPlots(unittest.TestCase):
                 path = os.path.join(d, "rate-%s.jsonl" % rate)
                 r = subprocess.run([DERAS, "bench", "--address", c.address, "--requests", "12",
                                     "--rate", rate, "--max-tokens", "4:8", "--seed", "1",
+                                    "--ignore-eos",
                                     "--quiet", "--json", "--samples", path],
                                    capture_output=True, text=True, timeout=300)
                 self.assertEqual(r.returncode, 0, r.stderr)

@@ -31,12 +31,14 @@ class RequestLog(unittest.TestCase):
             ids = []
             for i in range(5):
                 rid = "ok-%d" % i
+                # ignore_eos: the prompt holds this process's pid, so where the model would
+                # end its answer differs from run to run; the lengths must not
                 r = c.client.complete("%s says %d" % (SECRET, i), max_tokens=3 + i,
-                                      temperature=0, id=rid)
+                                      temperature=0, id=rid, ignore_eos=True)
                 self.assertEqual(len(r.token_ids[0]), 3 + i)
                 ids.append((rid, "ended: "))
             r = c.client.complete(SECRET + " twice", max_tokens=4, n=2, temperature=0.8,
-                                  seed=3, id="two")
+                                  seed=3, id="two", ignore_eos=True)
             ids.append(("two", "ended: "))
             with self.assertRaises(DerasError) as e:
                 c.client.complete(SECRET + " too long", max_tokens=5000, id="long")
@@ -45,7 +47,7 @@ class RequestLog(unittest.TestCase):
             # an id that tries to start a line of its own is shown with '?' for control
             # characters and quotes
             forged = 'x"\nstats: 0 running'
-            c.client.complete(SECRET, max_tokens=2, temperature=0, id=forged)
+            c.client.complete(SECRET, max_tokens=2, temperature=0, id=forged, ignore_eos=True)
             ids.append(('x??stats: 0 running', "ended: "))
             deadline = time.monotonic() + 60
             log = c.router_log()

@@ -133,7 +133,8 @@ class WorkerCurve(unittest.TestCase):
                                 "far never ready:\n%s\n%s" % (self.text(rlog), self.text(glog)))
                 self.assertIsNone(good.poll(), self.text(glog))
                 time.sleep(0.1)
-            res = client.complete("across the network", max_tokens=6, temperature=0)
+            res = client.complete("across the network", max_tokens=6, temperature=0,
+                                  ignore_eos=True)
             self.assertEqual(len(res.token_ids[0]), 6)
             # a key the router does not list, and no CURVE at all: refused at the handshake
             bad, blog = self.spawn(worker + [
@@ -147,7 +148,8 @@ class WorkerCurve(unittest.TestCase):
             names = [w["name"] for w in client.ping(timeout=30)["workers"]]
             self.assertEqual(names, ["far"])
             self.assertIn("far", self.status())
-            res = client.complete("still served", max_tokens=4, temperature=0)
+            res = client.complete("still served", max_tokens=4, temperature=0,
+                                  ignore_eos=True)
             self.assertEqual(len(res.token_ids[0]), 4)
         finally:
             client.close()
