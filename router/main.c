@@ -348,18 +348,12 @@ static int prepare_ipc(const char *addr, char *file_out)
     if (rc)
         return rc;
     const char *path = addr + 6;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path)
+    const size_t path_max = sizeof ((struct sockaddr_un *)NULL)->sun_path;
+    if (strlen(path) >= path_max)
         return deras_fail(DERAS_EINVAL, "%s: socket path longer than %zu bytes", addr,
-                          sizeof sa.sun_path - 1);
-    memcpy(sa.sun_path, path, strlen(path));
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
-        int live = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-        close(fd);
-        if (live)
-            return deras_fail(DERAS_EBUSY, "%s: another process is serving this socket", addr);
-    }
+                          path_max - 1);
+    if (endpoints_ipc_live(path))
+        return deras_fail(DERAS_EBUSY, "%s: another process is serving this socket", addr);
     snprintf(file_out, ROUTER_ADDR_MAX, "%s", path);
     return DERAS_OK;
 }

@@ -164,6 +164,14 @@ static void head(metrics_t *m, const char *name, const char *type, const char *h
     put(m, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A metric with one unlabelled sample: its HELP and TYPE lines, then the value. */
+static void one(metrics_t *m, const char *name, const char *type, const char *help,
+                unsigned long long v)
+{
+    head(m, name, type, help);
+    put(m, "%s %llu\n", name, v);
+}
+
 /* A label value with \, " and newline escaped (at most 64 bytes in, 128 out). */
 static const char *label(const char *v, char *out, size_t cap)
 {
@@ -267,9 +275,9 @@ static void render_workers(metrics_t *m, workers_t *w)
         if (workers_live(k))
             running += k->inflight_reqs;
     }
-    head(m, "deras_requests_running", "gauge",
-         "Requests dispatched to workers and not yet ended.");
-    put(m, "deras_requests_running %d\n", running);
+    one(m, "deras_requests_running", "gauge",
+        "Requests dispatched to workers and not yet ended.",
+        (unsigned long long)running);
 
     /* per live worker: one family at a time, as the format wants them grouped */
     char name[2 * WPROTO_MAX_NAME + 2];
@@ -342,10 +350,11 @@ int metrics_render(metrics_t *m, workers_t *w, const metrics_router *r, const ch
     head(m, "deras_router_start_time_seconds", "gauge",
          "When the router started, in seconds since the Unix epoch.");
     put(m, "deras_router_start_time_seconds %.3f\n", r->start_time_s);
-    head(m, "deras_router_ready", "gauge", "1 while at least one worker is ready, else 0.");
-    put(m, "deras_router_ready %d\n", workers_ready(w) > 0);
-    head(m, "deras_requests_received_total", "counter", "Request frames the router decoded.");
-    put(m, "deras_requests_received_total %llu\n", (unsigned long long)r->requests_received);
+    one(m, "deras_router_ready", "gauge",
+        "1 while at least one worker is ready, else 0.",
+        workers_ready(w) > 0);
+    one(m, "deras_requests_received_total", "counter", "Request frames the router decoded.",
+        (unsigned long long)r->requests_received);
     head(m, "deras_requests_total", "counter",
          "Requests ended, by finish reason: one per sample final (stop, length, abort), one per "
          "request ended with an error reply (error).");
@@ -359,24 +368,24 @@ int metrics_render(metrics_t *m, workers_t *w, const metrics_router *r, const ch
     for (int c = PE_NONE + 1; c < PE_N_CODES; c++)
         put(m, "deras_errors_total{code=\"%s\"} %llu\n", proto_error_name((enum proto_error_code)c),
             (unsigned long long)(r->errors ? r->errors[c] : 0));
-    head(m, "deras_requests_waiting", "gauge",
-         "Requests admitted and waiting in the router's queue for a worker.");
-    put(m, "deras_requests_waiting %d\n", r->requests_waiting);
-    head(m, "deras_prompt_tokens_total", "counter",
-         "Prompt tokens of requests that ended with finals (once per request).");
-    put(m, "deras_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
-    head(m, "deras_generation_tokens_total", "counter",
-         "Tokens generated, as reported in the finals' usage (completion_tokens).");
-    put(m, "deras_generation_tokens_total %llu\n", (unsigned long long)m->generation_tokens);
-    head(m, "deras_requests_redispatched_total", "counter",
-         "Requests sent to another worker after theirs died or got stuck.");
-    put(m, "deras_requests_redispatched_total %llu\n", (unsigned long long)r->redispatched);
-    head(m, "deras_worker_deaths_total", "counter",
-         "Workers declared dead (silent for --worker-timeout-ms, or restarted).");
-    put(m, "deras_worker_deaths_total %llu\n", (unsigned long long)r->worker_deaths);
-    head(m, "deras_worker_stuck_total", "counter",
-         "Workers declared stuck (no step completed for --stuck-timeout-ms while busy).");
-    put(m, "deras_worker_stuck_total %llu\n", (unsigned long long)r->worker_stuck);
+    one(m, "deras_requests_waiting", "gauge",
+        "Requests admitted and waiting in the router's queue for a worker.",
+        (unsigned long long)r->requests_waiting);
+    one(m, "deras_prompt_tokens_total", "counter",
+        "Prompt tokens of requests that ended with finals (once per request).",
+        (unsigned long long)m->prompt_tokens);
+    one(m, "deras_generation_tokens_total", "counter",
+        "Tokens generated, as reported in the finals' usage (completion_tokens).",
+        (unsigned long long)m->generation_tokens);
+    one(m, "deras_requests_redispatched_total", "counter",
+        "Requests sent to another worker after theirs died or got stuck.",
+        (unsigned long long)r->redispatched);
+    one(m, "deras_worker_deaths_total", "counter",
+        "Workers declared dead (silent for --worker-timeout-ms, or restarted).",
+        (unsigned long long)r->worker_deaths);
+    one(m, "deras_worker_stuck_total", "counter",
+        "Workers declared stuck (no step completed for --stuck-timeout-ms while busy).",
+        (unsigned long long)r->worker_stuck);
     render_workers(m, w);
     render_vllm(m, w, r);
     render_hist(m, &m->ttft);

@@ -550,11 +550,7 @@ static int eval_concat(struct rx *rx, struct frame *f, const struct node *n, tv 
         tv_release(rx, &parts[i]);
     if (parts != small)
         tv_free(rx, parts, (size_t)n->n_kids * sizeof *parts);
-    if (st) {
-        sb_free(&b);
-        return st;
-    }
-    return sb_take(&b, out);
+    return sb_finish(&b, st, out);
 }
 
 static int eval_node(struct rx *rx, struct frame *f, const struct node *n, tv *out)

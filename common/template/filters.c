@@ -222,11 +222,7 @@ static int f_tojson(struct rx *rx, const tv *v, tv *slot, tv *out)
     int st = tv_tojson(&b, v, &o);
     if (!st)
         st = rx_step(rx, b.len / STEP_SCAN);
-    if (st) {
-        sb_free(&b);
-        return st;
-    }
-    return sb_take(&b, out);
+    return sb_finish(&b, st, out);
 }
 
 int filter_call(struct rx *rx, struct frame *f, int id, const tv *v, const struct args *a, tv *out)

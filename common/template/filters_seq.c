@@ -390,11 +390,7 @@ int filter_join(struct rx *rx, const tv *v, const tv *d, const tv *attr, tv *out
     tv_release(rx, &it);
     if (!st)
         st = rx_step(rx, b.len / STEP_COPY);
-    if (st) {
-        sb_free(&b);
-        return st;
-    }
-    return sb_take(&b, out);
+    return sb_finish(&b, st, out);
 }
 
 /* First or last item of an iterable; Undefined when empty. */

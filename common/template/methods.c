@@ -23,6 +23,21 @@ static inline const tv *given(const tv *slot, int i)
 }
 #define ARG(i) given(slot, i)
 
+/* Binds (x, start, end) for startswith/endswith/find/rfind/index: x is required, and the
+ * start/end range is refused (no template uses it). */
+static int bind_without_range(const struct args *a, const char *const ps[3], tv *slot,
+                              const char *name)
+{
+    int st = args_bind(a, ps, 3, slot, name);
+    if (st)
+        return st;
+    if (slot[0].type == TV_EMPTY)
+        return deras_fail(DERAS_EFORMAT, "%s() takes at least 1 argument", name);
+    if (ARG(1) || ARG(2))
+        return deras_fail(DERAS_EUNSUPPORTED, "%s() with start or end is not supported", name);
+    return 0;
+}
+
 static int str_method(struct rx *rx, int id, const tv *s, const struct args *a, tv *slot, tv *out)
 {
     int st;
@@ -49,12 +64,8 @@ static int str_method(struct rx *rx, int id, const tv *s, const struct args *a, 
     case M_STARTSWITH:
     case M_ENDSWITH: {
         static const char *const ps[] = {"prefix", "start", "end"};
-        if ((st = args_bind(a, ps, 3, slot, name)))
+        if ((st = bind_without_range(a, ps, slot, name)))
             return st;
-        if (slot[0].type == TV_EMPTY)
-            return deras_fail(DERAS_EFORMAT, "%s() takes at least 1 argument", name);
-        if (ARG(1) || ARG(2))
-            return deras_fail(DERAS_EUNSUPPORTED, "%s() with start or end is not supported", name);
         if ((st = str_affix(s, &slot[0], id == M_ENDSWITH, &r)))
             return st;
         *out = tv_bool(r);
@@ -84,12 +95,8 @@ static int str_method(struct rx *rx, int id, const tv *s, const struct args *a, 
     case M_RFIND:
     case M_INDEX: {
         static const char *const ps[] = {"sub", "start", "end"};
-        if ((st = args_bind(a, ps, 3, slot, name)))
+        if ((st = bind_without_range(a, ps, slot, name)))
             return st;
-        if (slot[0].type == TV_EMPTY)
-            return deras_fail(DERAS_EFORMAT, "%s() takes at least 1 argument", name);
-        if (ARG(1) || ARG(2))
-            return deras_fail(DERAS_EUNSUPPORTED, "%s() with start or end is not supported", name);
         if ((st = str_find(rx, s, &slot[0], id == M_RFIND, &at)))
             return st;
         if (id == M_INDEX && at < 0)
@@ -134,11 +141,7 @@ static int str_method(struct rx *rx, int id, const tv *s, const struct args *a, 
         tv_release(rx, &it);
         if (!st)
             st = rx_step(rx, b.len / STEP_COPY);
-        if (st) {
-            sb_free(&b);
-            return st;
-        }
-        return sb_take(&b, out);
+        return sb_finish(&b, st, out);
     }
     case M_SPLITLINES: {
         if ((st = args_bind(a, NULL, 0, slot, name)) || (st = tv_list_new(rx, TV_LIST, 0, out)))

@@ -155,6 +155,25 @@ static int check_named_arg(struct ps *p, const struct node *f)
     return 0;
 }
 
+/* A filter's or test's name at the cursor, dots included ("tojson", "ns.attr"), into `name`
+ * (cut at `cap`); `what` names the expected thing in the error. */
+static int parse_dotted_name(struct ps *p, const char *what, char *name, size_t cap)
+{
+    if (cur(p)->type != T_NAME)
+        return parse_unexpected(p, what);
+    snprintf(name, cap, "%s", cur(p)->s);
+    next(p);
+    while (is_op(p, OP_DOT)) {
+        next(p);
+        if (cur(p)->type != T_NAME)
+            return parse_unexpected(p, "a name");
+        size_t k = strlen(name);
+        snprintf(name + k, cap - k, ".%s", cur(p)->s);
+        next(p);
+    }
+    return 0;
+}
+
 int parse_filter(struct ps *p, struct node **node, bool start_inline)
 {
     while (is_op(p, OP_PIPE) || start_inline) {
@@ -162,19 +181,8 @@ int parse_filter(struct ps *p, struct node **node, bool start_inline)
             next(p);
         start_inline = false;
         int line = cur(p)->line;
-        if (cur(p)->type != T_NAME)
-            return parse_unexpected(p, "a filter name");
         char name[256];
-        snprintf(name, sizeof name, "%s", cur(p)->s);
-        next(p);
-        while (is_op(p, OP_DOT)) {
-            next(p);
-            if (cur(p)->type != T_NAME)
-                return parse_unexpected(p, "a name");
-            size_t k = strlen(name);
-            snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
-            next(p);
-        }
+        TRY(parse_dotted_name(p, "a filter name", name, sizeof name));
         struct node *f;
         NEW(f, N_FILTER, line);
         f->a = *node;
@@ -204,19 +212,8 @@ static int parse_test(struct ps *p, struct node **node)
         next(p);
         negated = true;
     }
-    if (cur(p)->type != T_NAME)
-        return parse_unexpected(p, "a test name");
     char name[256];
-    snprintf(name, sizeof name, "%s", cur(p)->s);
-    next(p);
-    while (is_op(p, OP_DOT)) {
-        next(p);
-        if (cur(p)->type != T_NAME)
-            return parse_unexpected(p, "a name");
-        size_t k = strlen(name);
-        snprintf(name + k, sizeof name - k, ".%s", cur(p)->s);
-        next(p);
-    }
+    TRY(parse_dotted_name(p, "a test name", name, sizeof name));
     struct node *t;
     NEW(t, N_TEST, line);
     t->a = *node;

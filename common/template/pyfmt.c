@@ -273,11 +273,7 @@ int tv_to_str(struct rx *rx, const tv *v, tv *out)
     sbuf b;
     sb_init(&b, rx);
     int st = tv_print(&b, v);
-    if (st) {
-        sb_free(&b);
-        return st;
-    }
-    return sb_take(&b, out);
+    return sb_finish(&b, st, out);
 }
 
 /* --- json.dumps --- */

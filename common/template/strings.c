@@ -427,11 +427,7 @@ int str_format(struct rx *rx, const tv *s, const struct args *a, tv *out)
     }
     if (!st)
         st = rx_step(rx, b.len / STEP_SCAN);
-    if (st) {
-        sb_free(&b);
-        return st;
-    }
-    return sb_take(&b, out);
+    return sb_finish(&b, st, out);
 }
 
 /* Index of the first (last) occurrence in code points, or -1. */

@@ -671,39 +671,40 @@ int tv_sort(void *base, size_t n, size_t size, tv_lt_fn lt, void *ctx)
 
 #define SB_HDR offsetof(struct tstr, p)
 
-int sb_reserve(sbuf *b, size_t n)
+/* Room for n more bytes and the NUL: to exactly that size (`exact`, a caller that knows
+ * its total) or by doubling (appends of unknown count, amortized O(1)). The output bound
+ * is checked first. */
+static int sb_room(sbuf *b, size_t n, bool exact)
 {
     if (b->rx && n > b->rx->lim.max_output - b->len)
         return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
                           b->rx->lim.max_output);
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->len + n + 1 > 64 ? b->len + n + 1 : 64;
-        char *q = tv_realloc(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0, SB_HDR + cap);
-        if (!q)
-            return DERAS_ENOMEM;
-        b->buf = q;
-        b->p = q + SB_HDR;
-        b->cap = cap;
+    if (b->len + n + 1 <= b->cap)
+        return 0;
+    size_t cap;
+    if (exact) {
+        cap = b->len + n + 1 > 64 ? b->len + n + 1 : 64;
+    } else {
+        cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
     }
+    char *q = tv_realloc(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0, SB_HDR + cap);
+    if (!q)
+        return DERAS_ENOMEM;
+    b->buf = q;
+    b->p = q + SB_HDR;
+    b->cap = cap;
     return 0;
 }
 
+int sb_reserve(sbuf *b, size_t n) { return sb_room(b, n, true); }
+
 int sb_put(sbuf *b, const char *p, size_t n)
 {
-    if (b->rx && n > b->rx->lim.max_output - b->len)
-        return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
-                          b->rx->lim.max_output);
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *q = tv_realloc(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0, SB_HDR + cap);
-        if (!q)
-            return DERAS_ENOMEM;
-        b->buf = q;
-        b->p = q + SB_HDR;
-        b->cap = cap;
-    }
+    int st = sb_room(b, n, false);
+    if (st)
+        return st;
     if (n)
         memcpy(b->p + b->len, p, n);
     b->len += n;
@@ -734,6 +735,15 @@ int sb_putcp(sbuf *b, uint32_t cp)
         tmp[k++] = (char)(0x80 | (cp & 63));
     }
     return sb_put(b, tmp, k);
+}
+
+int sb_finish(sbuf *b, int st, tv *out)
+{
+    if (st) {
+        sb_free(b);
+        return st;
+    }
+    return sb_take(b, out);
 }
 
 int sb_take(sbuf *b, tv *out)

@@ -200,6 +200,9 @@ int sb_puts(sbuf *b, const char *s);
 int sb_putcp(sbuf *b, uint32_t cp); /* one code point, UTF-8 encoded */
 /* The built string as a value (no copy); the builder is empty afterwards. */
 int sb_take(sbuf *b, tv *out);
+/* The end of building with status st: on failure (st != 0) frees the builder and returns
+ * st, else sb_take. Lets a builder's users keep one exit. */
+int sb_finish(sbuf *b, int st, tv *out);
 /* The text as a plain malloc'd NUL-terminated block the caller frees (moved to the front of
  * the allocation, O(len)); the builder is empty afterwards. NULL when out of memory. */
 char *sb_detach(sbuf *b, size_t *len);

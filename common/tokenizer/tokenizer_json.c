@@ -68,27 +68,34 @@ static int jpattern(struct jload *L, json_t *pat, const char *where, const char 
     return 0;
 }
 
+/* A "Sequence" step: each element of n[key] loaded by `load` in order, named
+ * where.key[i] in errors. */
+static int load_sequence(struct jload *L, json_t *n, const char *key, const char *where,
+                         int (*load)(struct jload *, json_t *, const char *))
+{
+    json_t *arr = json_object_get(n, key);
+    size_t i;
+    json_t *e;
+    if (!json_is_array(arr))
+        return deras_fail(DERAS_EFORMAT, "%s: %s: Sequence without %s", L->path, where, key);
+    json_array_foreach(arr, i, e) {
+        char sub[128];
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", where, key, i);
+        int rc = load(L, e, sub);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int load_normalizer(struct jload *L, json_t *n, const char *where)
 {
     struct tokenizer *t = L->t;
     const char *ty = jtype(n);
     if (!ty)
         return deras_fail(DERAS_EFORMAT, "%s: %s has no type", L->path, where);
-    if (!strcmp(ty, "Sequence")) {
-        json_t *arr = json_object_get(n, "normalizers");
-        size_t i;
-        json_t *e;
-        if (!json_is_array(arr))
-            return deras_fail(DERAS_EFORMAT, "%s: %s: Sequence without normalizers", L->path, where);
-        json_array_foreach(arr, i, e) {
-            char sub[128];
-            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", where, i);
-            int rc = load_normalizer(L, e, sub);
-            if (rc < 0)
-                return rc;
-        }
-        return 0;
-    }
+    if (!strcmp(ty, "Sequence"))
+        return load_sequence(L, n, "normalizers", where, load_normalizer);
     struct norm_step st = {0};
     if (!strcmp(ty, "NFC"))
         st.kind = NORM_NFC;
@@ -169,20 +176,8 @@ static int load_pretokenizer(struct jload *L, json_t *p, const char *where)
     struct pretok_step st = {0};
     if (!ty)
         return deras_fail(DERAS_EFORMAT, "%s: %s has no type", L->path, where);
-    if (!strcmp(ty, "Sequence")) {
-        json_t *arr = json_object_get(p, "pretokenizers");
-        size_t i;
-        json_t *e;
-        if (!json_is_array(arr))
-            return deras_fail(DERAS_EFORMAT, "%s: %s: Sequence without pretokenizers", L->path, where);
-        json_array_foreach(arr, i, e) {
-            char sub[128];
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", where, i);
-            if ((rc = load_pretokenizer(L, e, sub)) < 0)
-                return rc;
-        }
-        return 0;
-    }
+    if (!strcmp(ty, "Sequence"))
+        return load_sequence(L, p, "pretokenizers", where, load_pretokenizer);
     if (!strcmp(ty, "ByteLevel")) {
         if ((rc = pretok_bytelevel_step(jbool(p, "add_prefix_space", true), jbool(p, "use_regex", true), &st)) < 0)
             return rc;

@@ -108,9 +108,7 @@ int endpoints_default_admin(char *buf, size_t cap)
     return default_socket("admin.sock", buf, cap);
 }
 
-/* Whether a process accepts connections on the unix socket at path (a stale file left by
- * a killed router does not). */
-static bool socket_live(const char *path)
+bool endpoints_ipc_live(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path)
@@ -127,7 +125,7 @@ static bool socket_live(const char *path)
 int endpoints_default_admin_for_client(char *buf, size_t cap)
 {
     const char *env = getenv("DERAS_RUNTIME_DIR");
-    if ((!env || !*env) && socket_live(ENDPOINTS_UNITS_RUNTIME_DIR "/admin.sock")) {
+    if ((!env || !*env) && endpoints_ipc_live(ENDPOINTS_UNITS_RUNTIME_DIR "/admin.sock")) {
         int n = snprintf(buf, cap, "ipc://" ENDPOINTS_UNITS_RUNTIME_DIR "/admin.sock");
         return n < 0 || (size_t)n >= cap ? deras_fail(DERAS_ERANGE, "endpoint buffer too small")
                                          : DERAS_OK;

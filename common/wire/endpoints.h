@@ -58,6 +58,11 @@ int endpoints_default_admin_for_client(char *buf, size_t cap);
  * it cannot be created. */
 int endpoints_prepare_bind(const char *endpoint);
 
+/* Whether a process accepts connections on the unix socket at path, a file name (not an
+ * ipc:// endpoint): a stale file left by a killed process does not; nor does a path too
+ * long for a unix socket. One connect attempt, O(1). */
+bool endpoints_ipc_live(const char *path);
+
 /* A tcp:// endpoint split into its one host and one port. HOST: an IPv4 literal, an IPv6
  * literal in brackets (returned without them), a host or interface name, or "*" (every
  * interface); PORT: 1..65535, or "*" (an ephemeral port: *port is 0). Everything else is

@@ -31,22 +31,20 @@ import zmq
 import zmq.asyncio
 
 from .client import (DEFAULT_ADDRESS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Event, Message,
-                     _build_params, _chat_fields, _collect, _event, _prompt_fields)
+                     _StreamState, _build_params, _chat_fields, _collect, _event,
+                     _prompt_fields)
 from .link import Key, LinkWatch, make_socket
 from .types import PROTOCOL_VERSION, Completion, DerasError, DerasTimeout, DerasUnavailable, Final
 
 SEND_TIMEOUT = 5.0
 
 
-class AsyncStream:
+class AsyncStream(_StreamState):
     """The events of one streaming request (`async for`): Chunk as tokens come, then one
     Final per sample; an error from the router is raised as DerasError. aclose() (or
     leaving `async with` early) cancels the request if it has not finished."""
 
-    def __init__(self, client: "AsyncClient", rid: str, n: int, timeout: Optional[float]):
-        self._client, self.id, self._n, self._timeout = client, rid, n, timeout
-        self._finals = 0
-        self.done = False
+    _client: "AsyncClient"
 
     def __aiter__(self) -> "AsyncStream":
         return self
@@ -59,11 +57,7 @@ class AsyncStream:
         except DerasError:
             self._finish()
             raise
-        if isinstance(ev, Final):
-            self._finals += 1
-            if self._finals == self._n:
-                self._finish()
-        return ev
+        return self._counted(ev)
 
     async def cancel(self) -> None:
         """Ask the router to stop this request; its Finals (finish_reason "abort") follow."""
@@ -81,10 +75,6 @@ class AsyncStream:
             except (zmq.ZMQError, DerasError):
                 pass
             self._finish()
-
-    def _finish(self) -> None:
-        self.done = True
-        self._client._forget(self.id)
 
     async def __aenter__(self) -> "AsyncStream":
         return self

@@ -164,16 +164,32 @@ def _event(msg):
     raise DerasError("malformed", "unexpected message type %r from the router" % (t,))
 
 
-class Stream:
-    """The events of one streaming request, in arrival order: Chunk(index, text, token_ids,
-    logprobs) as tokens come, then one Final per sample. Iteration ends after the last
-    Final; an error from the router is raised as DerasError. close() (or leaving a `with`
-    block early) cancels the request if it has not finished."""
+class _StreamState:
+    """What Stream and aio.AsyncStream share: the request, its Finals counted, done once
+    the last one came or an error ended it."""
 
     def __init__(self, client, rid, n, timeout):
         self._client, self.id, self._n, self._timeout = client, rid, n, timeout
         self._finals = 0
         self.done = False
+
+    def _counted(self, ev):
+        if isinstance(ev, Final):
+            self._finals += 1
+            if self._finals == self._n:
+                self._finish()
+        return ev
+
+    def _finish(self):
+        self.done = True
+        self._client._forget(self.id)
+
+
+class Stream(_StreamState):
+    """The events of one streaming request, in arrival order: Chunk(index, text, token_ids,
+    logprobs) as tokens come, then one Final per sample. Iteration ends after the last
+    Final; an error from the router is raised as DerasError. close() (or leaving a `with`
+    block early) cancels the request if it has not finished."""
 
     def __iter__(self):
         return self
@@ -182,16 +198,11 @@ class Stream:
         if self.done:
             raise StopIteration
         try:
-            msg = self._client._next_message(self.id, self._timeout)
-            ev = _event(msg)
+            ev = _event(self._client._next_message(self.id, self._timeout))
         except DerasError:
             self._finish()
             raise
-        if isinstance(ev, Final):
-            self._finals += 1
-            if self._finals == self._n:
-                self._finish()
-        return ev
+        return self._counted(ev)
 
     def cancel(self):
         """Ask the router to stop this request; its Finals (finish_reason "abort") follow."""
@@ -209,10 +220,6 @@ class Stream:
             except zmq.ZMQError:
                 pass
             self._finish()
-
-    def _finish(self):
-        self.done = True
-        self._client._forget(self.id)
 
     def __enter__(self):
         return self
