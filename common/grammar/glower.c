@@ -353,7 +353,8 @@ static int class_pieces(const gbuild *b, int c, seqs *s)
         if (rc)
             return rc;
     }
-    qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_seq);
+    if (s->n > 1)
+        qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_seq);
     return DERAS_OK;
 }
 

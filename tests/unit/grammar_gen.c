@@ -17,6 +17,26 @@ uint64_t gg_rand(uint64_t *state)
     return z ^ (z >> 31);
 }
 
+static bool set_empty(const uint64_t *set)
+{
+    return !(set[0] | set[1] | set[2] | set[3]);
+}
+
+/* The cost of alternative a of rule r (INF: it has a byte set that matches nothing). */
+static int64_t alt_cost(const grammar_t *g, const int64_t *cost, int r, int a)
+{
+    const int64_t INF = INT64_MAX / 4;
+    int64_t c = 1;
+    for (int p = g->alt[g->ralt[2 * r] + a]; GE_KIND(g->el[p]) != GE_END && c < INF; p++) {
+        int32_t e = g->el[p];
+        if (GE_KIND(e) == GE_BYTES)
+            c = set_empty(g->set + 4 * GE_ARG(e)) ? INF : c + 1;
+        else
+            c += cost[GE_ARG(e)];
+    }
+    return c < INF ? c : INF;
+}
+
 /* Size of each rule's smallest derivation (expansions + bytes). */
 static int64_t *min_costs(const grammar_t *g)
 {
@@ -30,9 +50,7 @@ static int64_t *min_costs(const grammar_t *g)
         changed = false;
         for (int r = 0; r < g->n_rules; r++) {
             for (int a = 0; a < g->ralt[2 * r + 1]; a++) {
-                int64_t c = 1;
-                for (int p = g->alt[g->ralt[2 * r] + a]; GE_KIND(g->el[p]) != GE_END && c < INF; p++)
-                    c += GE_KIND(g->el[p]) == GE_BYTES ? 1 : cost[GE_ARG(g->el[p])];
+                int64_t c = alt_cost(g, cost, r, a);
                 if (c < cost[r]) {
                     cost[r] = c;
                     changed = true;
@@ -48,9 +66,7 @@ static int alt_cost_min(const grammar_t *g, const int64_t *cost, int r)
     int best = 0;
     int64_t bc = INT64_MAX;
     for (int a = 0; a < g->ralt[2 * r + 1]; a++) {
-        int64_t c = 1;
-        for (int p = g->alt[g->ralt[2 * r] + a]; GE_KIND(g->el[p]) != GE_END; p++)
-            c += GE_KIND(g->el[p]) == GE_BYTES ? 1 : cost[GE_ARG(g->el[p])];
+        int64_t c = alt_cost(g, cost, r, a);
         if (c < bc) {
             bc = c;
             best = a;
@@ -80,6 +96,8 @@ long gg_sentence(const grammar_t *g, uint64_t *rng, int max_depth, char *out, si
     if (!cost || !stack)
         goto overflow;
     int r = g->root, a = (int)(gg_rand(rng) % (uint64_t)g->ralt[2 * r + 1]);
+    if (alt_cost(g, cost, r, a) >= INT64_MAX / 4)
+        a = alt_cost_min(g, cost, r);
     stack[sp++] = g->alt[g->ralt[2 * r] + a];
     while (sp > 0) {
         int32_t pos = stack[sp - 1], e = g->el[pos];
@@ -97,6 +115,8 @@ long gg_sentence(const grammar_t *g, uint64_t *rng, int max_depth, char *out, si
         r = GE_ARG(e);
         bool wild = sp < max_depth && (size_t)len < cap / 4 && expansions < 20000;
         a = wild ? (int)(gg_rand(rng) % (uint64_t)g->ralt[2 * r + 1]) : alt_cost_min(g, cost, r);
+        if (alt_cost(g, cost, r, a) >= INT64_MAX / 4) /* a dead alternative: the cheapest */
+            a = alt_cost_min(g, cost, r);
         expansions++;
         if (sp >= (1 << 16))
             goto overflow;
