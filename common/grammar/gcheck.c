@@ -199,22 +199,12 @@ static void mark_reachable(const glow *w, const graph *g, int root, uint8_t *rea
 /* Copy rule r as a new rule (its self-references to the copy); *id the copy. */
 static int clone_rule(glow *w, int r, int *id, gb_vec *sites)
 {
-    int c = w->ralt.n / 2;
-    if (c >= w->lim.max_rules)
-        return DERAS_ERANGE;
-    if (c >= w->name_cap) {
-        int cap = w->name_cap * 2;
-        char **nm = realloc(w->name, (size_t)cap * sizeof *nm);
-        if (!nm)
-            return deras_fail(DERAS_ENOMEM, "grammar: out of memory");
-        memset(nm + w->name_cap, 0, (size_t)(cap - w->name_cap) * sizeof *nm);
-        w->name = nm;
-        w->name_cap = cap;
-    }
+    int c, rc = glow_new_rule(w, &c);
+    if (rc)
+        return rc;
     int first = w->ralt.v[2 * r], n_alt = w->ralt.v[2 * r + 1];
-    int rc = gb_push(&w->ralt, w->alt.n);
-    if (!rc)
-        rc = gb_push(&w->ralt, n_alt);
+    w->ralt.v[2 * c] = w->alt.n;
+    w->ralt.v[2 * c + 1] = n_alt;
     for (int a = 0; a < n_alt && !rc; a++) {
         rc = gb_push(&w->alt, w->el.n);
         for (int p = w->alt.v[first + a];; p++) {
@@ -276,6 +266,7 @@ static int specialize(glow *w, int root, const int32_t *order, const int32_t *co
             int c = -1;
             rc = clone_rule(w, r, &c, sites);
             if (rc == DERAS_ERANGE) { /* out of rules: likewise */
+                deras_errclear();
                 rc = DERAS_OK;
                 goto done;
             }

@@ -520,7 +520,7 @@ static int gen_array(js *c, const json_t *s, sbuf *body)
         goto done;
     }
     for (long long i = 0; i < k && !rc; i++) {
-        char seg[32];
+        char seg[48];
         snprintf(seg, sizeof seg, "prefixItems/%lld", i);
         size_t at = ptr_push(c, seg);
         rc = gen(c, json_array_get(pre, (size_t)i), &item[i]);

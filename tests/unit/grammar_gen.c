@@ -8,6 +8,23 @@
 
 #include "common/grammar/grammar_internal.h"
 #include "common/grammar/gvocab_internal.h"
+#include "test_util.h"
+
+char *gg_read_data(const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "grammar/%s", name);
+    char *path = test_data_path(rel), *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f && (buf = malloc(1 << 16))) {
+        size_t n = fread(buf, 1, (1 << 16) - 1, f);
+        buf[n] = 0;
+    }
+    if (f)
+        fclose(f);
+    free(path);
+    return buf;
+}
 
 uint64_t gg_rand(uint64_t *state)
 {

@@ -20,6 +20,10 @@
 #include "common/grammar/grammar.h"
 #include "common/grammar/gvocab.h"
 
+/* The file tests/data/grammar/<name> (malloc'd, NUL-terminated); NULL if unreadable, and a
+ * skip when DERAS_TEST_DATA is not set. */
+char *gg_read_data(const char *name);
+
 /* splitmix64 stream for the tests. */
 uint64_t gg_rand(uint64_t *state);
 

@@ -50,18 +50,10 @@ static bool is_prefix(const grammar_t *g, const char *s, size_t n)
 
 static char *read_data(const char *name)
 {
-    char rel[128];
-    snprintf(rel, sizeof rel, "grammar/%s", name);
-    char *path = test_data_path(rel);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    char *buf = malloc(1 << 16);
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    free(path);
-    return buf;
+    char *text = gg_read_data(name);
+    if (!text)
+        fail_msg("cannot read tests/data/grammar/%s", name);
+    return text;
 }
 
 typedef struct strcase {

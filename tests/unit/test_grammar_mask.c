@@ -33,17 +33,10 @@ static const char *CORPUS[] = {"json.gbnf", "arithmetic.gbnf", "list.gbnf", "c_l
 
 static char *read_data(const char *name)
 {
-    char rel[128];
-    snprintf(rel, sizeof rel, "grammar/%s", name);
-    char *path = test_data_path(rel);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    char *buf = malloc(1 << 16);
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    free(path);
-    return buf;
+    char *text = gg_read_data(name);
+    if (!text)
+        fail_msg("cannot read tests/data/grammar/%s", name);
+    return text;
 }
 
 static token_grammar_t *bind(const char *gbnf, const gvocab_t *v, const token_grammar_opts *o)
