@@ -51,7 +51,6 @@ freed memory resident) the figures are printed and the bounds not asserted.
 import http.client
 import json
 import os
-import resource
 import socket
 import sys
 import threading
@@ -59,7 +58,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import ROUTER, Cluster, proc_status  # noqa: E402
+from cluster import ROUTER, Cluster, proc_status, raise_nofile  # noqa: E402
 
 KEY = "sk-hostile-0123456789abcdef"
 AUTH = {"Authorization": "Bearer " + KEY}
@@ -74,15 +73,6 @@ def sanitized():
     resident: the memory bounds are checked in the product build only)."""
     with open(ROUTER, "rb") as f:
         return b"__asan_init" in f.read()
-
-
-def raise_nofile(need):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < need:
-        print("SKIPPED: this test needs %d descriptors; the hard limit is %d" % (need, hard))
-        sys.exit(77)
-    if soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 class HostileHttp(unittest.TestCase):
