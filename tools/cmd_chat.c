@@ -67,7 +67,8 @@ static const struct option own_opts[] = {
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
-static const char *const excluded[] = {"n", NULL}; /* one answer per turn */
+/* one answer per turn; the model's template decides its special tokens */
+static const char *const excluded[] = {"n", "no-special-tokens", NULL};
 
 static const char commands_help[] =
     "/reset forgets the conversation, /system TEXT sets the system message, /quit leaves;\n"
