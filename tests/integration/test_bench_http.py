@@ -135,6 +135,8 @@ class BenchHttp(unittest.TestCase):
             self.assertEqual(x["report"]["output_tokens"], 24)
         self.assertGreater(out["summary"]["ratio_median"], 0)
         self.assertIn("cpu", out)
+        for x in out["runs"]:
+            self.assertEqual(set(x["cpu_s"]), {"router", "worker", "client"})
 
 
 if __name__ == "__main__":
