@@ -8,7 +8,7 @@
  *
  * A call is one HTTP request. Its body arrives through libmicrohttpd's upload callbacks
  * into a buffer bounded by the protocol's frame cap (4 MiB: 413 beyond, the rest of the
- * body is read and dropped); it is parsed (openai_codec.c) into the same proto_request the
+ * body is read and dropped); it is parsed (openai_request.c) into the same proto_request the
  * ZeroMQ door decodes, and enters the same checks and admission (frontend_admit). Then the
  * connection is suspended (MHD_suspend_connection: libmicrohttpd stops polling it) until
  * the request has something to say; relay.c appends chunks, finals, an error or the end to
@@ -44,7 +44,7 @@
 #include "common/base/list.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
-#include "router/openai_codec.h"
+#include "router/openai_response.h"
 
 #define HTTP_API_CHECK_US 100000  /* departures of waiting clients checked this often */
 #define HTTP_API_MAX_KEYS 64
@@ -86,6 +86,7 @@ struct http_call {
     int n_choices, prompt_tokens, completion_tokens;
     bool role_sent[REQ_MAX_N];
     int text_off[REQ_MAX_N];
+    int n_tokens[REQ_MAX_N];      /* streamed so far, per sample (continuous_usage_stats) */
     char id[48];
     int64_t created;
     uint8_t ident[16];
@@ -308,6 +309,12 @@ void http_api_chunk(router_t *rt, rq_t *r, int k)
     oai_piece p = piece_of(call, k, r->samples[k].st);
     p.role = call->req.kind == OAI_CHAT && !call->role_sent[k];
     call->role_sent[k] = true;
+    int n_ids;
+    stream_ids(r->samples[k].st, &n_ids);
+    call->n_tokens[k] += n_ids;
+    p.usage = call->req.continuous_usage;
+    p.prompt_tokens = r->n_prompt;
+    p.completion_tokens = call->n_tokens[k];
     oai_put_chunk(&call->out, call->req.kind, call->id, call->created, rt->api->model, rt->tok,
                   &p);
     call->text_off[k] += (int)p.n_text;
@@ -321,7 +328,9 @@ void http_api_final(router_t *rt, rq_t *r, int k, const proto_usage *u)
     call->prompt_tokens = u->prompt_tokens;
     call->completion_tokens += u->completion_tokens;
     if (r->stream) { /* the text went out in chunks: an empty delta with the reason */
-        oai_piece p = {.index = k, .text = "", .finish = oai_finish_name(s->finish)};
+        oai_piece p = {.index = k, .text = "", .finish = oai_finish_name(s->finish),
+                       .usage = call->req.continuous_usage, .prompt_tokens = u->prompt_tokens,
+                       .completion_tokens = u->completion_tokens};
         p.role = call->req.kind == OAI_CHAT && !call->role_sent[k];
         call->role_sent[k] = true;
         oai_put_chunk(&call->out, call->req.kind, call->id, call->created, rt->api->model,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_openai.c - libFuzzer target for the OpenAI-compatible request parser
- * (router/openai_codec.h).
+ * (router/openai_request.h, openai_response.h).
  *
  * The first byte picks the kind (completions or chat), the rest is the body. A refusal must
  * be DERAS_EFORMAT with a code, a non-empty message and nothing left to free; an accepted
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/base/status.h"
-#include "router/openai_codec.h"
+#include "router/openai_response.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_router_openai.c - the OpenAI-compatible JSON mapping (router/openai_codec.c):
+/* test_router_openai.c - the OpenAI-compatible JSON mapping (router/openai_request.c, openai_response.c):
  * well-formed bodies map onto the request's fields; hostile ones (malformed JSON, wrong
  * types, unknown or unsupported fields, huge n, NaN, out-of-range numbers) are refused with
  * the protocol's stable code and the field named; the encoders write JSON that parses back
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/base/status.h"
-#include "router/openai_codec.h"
+#include "router/openai_response.h"
 
 static proto_limits lim;
 
@@ -171,6 +171,17 @@ static void hostile_bodies_are_refused(void **s)
     assert_int_equal(parse(OAI_CHAT, b, &ok, &oe), DERAS_OK);
     assert_false(ok.include_usage);
     oai_request_free(&ok);
+    /* vLLM's continuous_usage_stats; null reads as absent */
+    snprintf(b, sizeof b, "{%s, \"stream_options\": {\"include_usage\": null, "
+             "\"continuous_usage_stats\": true}}", m);
+    assert_int_equal(parse(OAI_CHAT, b, &ok, &oe), DERAS_OK);
+    assert_false(ok.include_usage);
+    assert_true(ok.continuous_usage);
+    oai_request_free(&ok);
+    snprintf(b, sizeof b, "{%s, \"stream_options\": {\"continuous_usage_stats\": 1}}", m);
+    refused(OAI_CHAT, b, PE_INVALID_FIELD, "stream_options.continuous_usage_stats");
+    snprintf(b, sizeof b, "{%s, \"stream_options\": []}", m);
+    refused(OAI_CHAT, b, PE_INVALID_FIELD, "stream_options");
     refused(OAI_CHAT, "{\"messages\": []}", PE_INVALID_FIELD, "messages");
     refused(OAI_CHAT, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
             PE_INVALID_FIELD, "messages[0]");
@@ -236,6 +247,39 @@ static void encoders_write_json(void **s)
     json_decref(v);
     oai_buf_free(&b);
     oai_buf_free(&choices);
+
+    /* a streamed chunk and a whole choice write the same choice object; a chunk may carry
+     * the sample's usage so far */
+    p.usage = true;
+    p.prompt_tokens = 3;
+    p.completion_tokens = 2;
+    p.role = true;
+    oai_put_chunk(&b, OAI_CHAT, "chatcmpl-1", 5, "m", NULL, &p);
+    assert_true(b.n > 8 && !memcmp(b.p, "data: ", 6) && !memcmp(b.p + b.n - 2, "\n\n", 2));
+    v = json_loadb(b.p + 6, b.n - 8, 0, NULL);
+    assert_non_null(v);
+    c = json_array_get(json_object_get(v, "choices"), 0);
+    json_t *delta = json_object_get(c, "delta");
+    assert_string_equal(json_string_value(json_object_get(delta, "role")), "assistant");
+    assert_string_equal(json_string_value(json_object_get(delta, "content")), "hi");
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    assert_int_equal(json_integer_value(json_object_get(c, "index")), 1);
+    assert_true(json_is_object(json_object_get(c, "logprobs")));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(v, "usage"),
+                                                        "completion_tokens")), 2);
+    json_decref(v);
+    oai_buf_free(&b);
+    p.usage = false;
+    oai_put_chunk(&b, OAI_COMPLETIONS, "cmpl-1", 5, "m", NULL, &p);
+    v = json_loadb(b.p + 6, b.n - 8, 0, NULL);
+    assert_non_null(v);
+    assert_null(json_object_get(v, "usage"));
+    c = json_array_get(json_object_get(v, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "text")), "hi");
+    assert_int_equal(json_array_size(json_object_get(json_object_get(c, "logprobs"), "tokens")),
+                     1);
+    json_decref(v);
+    oai_buf_free(&b);
 
     oai_put_error(&b, 429, "busy", "n", "full");
     oai_buf_put(&b, "", 1);

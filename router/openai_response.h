@@ -1,65 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* openai_codec.h - OpenAI-compatible JSON <-> the router's request and replies.
+/* openai_response.h - the router's replies -> OpenAI-compatible JSON.
  *
- * Parsing: a POST /v1/completions or /v1/chat/completions body (JSON, bounded by the HTTP
- * layer) becomes a proto_request, the same struct the msgpack decoder fills, so both doors
- * share the router's checks, tokenizing and admission (frontend_admit). Every field is
- * checked as the msgpack protocol checks it (the sampling table's ranges, the protocol's
- * caps); a field this server cannot honour (response_format other than text, functions,
- * tool_choice "required" or a named tool, best_of > n, echo, suffix) and any unknown field
- * is refused naming the field, never ignored. Nulls read as absent.
+ * Response bodies, server-sent-event chunks, usage and error objects appended to a
+ * growable byte buffer (oai_buf) that keeps its capacity, so a warm stream appends a chunk
+ * without allocating. JSON strings are escaped here; token bytes that are not valid UTF-8
+ * become U+FFFD in token strings (their exact bytes are in "bytes"); a logprob of -inf is
+ * written as -9999.0 (JSON has no infinity; vLLM does the same). A streamed chunk and a
+ * whole choice share one writer of the choice object, so they cannot drift apart.
  *
- * Encoding: response bodies, server-sent-event chunks, usage and error objects appended to
- * a growable byte buffer (oai_buf) that keeps its capacity, so a warm stream appends a
- * chunk without allocating. JSON strings are escaped here; token bytes that are not valid
- * UTF-8 become U+FFFD in token strings (their exact bytes are in "bytes"); a logprob of
- * -inf is written as -9999.0 (JSON has no infinity; vLLM does the same).
- *
- * Costs: parsing is jansson's (O(body), one allocation per JSON value: at most ~30 bytes
- * of memory per body byte) plus O(fields); encoding is O(output) and allocates only when
- * a buffer grows.
+ * Costs: O(output); allocation only when a buffer grows.
  */
-#ifndef DERAS_ROUTER_OPENAI_CODEC_H
-#define DERAS_ROUTER_OPENAI_CODEC_H
+#ifndef DERAS_ROUTER_OPENAI_RESPONSE_H
+#define DERAS_ROUTER_OPENAI_RESPONSE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "common/request/finish_reason.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/wire/protocol.h"
+#include "router/openai_request.h"
 
-typedef enum oai_kind { OAI_COMPLETIONS, OAI_CHAT } oai_kind;
-
-typedef struct oai_request {
-    oai_kind kind;
-    proto_request q;         /* strings and JSON values point into root */
-    json_t *root;            /* the parsed body, owned (oai_request_free) */
-    json_t *messages;        /* chat: the checked copy handed to the template, owned */
-    int32_t *ids;            /* completions: a prompt of token ids, owned */
-    const char *model;       /* "" when absent */
-    bool include_usage;      /* stream_options.include_usage */
-    bool logprobs;           /* token logprobs asked (q.params.sp.n_logprobs >= 1 then) */
-    int top_logprobs;        /* alternatives to report per token, 0..20 */
-} oai_request;
-
-typedef struct oai_error {
-    enum proto_error_code code;
-    char param[64];          /* the field, "" when none */
-    char message[256];
-} oai_error;
-
-/* Parse body[0..len) as a `kind` request under lim. DERAS_OK with *out filled (release it
- * with oai_request_free), or DERAS_EFORMAT with *err filled (*out then holds nothing to
- * free). O(len). */
-int oai_parse(oai_kind kind, const char *body, size_t len, const proto_limits *lim,
-              oai_request *out, oai_error *err);
-void oai_request_free(oai_request *r);
-
-/* ---- output ---- */
 
 typedef struct oai_buf {
     char *p;
@@ -83,6 +45,8 @@ typedef struct oai_piece {
     int text_offset;          /* completions: offset of text in the sample's output */
     const char *finish;       /* NULL: not finished */
     bool role;                /* chat delta: announce the assistant's role */
+    bool usage;               /* chunk: add usage (continuous_usage_stats) with these */
+    int prompt_tokens, completion_tokens;
 } oai_piece;
 
 /* "data: {chunk}\n\n" for one streamed piece. */
