@@ -206,7 +206,7 @@ static void penalties_change_logits_as_specified(void **state)
     sampling_params_default(&p);
     sample_result r;
     int32_t prompt[1] = {0}, out_ids[3] = {0, 0, 2};
-    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0, NULL};
     p.repetition_penalty = 1.2f; /* 2.0 / 1.2 = 1.67 > 1.5: token 0 still wins */
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
@@ -219,7 +219,7 @@ static void penalties_change_logits_as_specified(void **state)
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
     /* frequency 0.3 x count 2 = 0.6 > 0.5 margin */
-    h = (sample_history){prompt, 1, out_ids, 3, NULL, 0};
+    h = (sample_history){prompt, 1, out_ids, 3, NULL, 0, NULL};
     sampling_params_default(&p);
     p.frequency_penalty = 0.2f; /* 0.4 < 0.5 */
     sampler_sample(s, l, &p, NULL, &h, &r);
@@ -230,7 +230,7 @@ static void penalties_change_logits_as_specified(void **state)
     /* negative logits are multiplied: token 2 at -1.0 with penalty 2 -> -2.0 */
     float l2[3] = {-1.0f, -1.5f, -3.0f};
     int32_t prompt2[1] = {0};
-    h = (sample_history){prompt2, 1, NULL, 0, NULL, 0};
+    h = (sample_history){prompt2, 1, NULL, 0, NULL, 0, NULL};
     sampling_params_default(&p);
     p.repetition_penalty = 2.0f;
     sampler_sample(s, l2, &p, NULL, &h, &r);
@@ -255,7 +255,7 @@ static void logprobs_are_raw_log_softmax_with_sorted_top_n(void **state)
     sp.n_logprobs = 4;
     sp.repetition_penalty = 3.0f; /* processors must not change reported logprobs */
     int32_t prompt[1] = {1};
-    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0, NULL};
     sample_result r;
     sampler_sample(s, l, &sp, NULL, &h, &r);
     assert_int_equal(r.token, 2); /* 1 penalised to 1.0 */
@@ -404,7 +404,7 @@ static void logit_bias_shifts_logits_before_the_processors(void **state)
     assert_int_equal(sampler_greedy(s, l, &p, NULL), 2);
     /* before the repetition penalty: 2 + 2.5 = 4.5 / 3 = 1.5 loses to token 0's 2.0 */
     int32_t prompt[1] = {2};
-    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0, NULL};
     p.repetition_penalty = 3.0f;
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
@@ -440,7 +440,7 @@ static void min_tokens_holds_stop_tokens_back(void **state)
     sampling_params_default(&p);
     p.min_tokens = 2;
     int32_t stops[2] = {0, 3}, out[2] = {1, 1};
-    sample_history h = {NULL, 0, out, 0, stops, 2};
+    sample_history h = {NULL, 0, out, 0, stops, 2, NULL};
     sample_result r;
     for (int n = 0; n < 2; n++) {
         h.n_output = n;
