@@ -28,7 +28,7 @@ int grammar_from_regex(const char *re, size_t len, const grammar_limits *lim, gr
     *out = NULL;
     char *expr = NULL;
     size_t n = 0;
-    int rc = regex_to_gbnf(re, len, lim, &expr, &n);
+    int rc = regex_to_gbnf(re, len, lim, false, &expr, &n);
     if (rc)
         return rc;
     static const char head[] = "root ::= ";

@@ -22,6 +22,7 @@ typedef struct rx {
     const char *s;
     size_t n, i;
     int depth;
+    bool json;          /* inside a JSON string: no raw ", \ or control characters */
     grammar_limits lim;
     char *out;
     size_t len, cap;
@@ -77,6 +78,14 @@ static int put_cp(rx *x, uint32_t cp)
 
 static int put_literal(rx *x, uint32_t cp)
 {
+    if (x->json && (cp == '"' || cp == '\\' || cp < 0x20)) { /* the JSON escape instead */
+        char b[16];
+        if (cp == '"' || cp == '\\')
+            snprintf(b, sizeof b, "\"\\\\\\x%02X\"", (unsigned)cp);
+        else
+            snprintf(b, sizeof b, "\"\\\\u00%02X\"", (unsigned)cp);
+        return puts_(x, b);
+    }
     int rc = puts_(x, "\"");
     if (!rc)
         rc = put_cp(x, cp);
@@ -99,29 +108,32 @@ static int hexn(rx *x, int digits, uint32_t *v)
     return DERAS_OK;
 }
 
-/* The class an escape letter names (d w s D W S), as GBNF class content, or NULL. */
-static const char *class_escape(int c, bool *negated)
+/* The ranges an escape letter names (d w s D W S: ASCII meanings), or 0 ranges. */
+static int class_escape(int c, bool *negated, const uint32_t **r)
 {
+    static const uint32_t d[] = {'0', '9'};
+    static const uint32_t w[] = {'0', '9', 'A', 'Z', '_', '_', 'a', 'z'};
+    static const uint32_t sp[] = {0x09, 0x0D, 0x20, 0x20};
     *negated = c == 'D' || c == 'W' || c == 'S';
     switch (c) {
-    case 'd': case 'D': return "0-9";
-    case 'w': case 'W': return "a-zA-Z0-9_";
-    case 's': case 'S': return "\\x20\\x09-\\x0D";
-    default: return NULL;
+    case 'd': case 'D': *r = d; return 1;
+    case 'w': case 'W': *r = w; return 4;
+    case 's': case 'S': *r = sp; return 2;
+    default: return 0;
     }
 }
 
 /* After a backslash: a single character into *cp (return 0), or a class escape (return
- * 1, *cls set), or an error. */
-static int escape(rx *x, uint32_t *cp, const char **cls, bool *negated)
+ * its number of ranges, *cls set), or an error. */
+static int escape(rx *x, uint32_t *cp, const uint32_t **cls, bool *negated)
 {
     int c = peek(x);
     if (c < 0)
         return bad(x, DERAS_EFORMAT, "a trailing backslash");
     x->i++;
-    *cls = class_escape(c, negated);
-    if (*cls)
-        return 1;
+    int n = class_escape(c, negated, cls);
+    if (n)
+        return n;
     switch (c) {
     case 'n': *cp = '\n'; return 0;
     case 'r': *cp = '\r'; return 0;
@@ -157,43 +169,113 @@ static int next_char(rx *x, uint32_t *cp)
     return DERAS_OK;
 }
 
+/* A class's ranges while it is parsed: (lo, hi) pairs. */
+typedef struct ranges {
+    uint32_t *v;
+    int n, cap;
+} ranges;
+
+static int add(ranges *r, uint32_t lo, uint32_t hi)
+{
+    if (r->n + 2 > r->cap) {
+        int cap = r->cap ? 2 * r->cap : 32;
+        uint32_t *v = realloc(r->v, (size_t)cap * sizeof(uint32_t));
+        if (!v)
+            return deras_fail(DERAS_ENOMEM, "regex: out of memory");
+        r->v = v;
+        r->cap = cap;
+    }
+    r->v[r->n++] = lo;
+    r->v[r->n++] = hi;
+    return DERAS_OK;
+}
+
+/* What a JSON string may not hold raw: control characters, '"', '\'. */
+static const uint32_t json_forbidden[] = {0x00, 0x1F, '"', '"', '\\', '\\'};
+
+static int put_range(rx *x, uint32_t lo, uint32_t hi)
+{
+    int rc = put_cp(x, lo);
+    if (!rc && hi != lo && !(rc = puts_(x, "-")))
+        rc = put_cp(x, hi);
+    return rc;
+}
+
+/* [lo, hi] minus the JSON-forbidden characters. */
+static int put_range_json(rx *x, uint32_t lo, uint32_t hi)
+{
+    for (int k = 0; k < 6 && lo <= hi; k += 2) {
+        uint32_t a = json_forbidden[k], b = json_forbidden[k + 1];
+        if (b < lo || a > hi)
+            continue;
+        if (a > lo) {
+            int rc = put_range(x, lo, a - 1);
+            if (rc)
+                return rc;
+        }
+        if (b == 0xFFFFFFFFu || b >= hi)
+            return DERAS_OK;
+        lo = b + 1;
+    }
+    return lo <= hi ? put_range(x, lo, hi) : DERAS_OK;
+}
+
+/* A GBNF class of r's ranges (negated: their complement), JSON-safe in json mode. */
+static int put_class(rx *x, const uint32_t *r, int n, bool negated)
+{
+    int rc = puts_(x, negated ? "[^" : "[");
+    for (int k = 0; k + 1 < n && !rc; k += 2)
+        rc = negated || !x->json ? put_range(x, r[k], r[k + 1]) : put_range_json(x, r[k], r[k + 1]);
+    if (x->json && negated)
+        for (int k = 0; k < 6 && !rc; k += 2)
+            rc = put_range(x, json_forbidden[k], json_forbidden[k + 1]);
+    return rc ? rc : puts_(x, "]");
+}
+
 static int parse_class(rx *x)
 {
     size_t start = x->i++;
-    int rc = puts_(x, "[");
-    if (peek(x) == '^') {
+    bool negated = peek(x) == '^', first = true;
+    if (negated)
         x->i++;
-        rc = rc ? rc : puts_(x, "^");
-    }
-    bool first = true;
+    ranges r = {0};
+    int rc = DERAS_OK;
     while (!rc) {
         int c = peek(x);
         if (c < 0) {
             x->i = start;
-            return bad(x, DERAS_EFORMAT, "unterminated character class");
+            rc = bad(x, DERAS_EFORMAT, "unterminated character class");
+            break;
         }
         if (c == ']' && !first)
             break;
         first = false;
         if (c == '[' && x->i + 1 < x->n && (x->s[x->i + 1] == ':' || x->s[x->i + 1] == '=' ||
-                                             x->s[x->i + 1] == '.'))
-            return bad(x, DERAS_EUNSUPPORTED, "POSIX classes ([:alpha:]) are not supported");
+                                             x->s[x->i + 1] == '.')) {
+            rc = bad(x, DERAS_EUNSUPPORTED, "POSIX classes ([:alpha:]) are not supported");
+            break;
+        }
         uint32_t lo, hi;
-        const char *cls = NULL;
-        bool neg = false;
+        const uint32_t *cls;
+        bool neg;
         if (c == '\\') {
             x->i++;
             int e = escape(x, &lo, &cls, &neg);
-            if (e < 0)
-                return e;
-            if (e == 1) {
-                if (neg)
-                    return bad(x, DERAS_EUNSUPPORTED, "\\D \\W \\S inside a class are not supported");
-                rc = puts_(x, cls);
+            if (e < 0) {
+                rc = e;
+                break;
+            }
+            if (e > 0) {
+                if (neg) {
+                    rc = bad(x, DERAS_EUNSUPPORTED, "\\D \\W \\S inside a class are not supported");
+                    break;
+                }
+                for (int k = 0; k < e && !rc; k++)
+                    rc = add(&r, cls[2 * k], cls[2 * k + 1]);
                 continue;
             }
         } else if ((rc = next_char(x, &lo))) {
-            return rc;
+            break;
         }
         hi = lo;
         if (peek(x) == '-' && x->i + 1 < x->n && x->s[x->i + 1] != ']') {
@@ -201,22 +283,26 @@ static int parse_class(rx *x)
             if (peek(x) == '\\') {
                 x->i++;
                 int e = escape(x, &hi, &cls, &neg);
-                if (e < 0)
-                    return e;
-                if (e == 1)
-                    return bad(x, DERAS_EFORMAT, "a class escape cannot end a range");
+                if (e != 0) {
+                    rc = e < 0 ? e : bad(x, DERAS_EFORMAT, "a class escape cannot end a range");
+                    break;
+                }
             } else if ((rc = next_char(x, &hi))) {
-                return rc;
+                break;
             }
-            if (hi < lo)
-                return bad(x, DERAS_EFORMAT, "character range out of order");
+            if (hi < lo) {
+                rc = bad(x, DERAS_EFORMAT, "character range out of order");
+                break;
+            }
         }
-        rc = put_cp(x, lo);
-        if (!rc && hi != lo && !(rc = puts_(x, "-")))
-            rc = put_cp(x, hi);
+        rc = add(&r, lo, hi);
     }
-    x->i++;
-    return rc ? rc : puts_(x, "]");
+    if (!rc) {
+        x->i++;
+        rc = put_class(x, r.v, r.n, negated);
+    }
+    free(r.v);
+    return rc;
 }
 
 static int parse_int(rx *x, int *v)
@@ -339,22 +425,21 @@ static int parse_piece(rx *x, bool *done)
     } else if (c == '[') {
         rc = parse_class(x);
     } else if (c == '.') {
+        static const uint32_t newline[] = {'\n', '\n'};
         x->i++;
-        rc = puts_(x, "[^\\x0A]");
+        rc = put_class(x, newline, 2, true);
     } else if (c == '\\') {
         x->i++;
         uint32_t cp;
-        const char *cls;
+        const uint32_t *cls;
         bool neg;
         int e = escape(x, &cp, &cls, &neg);
         if (e < 0)
             return e;
-        if (e == 1) {
-            if (!(rc = puts_(x, neg ? "[^" : "[")) && !(rc = puts_(x, cls)))
-                rc = puts_(x, "]");
-        } else {
+        if (e > 0)
+            rc = put_class(x, cls, 2 * e, neg);
+        else
             rc = put_literal(x, cp);
-        }
     } else {
         if (c == '{') {
             bool ok;
@@ -424,14 +509,14 @@ static int parse_alt(rx *x)
     return rc ? rc : puts_(x, " )");
 }
 
-int regex_to_gbnf(const char *re, size_t len, const grammar_limits *lim, char **out,
-                  size_t *out_len)
+int regex_to_gbnf(const char *re, size_t len, const grammar_limits *lim, bool json_string,
+                  char **out, size_t *out_len)
 {
     if (!out || !out_len || (!re && len))
         return deras_fail(DERAS_EINVAL, "regex_to_gbnf: NULL argument");
     *out = NULL;
     *out_len = 0;
-    rx x = {.s = re, .n = len};
+    rx x = {.s = re, .n = len, .json = json_string};
     if (lim)
         x.lim = *lim;
     else

@@ -25,15 +25,19 @@
 #ifndef DERAS_REGEX_H
 #define DERAS_REGEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/grammar/grammar.h"
 
 /* Translate re[0..len) into one parenthesized GBNF expression (no rule definitions), e.g.
- * "[0-9]{3}-x" -> `([0-9]{3} "-x")`. Malloc'd, NUL-terminated in *out (caller frees), its
- * length in *out_len. lim NULL: the defaults. O(len) time, O(len) output (at most ~12
- * bytes of GBNF per regex byte). Errors as in the header comment; DERAS_ENOMEM. */
-int regex_to_gbnf(const char *re, size_t len, const grammar_limits *lim, char **out,
-                  size_t *out_len);
+ * "[0-9]{3}-x" -> `( [0-9]{3,3} "\x2D" "x" )`. Malloc'd, NUL-terminated in *out (caller
+ * frees), its length in *out_len. lim NULL: the defaults. json_string: the text is the
+ * inside of a JSON string (a JSON Schema "pattern"), so '"', '\' and control characters
+ * are matched in their escaped JSON form (a literal " becomes \", a control character
+ * \u00XX) and classes and `.` never produce them raw. O(len) time and output (at most
+ * ~40 bytes of GBNF per regex byte). Errors as in the header comment; DERAS_ENOMEM. */
+int regex_to_gbnf(const char *re, size_t len, const grammar_limits *lim, bool json_string,
+                  char **out, size_t *out_len);
 
 #endif
