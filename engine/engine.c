@@ -439,7 +439,7 @@ static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
     if (constrain_has(e->cons, s->sq.slot) && !stops) {
         int rc = constrain_accept(e->cons, s->sq.slot, r->token);
         if (rc) {
-            deras_fail_ctx(rc, "request %llu, sample %d: grammar: ", (unsigned long long)q->id,
+            deras_fail_ctx(rc, "request %llu, sample %d: ", (unsigned long long)q->id,
                            s->index);
             log_warn("%s", deras_errmsg());
             fail_request(e, q, rc == DERAS_ERANGE ? PE_GRAMMAR_BUDGET : PE_INTERNAL);
@@ -713,7 +713,7 @@ int engine_step(engine_t *e, int *n_tokens)
         if (!s->live || s->done)
             continue;
         if (e->cons && (rc = constrain_status(e->cons, i))) {
-            deras_fail_ctx(rc, "request %llu, sample %d: grammar: ",
+            deras_fail_ctx(rc, "request %llu, sample %d: ",
                            (unsigned long long)s->req->id, s->index);
             log_warn("%s", deras_errmsg());
             fail_request(e, s->req, rc == DERAS_ERANGE ? PE_GRAMMAR_BUDGET : PE_INTERNAL);
