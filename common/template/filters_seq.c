@@ -371,7 +371,7 @@ int filter_join(struct rx *rx, const tv *v, const tv *d, const tv *attr, tv *out
     if (st)
         return st;
     sbuf b;
-    sb_init(&b, rx);
+    tsb_init(&b, rx);
     for (size_t i = 0; i < it.u.l->n && !st; i++) {
         if (i && d)
             st = tv_print(&b, d);
@@ -391,10 +391,10 @@ int filter_join(struct rx *rx, const tv *v, const tv *d, const tv *attr, tv *out
     if (!st)
         st = rx_step(rx, b.len / STEP_COPY);
     if (st) {
-        sb_free(&b);
+        tsb_free(&b);
         return st;
     }
-    return sb_take(&b, out);
+    return tsb_take(&b, out);
 }
 
 /* First or last item of an iterable; Undefined when empty. */

@@ -671,7 +671,7 @@ int tv_sort(void *base, size_t n, size_t size, tv_lt_fn lt, void *ctx)
 
 #define SB_HDR offsetof(struct tstr, p)
 
-int sb_reserve(sbuf *b, size_t n)
+int tsb_reserve(sbuf *b, size_t n)
 {
     if (b->rx && n > b->rx->lim.max_output - b->len)
         return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
@@ -688,7 +688,7 @@ int sb_reserve(sbuf *b, size_t n)
     return 0;
 }
 
-int sb_put(sbuf *b, const char *p, size_t n)
+int tsb_put(sbuf *b, const char *p, size_t n)
 {
     if (b->rx && n > b->rx->lim.max_output - b->len)
         return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
@@ -711,10 +711,10 @@ int sb_put(sbuf *b, const char *p, size_t n)
     return 0;
 }
 
-int sb_putc(sbuf *b, char c) { return sb_put(b, &c, 1); }
-int sb_puts(sbuf *b, const char *s) { return sb_put(b, s, strlen(s)); }
+int tsb_putc(sbuf *b, char c) { return tsb_put(b, &c, 1); }
+int tsb_puts(sbuf *b, const char *s) { return tsb_put(b, s, strlen(s)); }
 
-int sb_putcp(sbuf *b, uint32_t cp)
+int tsb_putcp(sbuf *b, uint32_t cp)
 {
     char tmp[4];
     size_t k = 0;
@@ -733,13 +733,13 @@ int sb_putcp(sbuf *b, uint32_t cp)
         tmp[k++] = (char)(0x80 | ((cp >> 6) & 63));
         tmp[k++] = (char)(0x80 | (cp & 63));
     }
-    return sb_put(b, tmp, k);
+    return tsb_put(b, tmp, k);
 }
 
-int sb_take(sbuf *b, tv *out)
+int tsb_take(sbuf *b, tv *out)
 {
     if (!b->buf) {
-        int st = sb_put(b, "", 0);
+        int st = tsb_put(b, "", 0);
         if (st)
             return st;
     }
@@ -747,7 +747,7 @@ int sb_take(sbuf *b, tv *out)
     size_t want = SB_HDR + b->len + 1;
     char *q = tv_realloc(b->rx, b->buf, SB_HDR + b->cap, want);
     if (!q) {
-        sb_free(b);
+        tsb_free(b);
         return DERAS_ENOMEM;
     }
     struct tstr *s = (struct tstr *)q;
@@ -762,9 +762,9 @@ int sb_take(sbuf *b, tv *out)
     return 0;
 }
 
-char *sb_detach(sbuf *b, size_t *len)
+char *tsb_detach(sbuf *b, size_t *len)
 {
-    if (!b->buf && sb_put(b, "", 0))
+    if (!b->buf && tsb_put(b, "", 0))
         return NULL;
     memmove(b->buf, b->p, b->len + 1);
     char *r = b->buf;
@@ -775,7 +775,7 @@ char *sb_detach(sbuf *b, size_t *len)
     return r;
 }
 
-void sb_free(sbuf *b)
+void tsb_free(sbuf *b)
 {
     tv_free(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0);
     *b = (sbuf){.rx = b->rx};
