@@ -11,8 +11,8 @@
  *                kept: the closure's visited set (pda.c) ends them.
  * Specialization: rules not in a cycle with other rules (self tail recursion, as in x*, is
  * fine) that are referenced from several places get a copy per call site, callers before
- * callees, until the element budget (8x the lowered grammar, within max_elements) runs
- * out. A rule with one call site has one return position, so the mask cache can treat
+ * callees, within an element budget (16x the lowered grammar + 64k, within max_elements):
+ * a rule whose copies do not fit stays shared and the smaller ones after it go on. A rule with one call site has one return position, so the mask cache can treat
  * what lies under it as known (token_grammar.h). The language does not change.
  * Costs: O(rules + elements) for the graph passes (Tarjan's SCCs, iterative), nullable
  * and productive fixpoints in SCC order, plus the copies made.
@@ -199,22 +199,12 @@ static void mark_reachable(const glow *w, const graph *g, int root, uint8_t *rea
 /* Copy rule r as a new rule (its self-references to the copy); *id the copy. */
 static int clone_rule(glow *w, int r, int *id, gb_vec *sites)
 {
-    int c = w->ralt.n / 2;
-    if (c >= w->lim.max_rules)
-        return DERAS_ERANGE;
-    if (c >= w->name_cap) {
-        int cap = w->name_cap * 2;
-        char **nm = realloc(w->name, (size_t)cap * sizeof *nm);
-        if (!nm)
-            return deras_fail(DERAS_ENOMEM, "grammar: out of memory");
-        memset(nm + w->name_cap, 0, (size_t)(cap - w->name_cap) * sizeof *nm);
-        w->name = nm;
-        w->name_cap = cap;
-    }
+    int c, rc = glow_new_rule(w, &c);
+    if (rc)
+        return rc;
     int first = w->ralt.v[2 * r], n_alt = w->ralt.v[2 * r + 1];
-    int rc = gb_push(&w->ralt, w->alt.n);
-    if (!rc)
-        rc = gb_push(&w->ralt, n_alt);
+    w->ralt.v[2 * c] = w->alt.n;
+    w->ralt.v[2 * c + 1] = n_alt;
     for (int a = 0; a < n_alt && !rc; a++) {
         rc = gb_push(&w->alt, w->el.n);
         for (int p = w->alt.v[first + a];; p++) {
@@ -248,7 +238,7 @@ static int specialize(glow *w, int root, const int32_t *order, const int32_t *co
                       const graph *g, const uint8_t *reach)
 {
     int n = w->ralt.n / 2, rc = DERAS_OK;
-    long budget = 8L * w->el.n + 4096;
+    long budget = 16L * w->el.n + (1 << 16);
     if (budget > w->lim.max_elements)
         budget = w->lim.max_elements;
     gb_vec *sites = calloc((size_t)n, sizeof *sites);
@@ -270,12 +260,13 @@ static int specialize(glow *w, int root, const int32_t *order, const int32_t *co
         if (r == root || !reach[r] || !single[r] || sites[r].n < 2)
             continue;
         int size = rule_size(w, r);
+        if (w->el.n + (long)size * (sites[r].n - 1) > budget)
+            continue; /* too big for what is left: this one stays shared (still correct) */
         for (int s = 1; s < sites[r].n && !rc; s++) {
-            if (w->el.n + size > budget)
-                goto done; /* out of budget: the rest stays shared, still correct */
             int c = -1;
             rc = clone_rule(w, r, &c, sites);
             if (rc == DERAS_ERANGE) { /* out of rules: likewise */
+                deras_errclear();
                 rc = DERAS_OK;
                 goto done;
             }

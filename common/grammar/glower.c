@@ -322,7 +322,7 @@ static int emit_range(glow *w, unsigned lo, unsigned hi)
     return rc ? rc : emit(w, GE_BYTES, id);
 }
 
-static int new_low_rule(glow *w, int *id)
+int glow_new_rule(glow *w, int *id)
 {
     int r = w->ralt.n / 2;
     if (r >= w->lim.max_rules)
@@ -353,7 +353,8 @@ static int class_pieces(const gbuild *b, int c, seqs *s)
         if (rc)
             return rc;
     }
-    qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_seq);
+    if (s->n > 1)
+        qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_seq);
     return DERAS_OK;
 }
 
@@ -415,7 +416,7 @@ static int lower_class(glow *w, const gbuild *b, int c, pending **q, int *nq, in
             rc = emit_range(w, s.v[0].lo[k], s.v[0].hi[k]);
     } else {
         int h;
-        if ((rc = new_low_rule(w, &h)))
+        if ((rc = glow_new_rule(w, &h)))
             goto done;
         if (*nq == *capq) {
             int cap = *capq ? *capq * 2 : 16;
@@ -478,7 +479,7 @@ int gb_compile(gbuild *b, int root, grammar_t **out)
     int nq = 0, capq = 0, rc = DERAS_OK;
     for (int r = 0; r < b->n_rules && !rc; r++) {
         int id;
-        if (!(rc = new_low_rule(&w, &id))) {
+        if (!(rc = glow_new_rule(&w, &id))) {
             w.name[id] = b->rules[r].name; /* moved */
             b->rules[r].name = NULL;
         }

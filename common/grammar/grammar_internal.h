@@ -56,6 +56,10 @@ typedef struct glow {
 /* Index of the byte set `words` (8 x 32 bits), added if new. DERAS_ENOMEM. */
 int glow_set(glow *w, const uint32_t words[8], int *id);
 
+/* A new rule with no alternatives yet (its (first, count) pair is (0, 0)). DERAS_ERANGE
+ * past max_rules, DERAS_ENOMEM. */
+int glow_new_rule(glow *w, int *id);
+
 /* Check, specialize and freeze w into *out (gcheck.c); w is freed either way. */
 int glow_finish(glow *w, int root, grammar_t **out);
 

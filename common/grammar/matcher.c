@@ -409,7 +409,21 @@ int gmatcher_fork(const gmatcher_t *src, gmatcher_t **out)
 
 void gmask_apply(const uint32_t *mask, float *logits, int n)
 {
-    for (int t = 0; t < n; t++)
+    int w = 0;
+    for (; w < n / 32; w++) { /* a word at a time: masks are mostly all-on or all-off runs */
+        uint32_t m = mask[w];
+        if (m == 0xFFFFFFFFu)
+            continue;
+        float *l = logits + 32 * w;
+        if (m == 0) {
+            for (int b = 0; b < 32; b++)
+                l[b] = -INFINITY;
+            continue;
+        }
+        for (uint32_t off = ~m; off; off &= off - 1)
+            l[__builtin_ctz(off)] = -INFINITY;
+    }
+    for (int t = 32 * w; t < n; t++)
         if (!gmask_get(mask, t))
             logits[t] = -INFINITY;
 }

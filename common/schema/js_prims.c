@@ -293,7 +293,7 @@ int js_number(js *c, const json_t *s, sbuf *body)
         return sb_puts(body, "jnumber");
     /* minimum >= 0: no minus sign; "0" alone passes exclusiveMinimum 0 too (not enforced) */
     return sb_printf(body, "( \"0\" | [1-9] [0-9]{0,%d} ) ( \".\" [0-9]{1,%d} )? ( [eE] [-+]? "
-                     "[0-9]{1,3} )?", c->o.max_digits - 1, c->o.max_digits);
+                     "[0-9]{1,2} )?", c->o.max_digits - 1, c->o.max_digits);
 }
 
 /* ---- enums ---- */

@@ -27,7 +27,7 @@ void jschema_opts_default(jschema_opts *o)
     o->compact = false;
     o->max_indent = 20;
     o->allow_additional = false;
-    o->max_digits = 20;
+    o->max_digits = 18;
     o->max_depth = 64;
     o->max_output = 1u << 20;
 }
@@ -133,8 +133,10 @@ int js_need(js *c, unsigned prim)
             rc = sb_printf(&c->out, "ws ::= ( \" \" | \"\\n\" [ \\t]{0,%d} )?\n", c->o.max_indent);
             break;
         case JP_CHAR:
+            /* \u escapes name scalar values: a high surrogate only before a low one */
             rc = sb_puts(&c->out, "jchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" "
-                         "[0-9a-fA-F]{4} )\n");
+                         "( [0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] "
+                         "[0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2} ) )\n");
             break;
         case JP_STRING:
             rc = sb_puts(&c->out, "jstring ::= \"\\\"\" jchar* \"\\\"\"\n");
@@ -145,11 +147,18 @@ int js_need(js *c, unsigned prim)
             break;
         case JP_NUMBER:
             rc = sb_printf(&c->out, "jnumber ::= jint ( \".\" [0-9]{1,%d} )? ( [eE] [-+]? "
-                           "[0-9]{1,3} )?\n", c->o.max_digits);
+                           "[0-9]{1,2} )?\n", c->o.max_digits);
             break;
         case JP_DATE:
-            rc = sb_puts(&c->out, "jdate ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" "
-                         "( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n");
+            /* the Gregorian calendar: days per month, February 29 in leap years, no year 0 */
+            rc = sb_puts(&c->out,
+                         "jdate ::= jyear \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | "
+                         "[12] [0-9] | \"3\" [01] ) | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] "
+                         "[0-9] | \"30\" ) | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) ) | jleap "
+                         "\"-02-29\"\n"
+                         "jyear ::= [1-9] [0-9]{3} | \"0\" [1-9] [0-9]{2} | \"00\" [1-9] [0-9] | \"000\" [1-9]\n"
+                         "jleap ::= [0-9]{2} ( \"0\" [48] | [2468] [048] | [13579] [26] ) | ( \"0\" [48] | "
+                         "[2468] [048] | [13579] [26] ) \"00\"\n");
             break;
         case JP_TIME:
             rc = sb_puts(&c->out, "jtime ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" "
@@ -511,7 +520,7 @@ static int gen_array(js *c, const json_t *s, sbuf *body)
         goto done;
     }
     for (long long i = 0; i < k && !rc; i++) {
-        char seg[32];
+        char seg[48];
         snprintf(seg, sizeof seg, "prefixItems/%lld", i);
         size_t at = ptr_push(c, seg);
         rc = gen(c, json_array_get(pre, (size_t)i), &item[i]);

@@ -43,7 +43,7 @@ typedef struct jschema_opts {
     bool compact;            /* no whitespace at all between tokens */
     int max_indent;          /* spaces/tabs after a newline; default 20 */
     bool allow_additional;   /* absent additionalProperties means true; default false */
-    int max_digits;          /* digits of an integer part or fraction; default 20 */
+    int max_digits;          /* digits of an integer part or fraction; default 18 (an int64) */
     int max_depth;           /* schema nesting; default 64 */
     size_t max_output;       /* bytes of GBNF; default 1 MiB */
 } jschema_opts;
