@@ -664,7 +664,8 @@ static void error_names_are_stable(void **state)
         "missing_field", "message_too_large", "limit_exceeded", "value_out_of_range",
         "token_out_of_range", "invalid_utf8", "context_length_exceeded", "duplicate_id",
         "unknown_request", "busy", "no_workers", "worker_failed", "deadline_exceeded",
-        "shutting_down", "internal", "chat_unsupported", "chat_template_error"};
+        "shutting_down", "internal", "chat_unsupported", "chat_template_error", "invalid_grammar",
+        "grammar_budget_exceeded"};
     for (int c = 0; c < PE_N_CODES; c++)
         assert_string_equal(proto_error_name(c), want[c]);
     assert_string_equal(proto_error_name(PE_N_CODES), "internal");
