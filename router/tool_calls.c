@@ -170,8 +170,8 @@ void tool_parser_start(tool_parser *p, tool_style style, uint64_t id_seed)
 {
     p->style = style;
     p->state = S_OUT;
-    p->held.n = 0;
-    p->held.failed = false;
+    p->held.n = p->blanks.n = 0;
+    p->held.failed = p->blanks.failed = false;
     p->n_calls = 0;
     p->id_seed = id_seed;
 }
@@ -179,6 +179,7 @@ void tool_parser_start(tool_parser *p, tool_style style, uint64_t id_seed)
 void tool_parser_free(tool_parser *p)
 {
     oai_buf_free(&p->held);
+    oai_buf_free(&p->blanks);
 }
 
 static uint64_t mix(uint64_t z)
@@ -197,11 +198,24 @@ static bool blank(const char *s, size_t n)
     return true;
 }
 
-/* Content, except blanks between or after calls (OpenAI's messages have none). */
+/* Content, except blanks between or after calls (OpenAI's messages have none): after a
+ * call, trailing blanks wait in p->blanks for text that follows them (the next call or the
+ * end drops them), so a reply streamed in any pieces gives the same content as whole. */
 static void put_content(tool_parser *p, oai_buf *content, const char *s, size_t n)
 {
-    if (n && !(p->n_calls > 0 && blank(s, n)))
+    if (p->n_calls == 0) {
         oai_buf_put(content, s, n);
+        return;
+    }
+    size_t k = n;
+    while (k > 0 && blank(s + k - 1, 1))
+        k--;
+    if (k > 0) {
+        oai_buf_put(content, p->blanks.p, p->blanks.n);
+        p->blanks.n = 0;
+        oai_buf_put(content, s, k);
+    }
+    oai_buf_put(&p->blanks, s + k, n - k);
 }
 
 /* One call object from a parsed {"name", "arguments" | "parameters"}; false if it is not. */
@@ -235,6 +249,7 @@ static bool put_call(tool_parser *p, const json_t *o, bool delta, oai_buf *calls
     oai_buf_put(calls, "}}", 2);
     free(text);
     p->n_calls++;
+    p->blanks.n = 0; /* blanks between calls */
     return true;
 }
 

@@ -65,6 +65,7 @@ typedef struct tool_parser {
     tool_style style;
     int state;
     oai_buf held;            /* text not yet decided */
+    oai_buf blanks;          /* blanks after a call, emitted only if text follows */
     int n_calls;
     uint64_t id_seed;        /* call ids: id_seed and the call's number, hashed */
 } tool_parser;
