@@ -3,6 +3,7 @@
  *
  *   bench_structured [--model PATH] [--batches 1,16] [--output 128] [--repeat 5]
  *                    [--threads N] [--schema FILE] [--arms free,schema,schema_inline]
+ *   bench_structured --print-schema       the default schema (bench/structured_bench.py)
  *
  * For each batch size B, B chat requests asking for a list of orders run together through
  * one engine, greedy, each for exactly --output tokens:
@@ -181,6 +182,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long x;
+        if (!strcmp(a, "--print-schema")) { /* for structured_bench.py's llama.cpp arm */
+            puts(default_schema);
+            return 0;
+        }
         if (!v) {
             fprintf(stderr, "bench_structured: option %s needs a value\n", a);
             return 2;

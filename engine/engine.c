@@ -533,10 +533,8 @@ static int propose(engine_t *e, int *n_cand)
         return rc;
     for (int c = 0; c < n; c++) {
         eseq *s = e->cand_seq[c];
-        /* drafts the grammar refuses go, where that changes no output: a refused draft of
-         * a point mass or under greedy sampling would be rejected for sure, and the target
-         * then samples exactly as it does now; drafts drawn from a distribution q stay, so
-         * the rejection rule's residual keeps its law (the row's mask gives them p = 0) */
+        /* drafts the grammar refuses go where that changes no output (greedy, point-mass
+         * drafts); sampled ones stay: the residual max(0, p - q) keeps its law */
         if (constrain_has(e->cons, s->sq.slot) && e->cand[c].n_drafts &&
             (!e->cand[c].q_valid || sampling_is_greedy(&s->req->params.sp))) {
             int n_ok; /* a matcher budget fails the request at its mask, without drafts */

@@ -111,9 +111,13 @@ int gcache_get(gcache_t *c, const char *gbnf, size_t len, token_grammar_t **out)
     text[len] = '\0';
     grammar_t *g = NULL;
     token_grammar_t *tg = NULL;
+    bool prefix, complete;
     int rc = grammar_from_gbnf(gbnf, len, NULL, &g);
+    if (!rc) /* a matcher must be able to start (the router checked this too) */
+        rc = grammar_match_bytes(g, "", 0, &prefix, &complete);
     if (!rc)
         rc = token_grammar_new(&g, c->v, NULL, &tg);
+    grammar_destroy(&g);
     if (rc) {
         free(text);
         return rc;

@@ -40,8 +40,9 @@ void gcache_destroy(gcache_t **c);
 
 /* The token grammar of gbnf[0..len) (compiled on a miss). *out is borrowed: valid until the
  * next gcache_get or gcache_destroy (engine_add retains what it keeps). Compile errors are
- * grammar_from_gbnf's (DERAS_EFORMAT, DERAS_ENOTFOUND, DERAS_EUNSUPPORTED, DERAS_ERANGE)
- * and token_grammar_new's; DERAS_ENOMEM. */
+ * grammar_from_gbnf's (DERAS_EFORMAT, DERAS_ENOTFOUND, DERAS_EUNSUPPORTED, DERAS_ERANGE),
+ * a start state over the matcher's budgets (DERAS_ERANGE: no matcher could start) and
+ * token_grammar_new's; DERAS_ENOMEM. */
 int gcache_get(gcache_t *c, const char *gbnf, size_t len, token_grammar_t **out);
 
 typedef struct gcache_stats {

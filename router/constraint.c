@@ -66,8 +66,11 @@ enum proto_error_code constraint_gbnf(const proto_request *q, char **gbnf, size_
         }
     }
     grammar_t *compiled = NULL;
+    bool prefix, complete;
     if (!rc)
         rc = grammar_from_gbnf(g, n, NULL, &compiled);
+    if (!rc) /* the start state under the matcher's budgets (a huge ambiguous alternation) */
+        rc = grammar_match_bytes(compiled, "", 0, &prefix, &complete);
     grammar_destroy(&compiled);
     if (rc) {
         free(g);

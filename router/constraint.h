@@ -6,7 +6,9 @@
  * grammar (docs/structured_output.md): a JSON Schema through common/schema, a regular
  * expression as `root ::= <its translation>`, JSON mode as common/schema's JSON-object
  * grammar, a grammar as it is. The text is then compiled once (grammar_from_gbnf: no
- * vocabulary work) so that a grammar the worker could not compile is refused here, before
+ * vocabulary work) and its start state parsed under the matchers' budgets (a grammar so
+ * ambiguous that it starts with more parse stacks than a matcher keeps cannot be served),
+ * so that a grammar the worker could not run is refused here, before
  * admission, with invalid_grammar and the compiler's words (the unsupported keyword or
  * construct named, the line and column of a syntax error, the limit exceeded); the worker
  * gets the text and compiles it again into its cache.

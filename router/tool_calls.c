@@ -203,6 +203,8 @@ static bool blank(const char *s, size_t n)
  * end drops them), so a reply streamed in any pieces gives the same content as whole. */
 static void put_content(tool_parser *p, oai_buf *content, const char *s, size_t n)
 {
+    if (n == 0)
+        return;
     if (p->n_calls == 0) {
         oai_buf_put(content, s, n);
         return;
@@ -211,7 +213,8 @@ static void put_content(tool_parser *p, oai_buf *content, const char *s, size_t 
     while (k > 0 && blank(s + k - 1, 1))
         k--;
     if (k > 0) {
-        oai_buf_put(content, p->blanks.p, p->blanks.n);
+        if (p->blanks.n)
+            oai_buf_put(content, p->blanks.p, p->blanks.n);
         p->blanks.n = 0;
         oai_buf_put(content, s, k);
     }
@@ -324,6 +327,8 @@ static void json_run(tool_parser *p, oai_buf *content)
 void tool_parser_feed(tool_parser *p, const char *text, size_t n, bool delta, oai_buf *content,
                       oai_buf *calls)
 {
+    if (n == 0)
+        return;
     if (p->style == TOOL_STYLE_NONE) {
         oai_buf_put(content, text, n);
         return;
