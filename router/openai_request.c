@@ -525,6 +525,7 @@ void oai_request_free(oai_request *r)
     json_decref(r->guided_schema);
     r->choice_grammar = NULL;
     r->guided_schema = NULL;
+    r->tool_name = NULL; /* it pointed into root */
     r->root = r->messages = NULL;
     r->ids = NULL;
 }
