@@ -6,13 +6,16 @@
  *   bench_structured --print-schema       the default schema (bench/structured_bench.py)
  *
  * For each batch size B, B chat requests asking for a list of orders run together through
- * one engine, greedy, each for exactly --output tokens:
- *   free           no constraint (ignore_eos, so every sample runs to --output)
- *   schema         the JSON Schema (default: an array of at least 500 orders, each an object
- *                  with an id, a customer, a date, lines of items and quantities, a total and a
- *                  status enum: a realistic schema that cannot complete within --output), its
- *                  masks on the engine's helper thread, overlapped with the forward pass
+ * one engine, greedy, at most --output tokens each:
+ *   schema         the JSON Schema (default: {"orders": [order, ...]}, each order an object
+ *                  with an id pattern, a customer with an email, a date, 1..8 lines of sku /
+ *                  quantity / price, a total and a status enum), its masks on the engine's
+ *                  helper thread, overlapped with the forward pass
  *   schema_inline  the same with the masks computed before the pass on the stepping thread
+ *   free           no constraint, each request running exactly as many tokens as it did
+ *                  under the schema (ignore_eos, max_tokens = that length; the lengths come
+ *                  from the warm-up, and greedy runs repeat them), so the batches shrink
+ *                  alike and the arms decode the same number of tokens
  * Decode throughput = tokens generated after every sample's first token / the time from
  * the moment all first tokens were out to the end (prefill left out). The arms are
  * interleaved within each repeat, in a rotating order, so load on a shared machine falls on
@@ -43,8 +46,8 @@
 #define MAX_BATCH 64
 
 static const char default_schema[] =
-    "{\"type\": \"array\", \"minItems\": 500, \"maxItems\": 1000, \"items\": {"
-    "\"type\": \"object\", \"properties\": {"
+    "{\"type\": \"object\", \"required\": [\"orders\"], \"properties\": {\"orders\": {"
+    "\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {"
     "\"order_id\": {\"type\": \"string\", \"pattern\": \"^ORD-[0-9]{6}$\"},"
     "\"customer\": {\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", "
     "\"maxLength\": 40}, \"email\": {\"type\": \"string\", \"format\": \"email\"}}, "
@@ -56,13 +59,14 @@ static const char default_schema[] =
     "\"number\", \"minimum\": 0}}, \"required\": [\"sku\", \"qty\", \"price\"]}},"
     "\"total\": {\"type\": \"number\", \"minimum\": 0},"
     "\"status\": {\"enum\": [\"pending\", \"paid\", \"shipped\", \"cancelled\"]}},"
-    "\"required\": [\"order_id\", \"customer\", \"date\", \"lines\", \"total\", \"status\"]}}";
+    "\"required\": [\"order_id\", \"customer\", \"date\", \"lines\", \"total\", \"status\"]}}}}";
 
 static const char *const arm_names[] = {"free", "schema", "schema_inline"};
 enum { ARM_FREE, ARM_SCHEMA, ARM_INLINE, N_ARMS };
 
 typedef struct clock_tally {
     int batch, n_first;
+    int lens[MAX_BATCH];       /* each request's tokens, from on_finish */
     uint64_t generated, after_first;
     double t_first;
     unsigned char seen[MAX_BATCH];
@@ -84,10 +88,11 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
 
 static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
-    (void)ctx, (void)id, (void)index;
-    if (end->why != FINISH_LENGTH)
-        fprintf(stderr, "bench_structured: a sample ended early (%s, error %s)\n",
-                finish_reason_name(end->why), proto_error_name(end->error));
+    (void)index;
+    clock_tally *t = ctx;
+    t->lens[id] = end->n_generated;
+    if (end->error != PE_NONE)
+        fprintf(stderr, "bench_structured: a sample failed (%s)\n", proto_error_name(end->error));
 }
 
 static const char *const subjects[] = {
@@ -95,9 +100,10 @@ static const char *const subjects[] = {
     "a toy store", "a coffee roaster", "a bicycle shop",
 };
 
-/* The decode tokens/s of one run: batch requests of `arm`. */
+/* The decode tokens/s of one run: batch requests of `arm`, request i at most out[i] tokens;
+ * got (may be NULL) receives how many each made. */
 static int run(loader_t *l, token_grammar_t *tg, int arm, const int32_t (*prompts)[MAX_PROMPT],
-               const int *lens, int batch, int output, double *tok_s)
+               const int *lens, int batch, const int *out, int *got, double *tok_s)
 {
     clock_tally t = {.batch = batch};
     engine_opts eo;
@@ -116,7 +122,7 @@ static int run(loader_t *l, token_grammar_t *tg, int arm, const int32_t (*prompt
                             .grammar = arm == ARM_FREE ? NULL : tg};
         req_params_init(&q.params);
         sampling_params_default(&q.params.sp);
-        q.params.max_tokens = output;
+        q.params.max_tokens = out[i];
         q.params.ignore_eos = true;
         rc = engine_add(e, &q);
     }
@@ -126,6 +132,8 @@ static int run(loader_t *l, token_grammar_t *tg, int arm, const int32_t (*prompt
     engine_destroy(&e);
     if (!rc && t.n_first < batch)
         rc = deras_fail(DERAS_EINTERNAL, "bench_structured: not every sample started");
+    if (got)
+        memcpy(got, t.lens, (size_t)batch * sizeof *got);
     *tok_s = rc ? 0 : (double)t.after_first / (t1 - t.t_first);
     return rc;
 }
@@ -274,18 +282,26 @@ int main(int argc, char **argv)
         lens[i] = (int)n;
     }
     double runs[MAX_LIST][N_ARMS][MAX_REPEAT];
+    int cap[MAX_BATCH], made[MAX_BATCH], total[MAX_LIST] = {0};
+    for (int i = 0; i < MAX_BATCH; i++)
+        cap[i] = output;
     for (int b = 0; b < n_batch; b++) {
-        for (int a = 0; a < N_ARMS; a++) { /* warm-up: fills the mask cache, pages weights */
-            double x;
-            if (arms_on[a] && (rc = run(l, tg, a, prompts, lens, batches[b], output, &x)))
+        /* warm-up (fills the mask cache, pages the weights) and the schema's lengths, which
+         * every arm then runs */
+        double x;
+        if ((rc = run(l, tg, ARM_SCHEMA, prompts, lens, batches[b], cap, made, &x)))
+            goto fail;
+        for (int i = 0; i < batches[b]; i++)
+            total[b] += made[i];
+        for (int a = 0; a < N_ARMS; a++)
+            if (arms_on[a] && (rc = run(l, tg, a, prompts, lens, batches[b], made, NULL, &x)))
                 goto fail;
-        }
         for (int r = 0; r < repeat; r++)
             for (int k = 0; k < N_ARMS; k++) {
                 int a = (k + r) % N_ARMS;
                 if (!arms_on[a])
                     continue;
-                if ((rc = run(l, tg, a, prompts, lens, batches[b], output, &runs[b][a][r])))
+                if ((rc = run(l, tg, a, prompts, lens, batches[b], made, NULL, &runs[b][a][r])))
                     goto fail;
                 fprintf(stderr, "batch %d, repeat %d, %s: %.1f tok/s\n", batches[b], r + 1,
                         arm_names[a], runs[b][a][r]);
@@ -301,6 +317,7 @@ int main(int argc, char **argv)
            "\"output_tokens\":%d,\"repeat\":%d,\"grammar_positions\":%d,\"positions_cached\":%d,"
            "\"uncertain_tokens\":%llu,\"results\":[", date, cpu, cmd, output, repeat,
            ts.n_positions, ts.n_cached, (unsigned long long)ts.n_uncertain);
+    bool first = true;
     for (int b = 0; b < n_batch; b++) {
         double best[N_ARMS] = {0}, med[N_ARMS] = {0};
         for (int a = 0; a < N_ARMS; a++) {
@@ -315,8 +332,10 @@ int main(int argc, char **argv)
         for (int a = 0; a < N_ARMS; a++) {
             if (!arms_on[a])
                 continue;
-            printf("%s{\"batch\":%d,\"arm\":\"%s\",\"best_tok_s\":%.2f,\"median_tok_s\":%.2f",
-                   b || a ? "," : "", batches[b], arm_names[a], best[a], med[a]);
+            printf("%s{\"batch\":%d,\"arm\":\"%s\",\"tokens\":%d,\"best_tok_s\":%.2f,"
+                   "\"median_tok_s\":%.2f", first ? "" : ",", batches[b], arm_names[a], total[b],
+                   best[a], med[a]);
+            first = false;
             if (a != ARM_FREE && arms_on[ARM_FREE])
                 printf(",\"best_vs_free\":%.3f,\"median_vs_free\":%.3f", best[a] / best[ARM_FREE],
                        med[a] / med[ARM_FREE]);

@@ -115,8 +115,12 @@ int gcache_get(gcache_t *c, const char *gbnf, size_t len, token_grammar_t **out)
     int rc = grammar_from_gbnf(gbnf, len, NULL, &g);
     if (!rc) /* a matcher must be able to start (the router checked this too) */
         rc = grammar_match_bytes(g, "", 0, &prefix, &complete);
+    token_grammar_opts o;
+    token_grammar_opts_default(&o);
+    o.cache_bytes = GCACHE_MASK_CACHE_BYTES;
+    o.memo_bytes = GCACHE_MEMO_BYTES;
     if (!rc)
-        rc = token_grammar_new(&g, c->v, NULL, &tg);
+        rc = token_grammar_new(&g, c->v, &o, &tg);
     grammar_destroy(&g);
     if (rc) {
         free(text);

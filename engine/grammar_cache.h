@@ -15,6 +15,11 @@
  * logits' width; the end-of-generation ids are the engine's. Building it costs a sort and a
  * trie, ~5 MB at a 128k vocabulary, once per worker.
  *
+ * Memory is bounded: each token grammar keeps at most GCACHE_MASK_CACHE_BYTES of mask
+ * splits and GCACHE_MEMO_BYTES of walk memo (past them, splits are computed per use), so
+ * the cache holds at most max_entries x 24 MiB plus the grammars themselves (each <= 2^20
+ * elements), whatever a client sends.
+ *
  * Not thread-safe: the worker's loop uses it between steps. Costs: gcache_get O(text) on a
  * hit; compilation and the LRU's O(max_entries) scan on a miss.
  */
@@ -27,7 +32,9 @@
 #include "common/grammar/token_grammar.h"
 #include "common/tokenizer/tokenizer.h"
 
-#define GCACHE_DEFAULT_ENTRIES 32
+#define GCACHE_DEFAULT_ENTRIES 16
+#define GCACHE_MASK_CACHE_BYTES (16u << 20) /* each grammar's kept position splits */
+#define GCACHE_MEMO_BYTES (8u << 20)        /* each grammar's trie-walk memo */
 
 typedef struct gcache gcache_t;
 
