@@ -13,8 +13,8 @@
  * tokens below it. Walking the trie with a parser state visits each shared prefix once;
  * a dead prefix skips its whole subtree in O(1).
  *
- * Costs: gvocab_new O(total bytes * log n) (a sort) and about 16 bytes per trie node +
- * 12 per token (a 128k byte-level vocabulary: ~5 MB). Immutable after construction: share
+ * Costs: gvocab_new O(total bytes * log n) (a sort) and about 19 bytes per trie node +
+ * 13 per token (a 128k byte-level vocabulary: a few MB). Immutable after construction: share
  * it between threads and grammars; it must outlive every token_grammar made with it.
  */
 #ifndef DERAS_GVOCAB_H

@@ -24,9 +24,11 @@
  * Budgets (gmatcher_opts): stacks alive at once (ambiguity), stack depth (nesting),
  * arena nodes (memory), closure work per byte. Exceeding one is DERAS_ERANGE and the
  * matcher is failed from then on (every later call returns DERAS_ERANGE): the engine ends
- * that request with an error, never hangs. Nothing allocates after gmatcher_new: all
- * scratch is sized from the options (about max_nodes * 28 bytes + max_stacks *
- * (max_rollback + 4) * 4 bytes; the defaults: ~500 KiB).
+ * that request with an error, never hangs. The matcher allocates nothing after
+ * gmatcher_new (the first mask at a position the token_grammar has not met yet allocates
+ * that position's split there, once per grammar; token_grammar_precompute moves all of it
+ * to setup): its scratch is sized from the options (about max_nodes * 28 bytes + max_stacks *
+ * (max_rollback + 4) * 4 bytes + vocab / 8 bytes; the defaults at 128k: ~560 KiB).
  *
  * Threads: a matcher is used by one thread at a time; matchers of one token_grammar may
  * run on different threads (its cache is shared under a mutex).
@@ -41,11 +43,11 @@
 #include "common/grammar/token_grammar.h"
 
 typedef struct gmatcher_opts {
-    int max_stacks;     /* parse stacks alive at once; default 128 */
+    int max_stacks;     /* parse stacks alive at once; default 1024 */
     int max_depth;      /* frames in one stack (nesting); default 256 */
     int max_nodes;      /* arena nodes (16 bytes each, + 12 of index); default 16384 */
     int max_rollback;   /* tokens gmatcher_rollback can undo; default 16 (SPEC_MAX_K) */
-    int max_closure;    /* expansion steps for one byte; default 8192 */
+    int max_closure;    /* expansion steps for one byte; default 16384 */
 } gmatcher_opts;
 
 void gmatcher_opts_default(gmatcher_opts *o);

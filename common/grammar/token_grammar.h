@@ -45,7 +45,7 @@
 typedef struct token_grammar_opts {
     size_t cache_bytes;  /* position splits kept at most; default 64 MiB */
     size_t memo_bytes;   /* the static walks' transition memo at most; default 32 MiB */
-    int max_stacks;      /* parse stacks in one static state; default 128 (as gmatcher_opts) */
+    int max_stacks;      /* parse stacks in one static state; default 1024 (as gmatcher_opts) */
     int max_depth;       /* stack frames in a static walk; default 256 */
 } token_grammar_opts;
 
