@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/base/list.h"
 #include "common/base/log.h"
@@ -184,7 +185,7 @@ static bool authorized(const http_api_t *a, struct MHD_Connection *c)
     if (!a->n_keys)
         return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7))
+    if (!h || strncasecmp(h, "Bearer ", 7)) /* the scheme is case-insensitive (RFC 9110) */
         return false;
     const unsigned char *k = (const unsigned char *)h + 7;
     size_t n = strlen((const char *)k);

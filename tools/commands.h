@@ -12,5 +12,6 @@ int cmd_kvcalc(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_complete(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 #endif

@@ -5,7 +5,9 @@
  *   deras kvcalc     KV-cache and weight memory of a model, and what fits on a device
  *   deras serve      a router and its workers in the foreground
  *   deras complete   stream a completion from a running deras-router (the C client)
- *   deras bench      load generator for deras-router: throughput, TTFT, TPOT, latency
+ *   deras chat       an interactive chat with the model behind a deras-router
+ *   deras bench      load generator for deras-router (ZeroMQ or HTTP): throughput, TTFT,
+ *                    TPOT, latency
  *
  * Each subcommand lives in its own cmd_*.c with a `cmd_NAME(argc, argv)` entry returning
  * the process exit status; this file only dispatches.
@@ -28,6 +30,7 @@ static void usage(FILE *f)
           "  kvcalc     KV-cache and weight memory of a model, and what fits on a device\n"
           "  serve      run a router and its workers (one per GPU, or a CPU worker)\n"
           "  complete   stream a completion from a running deras-router\n"
+          "  chat       chat with the model behind a running deras-router\n"
           "  bench      load deras-router with requests; report throughput and latency\n"
           "\n"
           "Run `deras COMMAND --help` for a command's options, `deras --version` for what this\n"
@@ -65,6 +68,8 @@ int main(int argc, char **argv)
         return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(argv[1], "complete"))
         return cmd_complete(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "chat"))
+        return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "deras: unknown command '%s'\n\n", argv[1]);

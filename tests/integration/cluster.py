@@ -71,6 +71,68 @@ def free_port():
         return s.getsockname()[1]
 
 
+def raise_nofile(need):
+    """Raise this process's descriptor limit to need, or exit 77 (skipped) when the hard
+    limit is lower."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < need:
+        print("SKIPPED: this test needs %d descriptors; the hard limit is %d" % (need, hard))
+        sys.exit(77)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+class Serve:
+    """`deras serve` as a user runs it: a router and its CPU worker on free loopback ports
+    (address: the client port; url: HTTP), the admin socket and the runtime directory in a
+    private directory, one thread for the worker; ready (/health 200) when constructed."""
+
+    def __init__(self, model=TINY, args=(), env=None, timeout=120):
+        import urllib.request
+        self.dir = tempfile.mkdtemp(prefix="deras-serve-")
+        port, http = free_port(), free_port()
+        self.address, self.url = "tcp://127.0.0.1:%d" % port, "http://127.0.0.1:%d" % http
+        self.log = open(os.path.join(self.dir, "serve.log"), "w+")
+        self.proc = subprocess.Popen(
+            [DERAS, "serve", "--model", model, "--listen", self.address, "--admin",
+             "ipc://%s/admin.sock" % self.dir, "--metrics-listen", "127.0.0.1:%d" % http,
+             "--threads", "1", "--kv-cache-memory", "64MiB", *args],
+            env=dict(os.environ, DERAS_RUNTIME_DIR=self.dir, **(env or {})), stdout=self.log,
+            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                text = self.log_text()
+                self.stop()
+                raise AssertionError("deras serve never became ready:\n" + text)
+            time.sleep(0.1)
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()[-4000:]
+
+    def stop(self):
+        """Ctrl-C (SIGINT), as at a terminal; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            code = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return code
+
+
 def collect_stream(client, prompt, **params):
     """Text and token ids of a streamed single-sample request; asserts one final."""
     text, ids, finals = [], [], []

@@ -23,16 +23,13 @@ Nothing here times anything; the timeouts are hang guards.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import BUILD, DERAS, ROOT, TINY, free_port  # noqa: E402
+from cluster import BUILD, DERAS, ROOT, Serve  # noqa: E402
 
 KEY = "sk-bench-0123456789"
 
@@ -47,45 +44,17 @@ class BenchHttp(unittest.TestCase):
         cls.bad_keys = os.path.join(cls.dir, "bad-keys")
         with open(cls.bad_keys, "w") as f:
             f.write("sk-wrong\n")
-        port, http = free_port(), free_port()
-        cls.address, cls.url = "tcp://127.0.0.1:%d" % port, "http://127.0.0.1:%d" % http
-        cls.log = open(os.path.join(cls.dir, "serve.log"), "w+")
-        cls.serve = subprocess.Popen(
-            [DERAS, "serve", "--model", TINY, "--listen", cls.address, "--admin",
-             "ipc://%s/admin.sock" % cls.dir, "--metrics-listen", "127.0.0.1:%d" % http,
-             "--threads", "1", "--kv-cache-memory", "64MiB",
-             "--router-arg=--api-key-file=%s" % cls.keys],
-            env=dict(os.environ, DERAS_RUNTIME_DIR=cls.dir), stdout=cls.log,
-            stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(cls.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if cls.serve.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("deras serve never became ready:\n" + cls.serve_log())
-            time.sleep(0.1)
-
-    @classmethod
-    def serve_log(cls):
-        cls.log.flush()
-        with open(cls.log.name) as f:
-            return f.read()[-4000:]
+        cls.s = Serve(args=("--router-arg=--api-key-file=%s" % cls.keys,))
+        cls.address, cls.url = cls.s.address, cls.s.url
 
     @classmethod
     def tearDownClass(cls):
-        cls.serve.send_signal(signal.SIGINT)
-        try:
-            code = cls.serve.wait(60)
-        except subprocess.TimeoutExpired:
-            cls.serve.kill()
-            code = cls.serve.wait()
-        cls.log.close()
+        code = cls.s.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
         assert code == 0, "deras serve exited with %d" % code
+
+    def serve_log(self):
+        return self.s.log_text()
 
     def bench(self, transport, *args, samples=None, want_rc=0):
         target = (["--http", self.url, "--api-key-file", self.keys] if transport == "http"
@@ -166,6 +135,8 @@ class BenchHttp(unittest.TestCase):
             self.assertEqual(x["report"]["output_tokens"], 24)
         self.assertGreater(out["summary"]["ratio_median"], 0)
         self.assertIn("cpu", out)
+        for x in out["runs"]:
+            self.assertEqual(set(x["cpu_s"]), {"router", "worker", "client"})
 
 
 if __name__ == "__main__":

@@ -34,19 +34,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import (DERASCTL, ROUTER, TINY, WORKER, Client, free_port,  # noqa: E402
-                     proc_status)
+                     proc_status, raise_nofile)
 
 ROUTER_NOFILE = 256
 FLOOD = 1000
-
-
-def raise_own_nofile(need):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < need:
-        print("SKIPPED: this test needs %d descriptors; the hard limit is %d" % (need, hard))
-        sys.exit(77)
-    if soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def open_fds(pid):
@@ -161,7 +152,7 @@ class Router:
 class Floods(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        raise_own_nofile(2 * FLOOD + 512)
+        raise_nofile(2 * FLOOD + 512)
 
     def setUp(self):
         self.r = Router()

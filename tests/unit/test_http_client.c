@@ -2,7 +2,7 @@
 /* test_http_client.c - the tools' HTTP client parsers: the response parser
  * (tools/http_response.c) on streams split at every byte, every framing, and hostile
  * answers; the chunk scanner (tools/oai_chunk.c) on the router's own chunks, against
- * jansson on the same text, and on malformed JSON. */
+ * jansson on the same text, and on malformed JSON; --http URLs (tools/http_conn.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/base/status.h"
+#include "tools/http_conn.h"
 #include "tools/http_response.h"
 #include "tools/oai_chunk.h"
 
@@ -245,6 +246,33 @@ static void chunk_scanner(void **s)
         assert_int_equal(oai_chunk_scan(ok, n, &c), DERAS_EFORMAT);
 }
 
+static void urls(void **s)
+{
+    (void)s;
+    http_url u;
+    assert_int_equal(http_url_parse("http://127.0.0.1:9400", &u), DERAS_OK);
+    assert_string_equal(u.hostport, "127.0.0.1:9400");
+    assert_string_equal(u.prefix, "");
+    assert_int_equal(http_url_parse("http://localhost:8000/v1/", &u), DERAS_OK);
+    assert_string_equal(u.hostport, "localhost:8000");
+    assert_string_equal(u.prefix, "");
+    assert_int_equal(http_url_parse("http://[::1]:9400/api/v1", &u), DERAS_OK);
+    assert_string_equal(u.hostport, "[::1]:9400");
+    assert_string_equal(u.host, "::1");
+    assert_string_equal(u.prefix, "/api");
+    assert_int_equal(http_url_parse("http://127.0.0.1", &u), DERAS_OK);
+    assert_string_equal(u.hostport, "127.0.0.1:80");
+    const char *bad[] = {
+        "https://127.0.0.1:9400", "127.0.0.1:9400", "http://", "http://:9400",
+        "http://127.0.0.1:", "http://127.0.0.1:0", "http://127.0.0.1:65536",
+        "http://127.0.0.1:94x0", "http://127.0.0.1:123456", "http://[::1:9400",
+        "http://no-such-host.invalid:9400",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (http_url_parse(bad[i], &u) != DERAS_EINVAL)
+            fail_msg("accepted: %s", bad[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +280,7 @@ int main(void)
         cmocka_unit_test(lengths_closes_and_continues),
         cmocka_unit_test(hostile_responses),
         cmocka_unit_test(chunk_scanner),
+        cmocka_unit_test(urls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
