@@ -41,7 +41,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import ROOT, DerasError  # noqa: E402
+from cluster import ROOT, DerasError, Serve  # noqa: E402
 from deras_client import Client  # noqa: E402
 
 try:
@@ -56,7 +56,6 @@ if not os.path.exists(MODEL):
         sys.exit(1)
     print("SKIPPED: test model not found (DERAS_TEST_MODEL=%r)" % MODEL)
     sys.exit(77)
-from serve_proc import Serve  # noqa: E402
 
 CORPUS = os.path.join(ROOT, "tests", "data", "structured", "schemas.json")
 NEAR_TIE = 1e-3
@@ -148,8 +147,8 @@ REGEXES = [
 class StructuredOutput(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.s = Serve(MODEL, "--threads", "1", "--kv-cache-memory", "256MiB",
-                      "--worker-arg=--spec-proposer=ngram")
+        cls.s = Serve(MODEL, ("--kv-cache-memory", "256MiB",
+                              "--worker-arg=--spec-proposer=ngram"), timeout=300)
         cls.c = Client(cls.s.address, timeout=1800)
 
     @classmethod
@@ -162,7 +161,7 @@ class StructuredOutput(unittest.TestCase):
         """The router and the worker answer a plain request."""
         r = self.c.complete("Hello", max_tokens=2, temperature=0, ignore_eos=True)
         self.assertEqual(len(r.token_ids[0]), 2)
-        self.assertTrue(self.s.alive())
+        self.assertIsNone(self.s.proc.poll())
 
     def refused(self, code, words=None, **kw):
         with self.assertRaises(DerasError) as e:

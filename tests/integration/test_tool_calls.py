@@ -30,7 +30,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import ROOT  # noqa: E402
+from cluster import ROOT, Serve  # noqa: E402
 
 TEMPLATES = os.path.join(os.path.dirname(ROOT), "shared", "chat-templates")
 QWEN = os.path.join(TEMPLATES, "Qwen-Qwen2.5-7B-Instruct.jinja")
@@ -53,7 +53,6 @@ if not os.path.exists(MODEL):
         sys.exit(1)
     print("SKIPPED: test model not found (DERAS_TEST_MODEL=%r)" % MODEL)
     sys.exit(77)
-from serve_proc import Serve  # noqa: E402
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 40},
@@ -113,8 +112,8 @@ class Base(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.s = Serve(MODEL, "--threads", "1", "--kv-cache-memory", "256MiB",
-                      "--chat-template", cls.template)
+        cls.s = Serve(MODEL, ("--kv-cache-memory", "256MiB", "--chat-template", cls.template),
+                      timeout=300)
         cls.api = openai.OpenAI(base_url=cls.s.url + "/v1", api_key="none", timeout=1200)
         cls.model = cls.api.models.list().data[0].id
 
