@@ -248,8 +248,9 @@ void constrain_step_add(constrain_t *c, int i, int slot, const int32_t *drafts, 
                         const int32_t *stops, int n_stops, bool ignore_eos)
 {
     cjob *j = &c->jobs[i];
-    *j = (cjob){.slot = slot, .drafts = drafts, .n_drafts = n_drafts < c->rows ? n_drafts : c->rows - 1,
-                .stops = stops, .n_stops = n_stops, .ignore_eos = ignore_eos};
+    *j = (cjob){.slot = slot, .drafts = drafts,
+                .n_drafts = n_drafts < c->rows ? n_drafts : c->rows - 1, .stops = stops,
+                .n_stops = n_stops, .ignore_eos = ignore_eos};
     c->queued[c->n_queued++] = i;
 }
 

@@ -52,8 +52,8 @@ static int parse_tools(oai_error *e, const json_t *v, oai_request *r)
     json_array_foreach(v, i, t) {
         const json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
         const char *name = json_string_value(json_object_get(fn, "name"));
-        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") ||
-            !json_is_object(fn))
+        if (!json_is_object(t) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "function") || !json_is_object(fn))
             return sfail(e, PE_INVALID_FIELD, "tools",
                          "tools[%zu] must be {\"type\": \"function\", \"function\": {...}}", i);
         if (!name || !tool_name_ok(name))

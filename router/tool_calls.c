@@ -14,7 +14,8 @@ static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
 #define OPEN_LEN (sizeof OPEN - 1)
 #define CLOSE_LEN (sizeof CLOSE - 1)
 
-enum { S_OUT = 0, S_IN, S_TEXT, S_JSON }; /* hermes: OUT, IN; llama3_json: OUT (start), TEXT, JSON */
+/* parser states: hermes OUT, IN; llama3_json OUT (the start), TEXT, JSON */
+enum { S_OUT = 0, S_IN, S_TEXT, S_JSON };
 
 static const char *const style_names[] = {"none", "hermes", "llama3_json"};
 
@@ -102,8 +103,8 @@ static enum proto_error_code add_function(oai_buf *out, tool_style style, int f,
     char prefix[24];
     snprintf(prefix, sizeof prefix, "f%d-", f);
     if (style == TOOL_STYLE_HERMES)
-        oai_buf_printf(out, "f%d ::= \"<tool_call>\\n{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" "
-                            "f%d-root \"}\\n</tool_call>\"\n", f, name, f);
+        oai_buf_printf(out, "f%d ::= \"<tool_call>\\n{\\\"name\\\": \\\"%s\\\", "
+                            "\\\"arguments\\\": \" f%d-root \"}\\n</tool_call>\"\n", f, name, f);
     else
         oai_buf_printf(out, "f%d ::= \"{\\\"name\\\": \\\"%s\\\", \\\"parameters\\\": \" f%d-root "
                             "\"}\"\n", f, name, f);
@@ -366,7 +367,8 @@ void tool_parser_finish(tool_parser *p, bool delta, oai_buf *content, oai_buf *c
 {
     if (p->style == TOOL_STYLE_HERMES && p->state == S_IN) /* unterminated: as written */
         put_content(p, content, OPEN, OPEN_LEN);
-    else if (p->style == TOOL_STYLE_LLAMA3_JSON && p->state == S_JSON && json_calls(p, delta, calls))
+    else if (p->style == TOOL_STYLE_LLAMA3_JSON && p->state == S_JSON &&
+             json_calls(p, delta, calls))
         p->held.n = 0;
     put_content(p, content, p->held.p, p->held.n);
     p->held.n = 0;

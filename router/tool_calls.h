@@ -41,7 +41,9 @@
 #include "common/request/proto_error.h"
 #include "router/openai_response.h"
 
-typedef enum tool_style { TOOL_STYLE_NONE = 0, TOOL_STYLE_HERMES, TOOL_STYLE_LLAMA3_JSON } tool_style;
+typedef enum tool_style {
+    TOOL_STYLE_NONE = 0, TOOL_STYLE_HERMES, TOOL_STYLE_LLAMA3_JSON
+} tool_style;
 
 /* "none", "hermes", "llama3_json". */
 const char *tool_style_name(tool_style s);

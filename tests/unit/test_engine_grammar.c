@@ -221,7 +221,8 @@ static void same(const outputs *ref, const outputs *got, const char *what, bool 
                 i++;
             if (i == a->n && i == b->n && a->why == b->why)
                 continue;
-            if (reqs[id].temperature == 0 && i < a->n && i < b->n && a->margin[i] < test_near_tie()) {
+            if (reqs[id].temperature == 0 && i < a->n && i < b->n &&
+                a->margin[i] < test_near_tie()) {
                 printf("  %s: request %d diverges at token %d after a near tie\n", what, id, i);
                 continue;
             }

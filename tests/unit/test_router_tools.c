@@ -262,8 +262,8 @@ static void call_grammars(void **s)
     assert_int_equal(tools_grammar(TOOL_STYLE_HERMES, tools, "absent", true, &g, &n, msg,
                                    sizeof msg), PE_INVALID_GRAMMAR);
     json_decref(tools);
-    tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"bad\", \"parameters\": "
-                       "{\"type\": \"object\", \"not\": {}}}}]", 0, NULL);
+    tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"bad\", "
+                       "\"parameters\": {\"type\": \"object\", \"not\": {}}}}]", 0, NULL);
     assert_int_equal(tools_grammar(TOOL_STYLE_HERMES, tools, NULL, true, &g, &n, msg, sizeof msg),
                      PE_INVALID_GRAMMAR);
     assert_null(g);
@@ -355,7 +355,8 @@ static void expect(tool_style st, const char *text, const char *content, const c
 {
     parsed r;
     parse_whole(st, text, &r);
-    if (r.content.n != strlen(content) || memcmp(r.content.p ? r.content.p : "", content, r.content.n))
+    if (r.content.n != strlen(content) ||
+        memcmp(r.content.p ? r.content.p : "", content, r.content.n))
         fail_msg("'%s': content '%.*s', wanted '%s'", text, (int)r.content.n, r.content.p, content);
     json_t *got = call_pairs(&r.calls), *want = json_loads(calls, 0, NULL);
     assert_non_null(want);
@@ -382,8 +383,8 @@ static void parser_hermes(void **s)
     expect(H, "a < b and <tool x", "a < b and <tool x", "[]");
     expect(H, "x <tool_call>not json</tool_call> y", "x <tool_call>not json</tool_call> y",
            "[]");
-    expect(H, "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
-           "[]");
+    expect(H, "<tool_call>{\"arguments\": {}}</tool_call>",
+           "<tool_call>{\"arguments\": {}}</tool_call>", "[]");
     expect(H, "<tool_call>\n{\"name\": \"f\"", "<tool_call>\n{\"name\": \"f\"", "[]");
     expect(H, "<tool_call><tool_call>", "<tool_call><tool_call>", "[]");
     expect(H, "", "", "[]");
@@ -400,8 +401,8 @@ static void parser_llama3(void **s)
     expect(L, "{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"arguments\": {\"z\": 0}}",
            "", "[[\"f\", \"{}\"], [\"g\", \"{\\\"z\\\":0}\"]]");
     expect(L, "{\"answer\": 42}", "{\"answer\": 42}", "[]");
-    expect(L, "{\"name\": \"f\", \"parameters\": {}} trailing", "{\"name\": \"f\", \"parameters\": {}} trailing",
-           "[]");
+    expect(L, "{\"name\": \"f\", \"parameters\": {}} trailing",
+           "{\"name\": \"f\", \"parameters\": {}} trailing", "[]");
     expect(L, "The answer is {\"name\": \"f\"}", "The answer is {\"name\": \"f\"}", "[]");
     expect(L, "  ", "  ", "[]");
 }
