@@ -17,6 +17,12 @@
  * sched_step_done() commits blocks; only then are tokens reported. Per-step scratch for
  * all of this (draft distributions, the target's distribution, verified results) is
  * sized at engine_new.
+ *
+ * Grammars (engine/constrain.h). A constrained sample's matcher lives in its slot; drafts
+ * are cut at the first the grammar refuses in propose(); after scheduling, the masks of
+ * the sequences that sample are computed while the pass runs, and the sampler sees row j's
+ * mask; every token reported is accepted by the matcher in emit(). The constrain record is
+ * made with the first constrained request (scratch for max_seqs x rows masks).
  */
 #include "engine.h"
 
@@ -25,6 +31,7 @@
 
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "engine/constrain.h"
 #include "engine/kv_manager.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
@@ -81,6 +88,8 @@ struct engine {
     eseq *seqs;            /* (max_live_seqs) */
     ereq *reqs;            /* (max_live_seqs) */
     int free_head, n_free;
+    constrain_t *cons;     /* NULL until the first request with a grammar */
+    bool complete_pending; /* a sample's grammar is complete before any token: end it */
     engine_stats st;
 };
 
@@ -219,6 +228,7 @@ void engine_destroy(engine_t **ep)
     free(e->res);
     free(e->n_res);
     free(e->row0);
+    constrain_destroy(&e->cons);
     sampler_destroy(&e->sampler);
     step_plan_destroy(&e->plan);
     sched_destroy(&e->sched);
@@ -283,24 +293,36 @@ int engine_add(engine_t *e, const engine_request *r)
     for (int i = 0; !p->ignore_eos && i < e->o.n_eog; i++)
         q->stops[q->n_stops++] = e->eog[i];
 
+    if (r->grammar && !e->cons &&
+        (rc = constrain_new(e->vocab, e->o.max_live_seqs, e->o.max_seqs, e->rows, e->eog,
+                            e->o.n_eog, e->o.inline_masks, &e->cons)))
+        return rc;
     size_t cap = (size_t)r->n_prompt + (size_t)p->max_tokens;
     int taken[REQ_MAX_N];
     for (int i = 0; i < p->n; i++) {
         int slot = e->free_head;
         eseq *s = &e->seqs[slot];
         int32_t *buf = realloc(s->tokens, cap * sizeof(int32_t));
-        if (!buf) {
+        rc = buf ? DERAS_OK : deras_fail(DERAS_ENOMEM, "engine_add: out of memory for %zu tokens",
+                                         cap);
+        if (buf)
+            s->tokens = buf;
+        if (!rc && r->grammar)
+            rc = constrain_attach(e->cons, slot, r->grammar);
+        if (rc) {
             for (int j = 0; j < i; j++) { /* give the taken entries back */
+                constrain_detach(e->cons, taken[j]);
                 e->seqs[taken[j]].next_free = e->free_head;
                 e->free_head = taken[j];
                 e->n_free++;
             }
-            return deras_fail(DERAS_ENOMEM, "engine_add: out of memory for %zu tokens", cap);
+            return rc;
         }
+        if (r->grammar && constrain_complete(e->cons, slot))
+            e->complete_pending = true;
         e->free_head = s->next_free;
         e->n_free--;
         taken[i] = slot;
-        s->tokens = buf;
         memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
         s->sq.tokens = s->tokens;
         s->sq.n_tokens = r->n_prompt;
@@ -329,6 +351,7 @@ int engine_add(engine_t *e, const engine_request *r)
 
 static void release_seq(engine_t *e, eseq *s)
 {
+    constrain_detach(e->cons, s->sq.slot);
     s->live = false;
     s->sq.state = SEQ_IDLE;
     s->next_free = e->free_head;
@@ -337,8 +360,8 @@ static void release_seq(engine_t *e, eseq *s)
 }
 
 /* End sample s (not done yet): leave the scheduler, free blocks, report, and retire the
- * request once all its samples ended. */
-static void finish_seq(engine_t *e, eseq *s, finish_reason why)
+ * request once all its samples ended. error: PE_NONE, or why the engine ends it itself. */
+static void finish_seq_err(engine_t *e, eseq *s, finish_reason why, enum proto_error_code error)
 {
     ereq *q = s->req;
     sched_remove(e->sched, &s->sq);
@@ -347,7 +370,7 @@ static void finish_seq(engine_t *e, eseq *s, finish_reason why)
     s->parked = false;
     q->n_done++;
     if (e->o.cb.on_finish) {
-        engine_sample_end end = {why, q->n_prompt, s->n_generated, s->spec};
+        engine_sample_end end = {why, q->n_prompt, s->n_generated, s->spec, error};
         e->o.cb.on_finish(e->o.cb.ctx, q->id, s->index, &end);
     }
     if (q->n_done == q->params.n) {
@@ -356,6 +379,22 @@ static void finish_seq(engine_t *e, eseq *s, finish_reason why)
         q->live = false;
         e->st.n_requests--;
     }
+}
+
+static void finish_seq(engine_t *e, eseq *s, finish_reason why)
+{
+    finish_seq_err(e, s, why, PE_NONE);
+}
+
+/* The engine ends request q itself (a grammar's budget): every sample still running ends
+ * with FINISH_ABORT and the error, the message already set by deras_fail. */
+static void fail_request(engine_t *e, ereq *q, enum proto_error_code error)
+{
+    int n = q->params.n, slots[REQ_MAX_N];
+    memcpy(slots, q->seq, sizeof slots);
+    for (int i = 0; i < n; i++)
+        if (!e->seqs[slots[i]].done)
+            finish_seq_err(e, &e->seqs[slots[i]], FINISH_ABORT, error);
 }
 
 int engine_abort(engine_t *e, uint64_t id)
@@ -379,27 +418,41 @@ static bool is_stop(const ereq *q, int32_t t)
     return false;
 }
 
-/* What the sampler sees of s before its output token j (0: the next one). */
-static sample_history history(const eseq *s, int j)
+/* What the sampler sees of s before its output token j (0: the next one); allow: the
+ * grammar's mask for that position, NULL for none. */
+static sample_history history(const eseq *s, int j, const uint32_t *allow)
 {
     const ereq *q = s->req;
     return (sample_history){s->tokens, q->n_prompt, s->tokens + q->n_prompt,
-                            s->n_generated + j, q->stops, q->n_stops};
+                            s->n_generated + j, q->stops, q->n_stops, allow};
 }
 
 /* Report s's next token (appending it to s's tokens unless it is there already, as an
- * accepted draft is) and end s if it stops. True if s ended. */
+ * accepted draft is) and end s if it stops. True if s ended. A constrained sample's
+ * matcher takes the token first (a stop that ends the sample needs no grammar step); a
+ * matcher that cannot (a budget) ends the request with an error, the token unreported. */
 static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
 {
     ereq *q = s->req;
+    /* min_tokens: the sampler kept stop tokens away until then; a stop is no end before */
+    bool stops = s->n_generated + 1 > q->params.sp.min_tokens && is_stop(q, r->token);
+    if (constrain_has(e->cons, s->sq.slot) && !stops) {
+        int rc = constrain_accept(e->cons, s->sq.slot, r->token);
+        if (rc) {
+            deras_fail_ctx(rc, "request %llu, sample %d: ", (unsigned long long)q->id,
+                           s->index);
+            log_warn("%s", deras_errmsg());
+            fail_request(e, q, rc == DERAS_ERANGE ? PE_GRAMMAR_BUDGET : PE_INTERNAL);
+            return true;
+        }
+    }
     if (append)
         s->tokens[s->sq.n_tokens++] = r->token;
     s->n_generated++;
     e->st.generated_tokens++;
     if (e->o.cb.on_token)
         e->o.cb.on_token(e->o.cb.ctx, q->id, s->index, r);
-    /* min_tokens: the sampler kept stop tokens away until then; a stop is no end before */
-    if (s->n_generated > q->params.sp.min_tokens && is_stop(q, r->token))
+    if (stops || (constrain_has(e->cons, s->sq.slot) && constrain_complete(e->cons, s->sq.slot)))
         finish_seq(e, s, FINISH_STOP);
     else if (s->n_generated == q->params.max_tokens ||
              q->n_prompt + s->n_generated >= e->o.max_model_len)
@@ -407,11 +460,12 @@ static bool emit(engine_t *e, eseq *s, const sample_result *r, bool append)
     return s->done;
 }
 
-/* Sample s's next token from `logits`, report it, and end s if it stops. */
-static int sample_into(engine_t *e, eseq *s, const float *logits)
+/* Sample s's next token from `logits` (under the grammar's mask `allow`, or NULL), report
+ * it, and end s if it stops. */
+static int sample_into(engine_t *e, eseq *s, const float *logits, const uint32_t *allow)
 {
     ereq *q = s->req;
-    sample_history h = history(s, 0);
+    sample_history h = history(s, 0, allow);
     sample_result r;
     int rc = sampler_sample(e->sampler, logits, &q->params.sp, &s->rng, &h, &r);
     if (rc)
@@ -420,8 +474,9 @@ static int sample_into(engine_t *e, eseq *s, const float *logits)
     return DERAS_OK;
 }
 
-/* Sample 0 of a request caught up for the first time: fork the parked samples. */
-static int fork_parked(engine_t *e, eseq *s0, const float *logits)
+/* Sample 0 of a request caught up for the first time: fork the parked samples. Their
+ * grammars are at the start, as sample 0's is: its mask `allow` is theirs. */
+static int fork_parked(engine_t *e, eseq *s0, const float *logits, const uint32_t *allow)
 {
     ereq *q = s0->req;
     for (int i = 1; i < q->params.n; i++) {
@@ -433,7 +488,7 @@ static int fork_parked(engine_t *e, eseq *s0, const float *logits)
             return rc;
         c->parked = false;
         c->sq.n_computed = s0->sq.n_computed;
-        if ((rc = sched_add_forked(e->sched, &c->sq)) || (rc = sample_into(e, c, logits)))
+        if ((rc = sched_add_forked(e->sched, &c->sq)) || (rc = sample_into(e, c, logits, allow)))
             return rc;
     }
     return DERAS_OK;
@@ -478,6 +533,16 @@ static int propose(engine_t *e, int *n_cand)
         return rc;
     for (int c = 0; c < n; c++) {
         eseq *s = e->cand_seq[c];
+        /* drafts the grammar refuses go where that changes no output (greedy, point-mass
+         * drafts); sampled ones stay: the residual max(0, p - q) keeps its law */
+        if (constrain_has(e->cons, s->sq.slot) && e->cand[c].n_drafts &&
+            (!e->cand[c].q_valid || sampling_is_greedy(&s->req->params.sp))) {
+            int n_ok; /* a matcher budget fails the request at its mask, without drafts */
+            if (constrain_valid_prefix(e->cons, s->sq.slot, s->tokens + s->sq.n_tokens,
+                                       e->cand[c].n_drafts, &n_ok))
+                n_ok = 0;
+            e->cand[c].n_drafts = n_ok;
+        }
         s->q = e->cand[c].q_valid ? e->cand[c].q : NULL;
         s->sq.n_spec = e->cand[c].n_drafts;
         s->sq.n_tokens += e->cand[c].n_drafts;
@@ -486,17 +551,33 @@ static int propose(engine_t *e, int *n_cand)
     return DERAS_OK;
 }
 
-/* Verify s's drafts against its 1 + n_spec logits rows (speculative.h): res gets the
- * tokens to report (accepted drafts, then the target's own), *n_res their count; the
- * rejected drafts are rolled back. */
-static int verify(engine_t *e, eseq *s, const float *lg, sample_result *res, int *n_res)
+/* Row j's grammar mask of plan sequence i, NULL when s is free. A constrained row without
+ * one (past a refused draft) is never sampled: verification stops at the refusal. */
+static int row_mask(const engine_t *e, const eseq *s, int i, int j, const uint32_t **allow)
+{
+    *allow = NULL;
+    if (!constrain_has(e->cons, s->sq.slot))
+        return DERAS_OK;
+    if (!(*allow = constrain_mask(e->cons, i, j)))
+        return deras_fail(DERAS_EINTERNAL, "engine: no grammar mask for row %d of slot %d", j,
+                          s->sq.slot);
+    return DERAS_OK;
+}
+
+/* Verify s's drafts (plan sequence i) against its 1 + n_spec logits rows (speculative.h):
+ * res gets the tokens to report (accepted drafts, then the target's own), *n_res their
+ * count; the rejected drafts are rolled back. */
+static int verify(engine_t *e, eseq *s, int i, const float *lg, sample_result *res, int *n_res)
 {
     ereq *q = s->req;
     const int V = e->vocab, k = s->sq.n_spec, base = q->n_prompt + s->n_generated;
     int a = 0, rc = DERAS_OK;
     for (int j = 0; j <= k; j++) {
         const float *row = lg + (size_t)j * V;
-        sample_history h = history(s, j);
+        const uint32_t *allow;
+        if ((rc = row_mask(e, s, i, j, &allow)))
+            return rc;
+        sample_history h = history(s, j, allow);
         sample_result *r = &res[j];
         if (j == k || sampling_is_greedy(&q->params.sp)) {
             /* the target's own choice: greedy, or the position after the last draft */
@@ -529,6 +610,35 @@ static int verify(engine_t *e, eseq *s, const float *lg, sample_result *res, int
     return sched_spec_resolve(e->sched, &s->sq, a);
 }
 
+/* Samples whose grammar was complete before any token (it allows only the empty output)
+ * end without a pass. O(max_live_seqs), only after such an add. */
+static void end_complete(engine_t *e)
+{
+    e->complete_pending = false;
+    for (int i = 0; i < e->o.max_live_seqs; i++) {
+        eseq *s = &e->seqs[i];
+        if (s->live && !s->done && s->n_generated == 0 && constrain_has(e->cons, i) &&
+            constrain_complete(e->cons, i))
+            finish_seq(e, s, FINISH_STOP);
+    }
+}
+
+/* The grammar masks of this step's sampling sequences, started on the helper thread. */
+static void queue_masks(engine_t *e, step_plan_t *p)
+{
+    const int32_t *ref = plan_seq_ref(p);
+    constrain_step_begin(e->cons);
+    for (int i = 0; i < p->n_seqs; i++) {
+        eseq *s = &e->seqs[ref[i]];
+        if (!s->sq.wants_logits || !constrain_has(e->cons, s->sq.slot))
+            continue;
+        const ereq *q = s->req;
+        constrain_step_add(e->cons, i, s->sq.slot, s->tokens + q->n_prompt + s->n_generated,
+                           s->sq.n_spec, q->stops, q->n_stops, q->params.ignore_eos);
+    }
+    constrain_step_start(e->cons);
+}
+
 int engine_step(engine_t *e, int *n_tokens)
 {
     if (!e)
@@ -536,6 +646,8 @@ int engine_step(engine_t *e, int *n_tokens)
     if (n_tokens)
         *n_tokens = 0;
     int n_cand = 0, preempted = 0, rc;
+    if (e->complete_pending)
+        end_complete(e);
     if (e->spec && (rc = propose(e, &n_cand)))
         return rc;
     if ((rc = sched_schedule(e->sched, e->plan, &preempted)))
@@ -545,16 +657,24 @@ int engine_step(engine_t *e, int *n_tokens)
             sched_spec_drop(&e->cand_seq[c]->sq);
     e->st.preemptions += (uint64_t)preempted;
     step_plan_t *p = e->plan;
+    const int32_t *ref = plan_seq_ref(p);
+    if (e->cons)
+        queue_masks(e, p);
     if (p->n_seqs > 0) {
         model_batch bt;
         step_plan_batch(p, &bt);
         if ((e->o.on_plan && (rc = e->o.on_plan(e->o.plan_ctx, p))) ||
-            (rc = model_forward(e->m, &bt, e->logits)))
+            (rc = model_forward(e->m, &bt, e->logits))) {
+            if (e->cons)
+                constrain_step_wait(e->cons);
             return rc;
+        }
     }
+    if (e->cons)
+        constrain_step_wait(e->cons);
 
-    /* verify drafts (rolling back rejected ones) before any block is committed */
-    const int32_t *ref = plan_seq_ref(p);
+    /* verify drafts (rolling back rejected ones) before any block is committed; a sequence
+     * whose masks failed keeps none of its drafts and ends below */
     int row = 0;
     for (int i = 0; i < p->n_seqs; i++) {
         eseq *s = &e->seqs[ref[i]];
@@ -564,9 +684,12 @@ int engine_step(engine_t *e, int *n_tokens)
         if (!s->sq.wants_logits)
             continue;
         int rows = 1 + s->sq.n_spec;
-        if (s->sq.n_spec > 0 &&
-            (rc = verify(e, s, e->logits + (size_t)row * e->vocab, e->res + (size_t)i * e->rows,
-                         &e->n_res[i])))
+        bool failed = e->cons && constrain_status(e->cons, i) != DERAS_OK;
+        if (failed && s->sq.n_spec > 0 && (rc = sched_spec_resolve(e->sched, &s->sq, 0)))
+            return rc;
+        if (!failed && s->sq.n_spec > 0 &&
+            (rc = verify(e, s, i, e->logits + (size_t)row * e->vocab,
+                         e->res + (size_t)i * e->rows, &e->n_res[i])))
             return rc;
         row += rows;
     }
@@ -587,16 +710,26 @@ int engine_step(engine_t *e, int *n_tokens)
         s->sq.wants_logits = false;
         if (!s->live || s->done)
             continue;
+        if (e->cons && (rc = constrain_status(e->cons, i))) {
+            deras_fail_ctx(rc, "request %llu, sample %d: ",
+                           (unsigned long long)s->req->id, s->index);
+            log_warn("%s", deras_errmsg());
+            fail_request(e, s->req, rc == DERAS_ERANGE ? PE_GRAMMAR_BUDGET : PE_INTERNAL);
+            continue;
+        }
         if (e->spec && e->n_res[i] > 0) {
             const sample_result *r = e->res + (size_t)i * e->rows;
             for (int j = 0; j < e->n_res[i] && !emit(e, s, &r[j], j == e->n_res[i] - 1); j++)
                 ;
             continue;
         }
-        bool first = s->index == 0 && s->n_generated == 0 && s->req->params.n > 1;
-        if (first && (rc = fork_parked(e, s, lg)))
+        const uint32_t *allow;
+        if ((rc = row_mask(e, s, i, 0, &allow)))
             return rc;
-        if ((rc = sample_into(e, s, lg)))
+        bool first = s->index == 0 && s->n_generated == 0 && s->req->params.n > 1;
+        if (first && (rc = fork_parked(e, s, lg, allow)))
+            return rc;
+        if ((rc = sample_into(e, s, lg, allow)))
             return rc;
     }
 

@@ -15,6 +15,17 @@
  * cannot draw a stop or end-of-generation token, and none would end it; the detokenizer
  * side looks for stop strings only after them.
  *
+ * Structured output (engine_request.grammar, engine/constrain.h): each sample follows the
+ * grammar with a matcher; the tokens it does not allow are masked before sampling (on a
+ * helper thread while the forward pass runs), the stop and end-of-generation ids are
+ * allowed exactly where the output is a complete sentence, and a sample whose output is
+ * complete with nothing but end of generation possible ends at once (FINISH_STOP, with or
+ * without ignore_eos). A matcher budget exceeded at run time ends the request (every
+ * sample, FINISH_ABORT with error PE_GRAMMAR_BUDGET) rather than let it run unconstrained.
+ * Drafts are checked against the grammar before the pass (cut at the first refused one
+ * where that leaves the output's distribution unchanged: greedy sampling or drafts that
+ * are point masses), so speculation keeps the output as it is without it.
+ *
  * Speculative decoding (engine_opts.spec, see speculative.h): before scheduling, each
  * decoding sequence may get k drafts from the proposer; the step verifies them with the
  * target's logits on k + 1 rows, keeps the accepted ones plus the target's own next
@@ -32,7 +43,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/grammar/token_grammar.h"
 #include "common/request/finish_reason.h"
+#include "common/request/proto_error.h"
 #include "common/request/req_params.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -46,14 +59,20 @@ typedef struct engine_request {
     int n_prompt;
     req_params params;        /* samples, limits, stops, seed, sampling (copied); its
                                  spec_tokens 0 means the engine's k */
+    token_grammar_t *grammar; /* structured output (NULL: free): every sample gets a matcher
+                                 of it (retained), its vocabulary must be the logits' width */
 } engine_request;
 
 /* How a sample ended, as on_finish reports it. */
 typedef struct engine_sample_end {
-    finish_reason why;        /* FINISH_STOP (a stop or end-of-generation token),
-                                 FINISH_LENGTH (max_tokens, the context), FINISH_ABORT */
+    finish_reason why;        /* FINISH_STOP (a stop or end-of-generation token, or the
+                                 grammar complete), FINISH_LENGTH (max_tokens, the context),
+                                 FINISH_ABORT */
     int n_prompt, n_generated;
     spec_counters spec;       /* this sample's drafts verified, drafts accepted, verifications */
+    enum proto_error_code error; /* PE_NONE; with FINISH_ABORT, why the engine ended the
+                                 request itself: PE_GRAMMAR_BUDGET (a grammar's run-time
+                                 budget), the message in deras_errmsg() during the call */
 } engine_sample_end;
 
 typedef struct engine_callbacks {
@@ -82,6 +101,8 @@ typedef struct engine_opts {
     spec_opts spec;        /* speculative decoding; kind SPEC_NONE (zeroed): off */
     model_t *drafter;      /* SPEC_SELF / SPEC_DRAFT: the draft model (borrowed, see
                               spec_drafter_load); its max_seqs >= max_seqs */
+    bool inline_masks;     /* grammar masks on the stepping thread before the forward pass
+                              instead of on a helper thread during it (engine/constrain.h) */
 } engine_opts;
 
 typedef struct engine_stats {
@@ -109,8 +130,9 @@ void engine_destroy(engine_t **e);
 
 /* Queue a request. DERAS_ECONTEXT if prompt + max_tokens exceeds max_model_len;
  * DERAS_EBUSY if n more sequences do not fit in max_live_seqs; DERAS_EINVAL /
- * DERAS_ERANGE for bad ids or parameters; DERAS_EINVAL for an id already live.
- * O(n_prompt). */
+ * DERAS_ERANGE for bad ids or parameters; DERAS_EINVAL for an id already live or a
+ * grammar over another vocabulary; DERAS_ENOMEM. O(n_prompt), plus a matcher's scratch per
+ * sample with a grammar. */
 int engine_add(engine_t *e, const engine_request *r);
 
 /* End every sample of request `id` with FINISH_ABORT (callbacks run) and free its

@@ -228,7 +228,23 @@ static int32_t draw(const float *w, const int32_t *idx, int n, float mx, double 
     return idx[n - 1]; /* u landed on the rounding slack at the very top */
 }
 
-/* The logit bias, then min_tokens: the stop tokens at -inf while the output is short. */
+/* Tokens outside the grammar's mask at -inf; a word of 32 allowed tokens costs one test.
+ * O(vocab / 32) plus O(disallowed tokens). */
+static void apply_mask(float *w, int V, const uint32_t *allow)
+{
+    for (int i = 0; i < V; i += 32) {
+        uint32_t m = allow[i >> 5];
+        if (m == 0xffffffffu)
+            continue;
+        int end = i + 32 < V ? i + 32 : V;
+        for (int t = i; t < end; t++)
+            if (!((m >> (t - i)) & 1u))
+                w[t] = -INFINITY;
+    }
+}
+
+/* The logit bias, the grammar's mask, then min_tokens: the stop tokens at -inf while the
+ * output is short. */
 static void apply_bias_and_min_tokens(sampler_t *s, const sampling_params *p,
                                       const sample_history *h)
 {
@@ -237,6 +253,8 @@ static void apply_bias_and_min_tokens(sampler_t *s, const sampling_params *p,
     for (int i = 0; i < b->n; i++)
         if (b->ids[i] >= 0 && b->ids[i] < s->vocab)
             w[b->ids[i]] += b->bias[i];
+    if (h && h->allow)
+        apply_mask(w, s->vocab, h->allow);
     if (h && h->n_output < p->min_tokens)
         for (int i = 0; i < h->n_stops; i++)
             if (h->stops[i] >= 0 && h->stops[i] < s->vocab)

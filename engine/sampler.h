@@ -2,7 +2,7 @@
 /* sampler.h - turning a row of logits into the next token, per request's sampling parameters.
  *
  * The pipeline, in this order (vLLM's): the logit bias (OpenAI's: added to the raw
- * logits), min_tokens (the tokens that would end the sample cannot be drawn before
+ * logits), a grammar's mask (sample_history.allow), min_tokens (the tokens that would end the sample cannot be drawn before
  * min_tokens outputs), repetition penalty (prompt and output tokens;
  * positive logits divided, negative multiplied), presence and frequency penalties (output
  * tokens only, OpenAI semantics), then either greedy argmax (temperature 0, or below
@@ -48,8 +48,11 @@ typedef struct sample_result {
     float top_logprobs[SAMPLING_MAX_LOGPROBS];
 } sample_result;
 
-/* Token history the penalties look at, and the tokens that would end the sample (stop ids,
- * end of generation) that min_tokens holds back while n_output < min_tokens. */
+/* Token history the penalties look at, the tokens that would end the sample (stop ids,
+ * end of generation) that min_tokens holds back while n_output < min_tokens, and the
+ * tokens a grammar allows (structured output: a bitset, bit t & 31 of word t >> 5; every
+ * other token is set to -inf right after the logit bias, so greedy, penalties, top-k/p and
+ * min-p see only allowed tokens, while logprobs stay those of the raw distribution). */
 typedef struct sample_history {
     const int32_t *prompt;
     int n_prompt;
@@ -57,6 +60,7 @@ typedef struct sample_history {
     int n_output;
     const int32_t *stops;     /* NULL: none */
     int n_stops;
+    const uint32_t *allow;    /* NULL: every token */
 } sample_history;
 
 typedef struct sampler sampler_t;

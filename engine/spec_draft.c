@@ -96,7 +96,7 @@ static int next_draft(spec_draft_t *d, spec_seq *q, int len, const float *lg)
     /* no stop tokens: a draft that ends the sample before min_tokens has target probability
      * 0 there and never stands, so the drafter need not know them */
     sample_history h = {q->tokens, q->n_prompt, q->tokens + q->n_prompt, len - q->n_prompt,
-                        NULL, 0};
+                        NULL, 0, NULL};
     int32_t t;
     if (sampling_is_greedy(q->sp)) {
         t = sampler_greedy(d->sampler, lg, q->sp, &h);

@@ -22,6 +22,7 @@ struct chat {
     json_t *specials;          /* {"bos_token": ..., "eos_token": ...} as the model has them */
     int32_t end_ids[CHAT_MAX_END_IDS];
     int n_end_ids;
+    tool_style tools;
     char desc[96];
 };
 
@@ -69,7 +70,7 @@ static int collect_specials(chat_t *c)
     return DERAS_OK;
 }
 
-int chat_new(const tokenizer_t *tok, chat_t **out)
+int chat_new(const tokenizer_t *tok, const char *source, chat_t **out)
 {
     if (!out)
         return deras_fail(DERAS_EINVAL, "chat_new: NULL out");
@@ -81,12 +82,16 @@ int chat_new(const tokenizer_t *tok, chat_t **out)
         return deras_fail(DERAS_ENOMEM, "chat: out of memory");
     c->tok = tok;
     int rc = collect_specials(c);
-    const char *source = tokenizer_chat_template(tok);
+    const char *given = source;
+    if (!source)
+        source = tokenizer_chat_template(tok);
     if (!rc && source) {
         size_t n = strlen(source);
         if ((rc = tmpl_compile(source, n, NULL, &c->tmpl)))
             rc = deras_fail_ctx(rc, "chat template: ");
-        snprintf(c->desc, sizeof c->desc, "the model's chat template (%zu bytes)", n);
+        snprintf(c->desc, sizeof c->desc, "%s chat template (%zu bytes)",
+                 given ? "the given" : "the model's", n);
+        c->tools = tool_style_of_template(source);
     } else if (!rc) {
         if (tokenizer_find(tok, "<|im_start|>") >= 0 && tokenizer_find(tok, "<|im_end|>") >= 0)
             c->builtin.style = CHAT_STYLE_CHATML;
@@ -119,6 +124,8 @@ void chat_destroy(chat_t **c)
 }
 
 const char *chat_describe(const chat_t *c) { return c->desc; }
+
+tool_style chat_tool_style(const chat_t *c) { return c->tools; }
 
 /* The template's variables, as apply_chat_template passes them. NULL when out of memory. */
 static json_t *template_context(const chat_t *c, const proto_request *q)

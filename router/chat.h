@@ -37,15 +37,22 @@
 #include "common/request/req_params.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/wire/protocol.h"
+#include "router/tool_calls.h"
 
 typedef struct chat chat_t;
 
-/* The chat of the model whose tokenizer is `tok` (borrowed; must outlive the chat). *out
+/* The chat of the model whose tokenizer is `tok` (borrowed; must outlive the chat), with
+ * its own chat template, or with `source` (a NUL-terminated template, copied as compiled:
+ * deras-router's --chat-template, vLLM's option of that name) instead when not NULL. *out
  * is NULL first; DERAS_OK with the chat (a model with no template and no built-in format
  * still gets one: it refuses chats). A template the interpreter refuses is its status
  * (DERAS_EFORMAT, DERAS_EUNSUPPORTED) with "chat template: template line N: ..." in the
  * message; DERAS_ENOMEM; DERAS_EINVAL for a NULL argument. O(template size). */
-int chat_new(const tokenizer_t *tok, chat_t **out);
+int chat_new(const tokenizer_t *tok, const char *source, chat_t **out);
+
+/* How the template teaches the model to call tools (tool_calls.h; none without a
+ * template). */
+tool_style chat_tool_style(const chat_t *c);
 void chat_destroy(chat_t **c);
 
 /* What renders chats, for the start-up log: "the model's chat template (N bytes)",

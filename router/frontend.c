@@ -15,7 +15,8 @@
  * schema and caps, then token ids against the vocabulary, the prompt's tokens (text is
  * tokenized here; a chat's messages are first rendered by the model's chat template,
  * chat.h) plus max_tokens against the model's context, the client's live ids, and the
- * admission caps. These checks and the admission are frontend_admit, the one way in for
+ * admission caps, and a structured output's grammar compiled (constraint.h: a bad one is
+ * invalid_grammar here, never in a worker). These checks and the admission are frontend_admit, the one way in for
  * the HTTP API's requests too (http_api.c). A failed check is one `error` reply; the
  * socket never blocks (every send is ZMQ_DONTWAIT) and a client that is gone (EHOSTUNREACH under
  * ZMQ_ROUTER_MANDATORY) or not reading (its send queue at the high-water mark) has its
@@ -56,6 +57,7 @@
 #include "common/base/status.h"
 #include "common/wire/zmq_check.h"
 #include "router/conn_guard.h"
+#include "router/constraint.h"
 #include "router/router.h"
 
 #define CLIENT_MON_ADDR "inproc://deras-client-monitor"
@@ -314,10 +316,17 @@ static enum proto_error_code admit(router_t *rt, const rq_origin *o, const proto
         snprintf(msg, cap, "%s", deras_errmsg());
         return PE_BUSY;
     }
+    char *gbnf;
+    size_t gbnf_len;
+    if ((code = constraint_gbnf(q, &gbnf, &gbnf_len, msg, cap)) != PE_NONE)
+        return code;
 
     rq_t *r;
-    if (rq_acquire(rt->rqs, &r) || rq_reserve_prompt(r, n_ids))
+    if (rq_acquire(rt->rqs, &r) || rq_reserve_prompt(r, n_ids)) {
+        free(gbnf);
         goto nomem;
+    }
+    rq_set_grammar(r, gbnf, gbnf_len);
     int64_t now = router_now_us();
     memcpy(r->ident, o->ident, (size_t)o->ident_len);
     r->ident_len = o->ident_len;

@@ -46,6 +46,7 @@
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "router/openai_response.h"
+#include "router/tool_calls.h"
 
 #define HTTP_API_CHECK_US 100000  /* departures of waiting clients checked this often */
 #define HTTP_API_MAX_KEYS 64
@@ -88,6 +89,9 @@ struct http_call {
     bool role_sent[REQ_MAX_N];
     int text_off[REQ_MAX_N];
     int n_tokens[REQ_MAX_N];      /* streamed so far, per sample (continuous_usage_stats) */
+    bool parse_tools;             /* a chat with tools: each sample's text goes through tp */
+    tool_parser tp[REQ_MAX_N];
+    oai_buf t_content, t_calls;   /* scratch: one piece's content and tool calls */
     char id[48];
     int64_t created;
     uint8_t ident[16];
@@ -290,6 +294,22 @@ void http_api_bind(http_call_t *call, rq_t *r)
     a->n_waiting++;
 }
 
+/* A chat with tools: p's text goes through sample k's tool parser (what it decides
+ * replaces the text, its calls join the piece); at the end (final) what it held. */
+static void tool_piece(http_call_t *call, int k, oai_piece *p, bool delta, bool final)
+{
+    if (!call->parse_tools)
+        return;
+    call->t_content.n = call->t_calls.n = 0;
+    tool_parser_feed(&call->tp[k], p->text, p->n_text, delta, &call->t_content, &call->t_calls);
+    if (final)
+        tool_parser_finish(&call->tp[k], delta, &call->t_content, &call->t_calls);
+    p->text = call->t_content.p ? call->t_content.p : "";
+    p->n_text = call->t_content.n;
+    p->tool_calls = call->t_calls.p;
+    p->n_tool_calls = call->t_calls.n;
+}
+
 static oai_piece piece_of(const http_call_t *call, int k, const stream_t *st)
 {
     oai_piece p = {.index = k, .top_n = call->req.top_logprobs};
@@ -308,17 +328,20 @@ void http_api_chunk(router_t *rt, rq_t *r, int k)
 {
     http_call_t *call = r->http;
     oai_piece p = piece_of(call, k, r->samples[k].st);
-    p.role = call->req.kind == OAI_CHAT && !call->role_sent[k];
-    call->role_sent[k] = true;
     int n_ids;
     stream_ids(r->samples[k].st, &n_ids);
     call->n_tokens[k] += n_ids;
+    call->text_off[k] += (int)p.n_text;
+    tool_piece(call, k, &p, true, false);
+    if (call->parse_tools && !p.n_text && !p.n_tool_calls && !p.n_lps)
+        return; /* all held by the tool-call parser */
+    p.role = call->req.kind == OAI_CHAT && !call->role_sent[k];
+    call->role_sent[k] = true;
     p.usage = call->req.continuous_usage;
     p.prompt_tokens = r->n_prompt;
     p.completion_tokens = call->n_tokens[k];
     oai_put_chunk(&call->out, call->req.kind, call->id, call->created, rt->api->model, rt->tok,
                   &p);
-    call->text_off[k] += (int)p.n_text;
     resume(call);
 }
 
@@ -328,10 +351,13 @@ void http_api_final(router_t *rt, rq_t *r, int k, const proto_usage *u)
     rq_sample *s = &r->samples[k];
     call->prompt_tokens = u->prompt_tokens;
     call->completion_tokens += u->completion_tokens;
-    if (r->stream) { /* the text went out in chunks: an empty delta with the reason */
-        oai_piece p = {.index = k, .text = "", .finish = oai_finish_name(s->finish),
-                       .usage = call->req.continuous_usage, .prompt_tokens = u->prompt_tokens,
+    if (r->stream) { /* the text went out in chunks: an empty delta with the reason (and
+                        what the tool-call parser still held) */
+        oai_piece p = {.index = k, .text = "", .usage = call->req.continuous_usage,
+                       .prompt_tokens = u->prompt_tokens,
                        .completion_tokens = u->completion_tokens};
+        tool_piece(call, k, &p, true, true);
+        p.finish = oai_finish_name_tools(s->finish, call->parse_tools ? call->tp[k].n_calls : 0);
         p.role = call->req.kind == OAI_CHAT && !call->role_sent[k];
         call->role_sent[k] = true;
         oai_put_chunk(&call->out, call->req.kind, call->id, call->created, rt->api->model,
@@ -340,7 +366,8 @@ void http_api_final(router_t *rt, rq_t *r, int k, const proto_usage *u)
         return;
     }
     oai_piece p = piece_of(call, k, s->st);
-    p.finish = oai_finish_name(s->finish);
+    tool_piece(call, k, &p, false, true);
+    p.finish = oai_finish_name_tools(s->finish, call->parse_tools ? call->tp[k].n_calls : 0);
     oai_put_choice(&call->choices, call->req.kind, rt->tok, &p, call->n_choices++ == 0);
 }
 
@@ -464,6 +491,10 @@ void http_api_completed(router_t *rt, void **con_cls)
     drop_body(rt->api, call);
     oai_buf_free(&call->out);
     oai_buf_free(&call->choices);
+    oai_buf_free(&call->t_content);
+    oai_buf_free(&call->t_calls);
+    for (int k = 0; k < REQ_MAX_N; k++)
+        tool_parser_free(&call->tp[k]);
     free(call);
 }
 
@@ -556,6 +587,36 @@ out:
 
 static enum MHD_Result answer(router_t *rt, http_call_t *call);
 
+/* A chat with tools: the tool-call parsers of its samples and, for tool_choice required or
+ * named, the grammar that makes the model call (into *grammar, the caller frees it after
+ * admission). PE_NONE, or the code with msg. */
+static enum proto_error_code tools_setup(router_t *rt, http_call_t *call, char **grammar,
+                                         char *msg, size_t cap)
+{
+    oai_request *req = &call->req;
+    if (!req->q.tools || req->tool_choice < OAI_TOOL_CHOICE_AUTO)
+        return PE_NONE;
+    tool_style st = rt->tools;
+    if (req->tool_choice >= OAI_TOOL_CHOICE_REQUIRED) {
+        if (st == TOOL_STYLE_NONE) /* enforced and parsed in the plainest form */
+            st = TOOL_STYLE_LLAMA3_JSON;
+        size_t len;
+        const char *name = req->tool_choice == OAI_TOOL_CHOICE_NAMED ? req->tool_name : NULL;
+        enum proto_error_code code = tools_grammar(st, req->q.tools, name,
+                                                   req->parallel_tool_calls, grammar, &len, msg,
+                                                   cap);
+        if (code != PE_NONE)
+            return code;
+        req->q.grammar = *grammar;
+        req->q.grammar_len = len;
+    }
+    call->parse_tools = st != TOOL_STYLE_NONE;
+    for (int k = 0; k < REQ_MAX_N && call->parse_tools; k++)
+        tool_parser_start(&call->tp[k], st, (uint64_t)call->created * 1000003u ^
+                                                (uint64_t)rt->api->n_calls << 8 ^ (uint64_t)k);
+    return PE_NONE;
+}
+
 /* The body is complete: parse, then answer or admit. */
 static enum MHD_Result handle(router_t *rt, http_call_t *call)
 {
@@ -606,7 +667,11 @@ static enum MHD_Result handle(router_t *rt, http_call_t *call)
     memcpy(call->ident + 8, &serial, 8);
     rq_origin o = {.ident = call->ident, .ident_len = 16, .fd = -1, .http = call};
     char msg[256];
-    enum proto_error_code code = frontend_admit(rt, &o, &call->req.q, msg, sizeof msg);
+    char *tool_grammar = NULL;
+    enum proto_error_code code = tools_setup(rt, call, &tool_grammar, msg, sizeof msg);
+    if (code == PE_NONE)
+        code = frontend_admit(rt, &o, &call->req.q, msg, sizeof msg);
+    free(tool_grammar); /* admission compiled its own copy */
     /* admission copied or tokenized what it needs: the parsed body goes (the flags stay) */
     oai_request_free(&call->req);
     if (code != PE_NONE) {

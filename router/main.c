@@ -100,6 +100,10 @@ static void usage(FILE *f)
         "                             none: off\n"
         "  --api-key-file FILE        keys (one per line) the API's routes require as\n"
         "                             Authorization: Bearer KEY; default: none required\n"
+        "  --chat-template FILE       render chats with this Jinja template instead of the\n"
+        "                             model's (e.g. one that knows tools)\n"
+        "  --tool-call-parser STYLE   how tool calls are written: hermes, llama3_json or\n"
+        "                             none; default: what the chat template teaches\n"
         "  --max-queued-requests N    samples waiting for a worker (n counts as n), default 256\n"
         "  --max-queued-tokens N      prompt tokens waiting for a worker, default 262144\n"
         "  --max-tokens-cap N         largest max_tokens a request may ask, default 32768\n"
@@ -185,7 +189,7 @@ static int parse_options(int argc, char **argv, router_opts *o)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_MQR, O_MQT, O_CAP, O_CSK, O_CA, O_INSECURE,
            O_LOGP, O_HB, O_WTO, O_NWW, O_DRAIN, O_ADMIN, O_ACA, O_METRICS, O_APIKEY, O_STUCK, O_LOGFMT,
-           O_WCA, O_STATS, O_VERSION, O_HELP };
+           O_WCA, O_STATS, O_VERSION, O_HELP, O_TEMPLATE, O_TOOLS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"listen", required_argument, 0, O_LISTEN},
@@ -207,6 +211,8 @@ static int parse_options(int argc, char **argv, router_opts *o)
         {"stats-interval", required_argument, 0, O_STATS},
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"api-key-file", required_argument, 0, O_APIKEY},
+        {"chat-template", required_argument, 0, O_TEMPLATE},
+        {"tool-call-parser", required_argument, 0, O_TOOLS},
         {"stuck-timeout-ms", required_argument, 0, O_STUCK},
         {"log-format", required_argument, 0, O_LOGFMT},
         {"version", no_argument, 0, O_VERSION},
@@ -249,6 +255,15 @@ static int parse_options(int argc, char **argv, router_opts *o)
             o->metrics_listen_given = true;
             break;
         case O_APIKEY: o->api_key_file = optarg; break;
+        case O_TEMPLATE: o->chat_template_file = optarg; break;
+        case O_TOOLS: {
+            tool_style st;
+            if (!tool_style_parse(optarg, &st))
+                return deras_fail(DERAS_EINVAL, "--tool-call-parser: '%s' is none of hermes, "
+                                  "llama3_json, none", optarg);
+            o->tool_call_parser = optarg;
+            break;
+        }
         case O_STUCK:
             if ((rc = parse_int("--stuck-timeout-ms", optarg, 0, 86400000, &v)))
                 return rc;
@@ -360,6 +375,33 @@ static int prepare_ipc(const char *addr, char *file_out)
 
 /* ---- start-up and shutdown ---- */
 
+#define TEMPLATE_MAX_BYTES (4u << 20)
+
+/* A chat template file, whole, NUL-terminated. DERAS_EIO naming the file, DERAS_ERANGE. */
+static int read_template(const char *path, char **out, size_t *len)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return deras_fail(DERAS_EIO, "--chat-template %s: %s", path, strerror(errno));
+    char *buf = malloc(TEMPLATE_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, TEMPLATE_MAX_BYTES + 1, f) : 0;
+    int rc = !buf            ? deras_fail(DERAS_ENOMEM, "out of memory")
+             : ferror(f)     ? deras_fail(DERAS_EIO, "--chat-template %s: cannot read it", path)
+             : n > TEMPLATE_MAX_BYTES ? deras_fail(DERAS_ERANGE, "--chat-template %s: larger "
+                                                   "than %u bytes", path, TEMPLATE_MAX_BYTES)
+                                      : DERAS_OK;
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return DERAS_OK;
+}
+
 static int open_model(router_t *rt)
 {
     int rc = checkpoint_open(rt->o.model, &rt->ckpt);
@@ -369,17 +411,30 @@ static int open_model(router_t *rt)
     rc = g ? tokenizer_from_gguf(g, &rt->tok) : tokenizer_from_hf_dir(checkpoint_hf_dir(rt->ckpt), &rt->tok);
     if (rc)
         return deras_fail_ctx(rc, "--model %s: tokenizer: ", rt->o.model);
-    if ((rc = chat_new(rt->tok, &rt->chat)))
-        return deras_fail_ctx(rc, "--model %s: ", rt->o.model);
+    char *source = NULL;
+    if (rt->o.chat_template_file) {
+        size_t n;
+        if ((rc = read_template(rt->o.chat_template_file, &source, &n)))
+            return rc;
+    }
+    rc = chat_new(rt->tok, source, &rt->chat);
+    free(source);
+    if (rc)
+        return deras_fail_ctx(rc, "%s %s: ",
+                              rt->o.chat_template_file ? "--chat-template" : "--model",
+                              rt->o.chat_template_file ? rt->o.chat_template_file : rt->o.model);
+    rt->tools = chat_tool_style(rt->chat);
+    if (rt->o.tool_call_parser)
+        tool_style_parse(rt->o.tool_call_parser, &rt->tools);
     const model_config *cfg = checkpoint_config(rt->ckpt);
     rt->vocab_size = cfg->vocab_size;
     rt->ctx_len = cfg->max_seq_len;
     rt->tok_cap = (size_t)rt->ctx_len + 1;
     if (!(rt->tok_buf = malloc(rt->tok_cap * sizeof *rt->tok_buf)))
         return deras_fail(DERAS_ENOMEM, "out of memory");
-    log_info("model %s: vocabulary %d (tokenizer %d), context %d; chats: %s", rt->o.model,
-             rt->vocab_size, tokenizer_vocab_size(rt->tok), rt->ctx_len,
-             chat_describe(rt->chat));
+    log_info("model %s: vocabulary %d (tokenizer %d), context %d; chats: %s; tool calls: %s",
+             rt->o.model, rt->vocab_size, tokenizer_vocab_size(rt->tok), rt->ctx_len,
+             chat_describe(rt->chat), tool_style_name(rt->tools));
     return DERAS_OK;
 }
 

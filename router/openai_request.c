@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/base/status.h"
+#include "router/openai_structured.h"
 
 #define OAI_MAX_PARTS 64       /* text parts in one message's content */
 #define OAI_MAX_TOOL_CALLS 64
@@ -373,6 +374,9 @@ static int parse_field(oai_error *e, oai_kind kind, const char *k, const json_t 
     req_params *p = &q->params;
     int64_t x;
     bool chat = kind == OAI_CHAT;
+    int rc = oai_structured_field(e, kind, k, v, r);
+    if (rc >= 0)
+        return rc;
     if (!strcmp(k, "model")) {
         const char *s;
         size_t n;
@@ -438,26 +442,6 @@ static int parse_field(oai_error *e, oai_kind kind, const char *k, const json_t 
         if (get_int(e, k, v, 0, SAMPLING_MAX_LOGPROBS, PE_LIMIT_EXCEEDED, &x))
             return DERAS_EFORMAT;
         r->top_logprobs = (int)x;
-    } else if (chat && !strcmp(k, "tools")) {
-        if (!json_is_array(v) || json_array_size(v) > PROTO_MAX_TOOLS)
-            return fail(e, PE_INVALID_FIELD, k, "tools must be an array of at most %d objects",
-                        PROTO_MAX_TOOLS);
-        q->tools = (json_t *)v;
-    } else if (chat && !strcmp(k, "tool_choice")) {
-        if (!json_is_string(v) || (strcmp(json_string_value(v), "none") &&
-                                   strcmp(json_string_value(v), "auto")))
-            return fail(e, PE_INVALID_FIELD, k,
-                        "tool_choice: only \"none\" and \"auto\" are supported (the reply is "
-                        "text; tool calls are not parsed out of it)");
-    } else if (chat && !strcmp(k, "parallel_tool_calls")) {
-        bool b;
-        return get_bool(e, k, v, &b);
-    } else if (chat && !strcmp(k, "response_format")) {
-        const json_t *t = json_object_get(v, "type");
-        if (!json_is_object(v) || json_object_size(v) != 1 || !json_is_string(t) ||
-            strcmp(json_string_value(t), "text"))
-            return fail(e, PE_INVALID_FIELD, k,
-                        "response_format: only {\"type\": \"text\"} is supported");
     } else if (chat && !strcmp(k, "add_generation_prompt")) {
         return get_bool(e, k, v, &q->add_generation_prompt);
     } else if (chat && !strcmp(k, "chat_template_kwargs")) {
@@ -478,6 +462,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, const proto_limits *l
     memset(err, 0, sizeof *err);
     out->kind = kind;
     out->model = "";
+    out->parallel_tool_calls = true;
     proto_request_default(&out->q);
     json_error_t je;
     out->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -516,6 +501,8 @@ int oai_parse(oai_kind kind, const char *body, size_t len, const proto_limits *l
         fail(err, PE_INVALID_FIELD, "top_logprobs", "top_logprobs needs logprobs: true");
         goto fail;
     }
+    if (oai_structured_check(err, out))
+        goto fail;
     /* the engine reports a token's logprob with its alternatives: at least one */
     if (out->logprobs)
         q->params.sp.n_logprobs = out->top_logprobs > 0 ? out->top_logprobs : 1;
@@ -534,6 +521,11 @@ void oai_request_free(oai_request *r)
     json_decref(r->root);
     json_decref(r->messages);
     free(r->ids);
+    free(r->choice_grammar);
+    json_decref(r->guided_schema);
+    r->choice_grammar = NULL;
+    r->guided_schema = NULL;
+    r->tool_name = NULL; /* it pointed into root */
     r->root = r->messages = NULL;
     r->ids = NULL;
 }

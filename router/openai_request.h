@@ -5,10 +5,19 @@
  * becomes a proto_request, the same struct the msgpack decoder fills, so both doors share
  * the router's checks, tokenizing and admission (frontend_admit). Every field is checked
  * as the msgpack protocol checks it (the sampling table's ranges, the protocol's caps); a
- * field this server cannot honour (response_format other than text, functions,
- * tool_choice "required" or a named tool, best_of > n, echo, suffix) and any unknown field
- * is refused naming the field, never ignored. Nulls read as absent. The replies' side is
- * openai_response.h.
+ * field this server cannot honour (functions, best_of > n, echo, suffix) and any unknown
+ * field is refused naming the field, never ignored. Nulls read as absent. The replies'
+ * side is openai_response.h.
+ *
+ * Structured output: response_format {"type": "json_object"} is JSON mode, {"type":
+ * "json_schema", "json_schema": {"name", "schema", "strict", "description"}} a JSON Schema
+ * (no schema: JSON mode); vLLM's guided_json, guided_regex, guided_grammar and
+ * guided_choice are taken too (both kinds). At most one of them. Tools (chat): the
+ * definitions are checked ({"type": "function", "function": {"name" ([a-zA-Z0-9_-],
+ * 1..64 bytes), "description", "parameters" (an object), "strict"}}) and rendered by the
+ * chat template; tool_choice "none", "auto" (the default with tools), "required" or
+ * {"type": "function", "function": {"name"}} is recorded for the router, which enforces the
+ * last two with a grammar (router/tool_calls.h); these exclude the other structured outputs.
  *
  * Costs: jansson's parse (O(body), one allocation per JSON value: at most ~30 bytes of
  * memory per body byte) plus O(fields).
@@ -26,6 +35,12 @@
 
 typedef enum oai_kind { OAI_COMPLETIONS, OAI_CHAT } oai_kind;
 
+/* What tool_choice asks (OAI_TOOLS_ABSENT: no tools at all). */
+typedef enum oai_tool_choice {
+    OAI_TOOLS_ABSENT = 0, OAI_TOOL_CHOICE_NONE, OAI_TOOL_CHOICE_AUTO, OAI_TOOL_CHOICE_REQUIRED,
+    OAI_TOOL_CHOICE_NAMED
+} oai_tool_choice;
+
 typedef struct oai_request {
     oai_kind kind;
     proto_request q;         /* strings and JSON values point into root */
@@ -38,6 +53,11 @@ typedef struct oai_request {
                                 every chunk, the sample's tokens so far */
     bool logprobs;           /* token logprobs asked (q.params.sp.n_logprobs >= 1 then) */
     int top_logprobs;        /* alternatives to report per token, 0..20 */
+    oai_tool_choice tool_choice;
+    const char *tool_name;   /* OAI_TOOL_CHOICE_NAMED: the function (in root) */
+    bool parallel_tool_calls;/* default true */
+    char *choice_grammar;    /* guided_choice's GBNF, owned */
+    json_t *guided_schema;   /* guided_json sent as JSON text, parsed; owned */
 } oai_request;
 
 typedef struct oai_error {

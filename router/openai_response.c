@@ -216,16 +216,32 @@ static void put_choice_object(oai_buf *b, oai_kind kind, const tokenizer_t *tok,
         put_lit(b, "\"delta\":{");
         if (p->role)
             put_lit(b, "\"role\":\"assistant\"");
-        if (p->n_text || (p->role && !p->finish)) {
+        if (p->n_text || (p->role && !p->finish && !p->n_tool_calls)) {
             put_lit(b, p->role ? ",\"content\":" : "\"content\":");
             oai_buf_json_str(b, p->text, p->n_text);
         }
+        if (p->n_tool_calls) {
+            put_lit(b, p->role || p->n_text ? ",\"tool_calls\":[" : "\"tool_calls\":[");
+            oai_buf_put(b, p->tool_calls, p->n_tool_calls);
+            put_lit(b, "]");
+        }
+        put_lit(b, "},");
+    } else if (kind == OAI_CHAT) {
+        put_lit(b, "\"message\":{\"role\":\"assistant\",\"content\":");
+        if (p->n_tool_calls && !p->n_text)
+            put_lit(b, "null");
+        else
+            oai_buf_json_str(b, p->text, p->n_text);
+        if (p->n_tool_calls) {
+            put_lit(b, ",\"tool_calls\":[");
+            oai_buf_put(b, p->tool_calls, p->n_tool_calls);
+            put_lit(b, "]");
+        }
         put_lit(b, "},");
     } else {
-        put_lit(b, kind == OAI_CHAT ? "\"message\":{\"role\":\"assistant\",\"content\":"
-                                    : "\"text\":");
+        put_lit(b, "\"text\":");
         oai_buf_json_str(b, p->text, p->n_text);
-        put_lit(b, kind == OAI_CHAT ? "}," : ",");
+        put_lit(b, ",");
     }
     put_lit(b, "\"logprobs\":");
     put_logprobs(b, kind, tok, p);
@@ -323,4 +339,9 @@ void oai_put_error(oai_buf *b, unsigned http_status, const char *code, const cha
 const char *oai_finish_name(finish_reason f)
 {
     return f == FINISH_STOP ? "stop" : f == FINISH_LENGTH ? "length" : "abort";
+}
+
+const char *oai_finish_name_tools(finish_reason f, int n_tool_calls)
+{
+    return f == FINISH_STOP && n_tool_calls > 0 ? "tool_calls" : oai_finish_name(f);
 }

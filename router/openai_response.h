@@ -47,6 +47,9 @@ typedef struct oai_piece {
     bool role;                /* chat delta: announce the assistant's role */
     bool usage;               /* chunk: add usage (continuous_usage_stats) with these */
     int prompt_tokens, completion_tokens;
+    const char *tool_calls;   /* chat: the tool call objects, comma-separated (tool_calls.h);
+                                 a message with calls and no text has content null */
+    size_t n_tool_calls;      /* bytes; 0: none */
 } oai_piece;
 
 /* "data: {chunk}\n\n" for one streamed piece. */
@@ -70,6 +73,8 @@ void oai_put_error(oai_buf *b, unsigned http_status, const char *code, const cha
                    const char *message);
 /* The finish_reason of a finish. */
 const char *oai_finish_name(finish_reason f);
+/* The same for a chat whose sample made tool calls: "tool_calls" where it stopped. */
+const char *oai_finish_name_tools(finish_reason f, int n_tool_calls);
 /* The HTTP status an error code is answered with. */
 unsigned oai_http_status(enum proto_error_code code);
 

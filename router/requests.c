@@ -86,6 +86,7 @@ void rq_table_destroy(rq_table_t **tp)
         for (int k = 0; k < REQ_MAX_N; k++)
             stream_destroy(&r->samples[k].st);
         free(r->prompt);
+        free(r->grammar);
         free(r);
     }
     free(t->slots);
@@ -148,6 +149,7 @@ void rq_discard(rq_table_t *t, rq_t *r)
     if (!r || r->state == RQ_FREE)
         return;
     r->state = RQ_FREE;
+    rq_set_grammar(r, NULL, 0);
     if (r->prompt_cap * (int)sizeof *r->prompt > (int)RQ_KEEP_BYTES) {
         free(r->prompt);
         r->prompt = NULL;
@@ -156,6 +158,13 @@ void rq_discard(rq_table_t *t, rq_t *r)
     for (int k = 0; k < REQ_MAX_N; k++)
         stream_trim(r->samples[k].st, RQ_KEEP_BYTES);
     t->free_list[t->n_free++] = r->slot;
+}
+
+void rq_set_grammar(rq_t *r, char *g, size_t n)
+{
+    free(r->grammar);
+    r->grammar = g;
+    r->grammar_len = g ? n : 0;
 }
 
 int rq_reserve_prompt(rq_t *r, int n)

@@ -66,6 +66,9 @@ typedef struct rq {
     int n_stops;
     char stops[PROTO_MAX_STOPS][PROTO_MAX_STOP_BYTES];
     size_t stop_lens[PROTO_MAX_STOPS];
+    char *grammar;               /* structured output as GBNF (router/constraint.h), NULL:
+                                    none; owned by the record, freed with it */
+    size_t grammar_len;
 
     /* progress */
     rq_sample samples[REQ_MAX_N];
@@ -102,6 +105,8 @@ int rq_acquire(rq_table_t *t, rq_t **out);
 /* Give back a record that was never inserted, or one rq_release already unlinked. */
 void rq_discard(rq_table_t *t, rq_t *r);
 
+/* r takes the malloc'd GBNF text g (n bytes; NULL: none), freeing what it held. O(1). */
+void rq_set_grammar(rq_t *r, char *g, size_t n);
 /* Make sure r->prompt holds n ids. DERAS_ENOMEM. */
 int rq_reserve_prompt(rq_t *r, int n);
 /* Start every sample's stream (stops, logprobs) for a first or repeated dispatch.

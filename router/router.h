@@ -44,6 +44,9 @@ typedef struct router_opts {
     char admin[ROUTER_ADDR_MAX];
     char metrics_listen[ROUTER_ADDR_MAX]; /* host:port of HTTP (metrics, health, the API), or "none" */
     const char *api_key_file;             /* keys the OpenAI-compatible routes require, or NULL */
+    const char *chat_template_file;       /* a chat template instead of the model's, or NULL */
+    const char *tool_call_parser;         /* the tool-call style (tool_calls.h), NULL: the
+                                             template's */
     bool metrics_listen_given;            /* explicit: failing to bind it stops the router */
     const char *curve_secret_file, *curve_allow_file, *admin_curve_allow_file;
     const char *worker_curve_allow_file;  /* workers' public keys: the worker socket is CURVE */
@@ -103,6 +106,7 @@ typedef struct router {
     checkpoint_t *ckpt;
     tokenizer_t *tok;
     chat_t *chat;              /* the model's chat template (or built-in format) */
+    tool_style tools;          /* how tool calls are enforced and parsed (tool_calls.h) */
     int vocab_size, ctx_len;
     proto_limits lim;
 

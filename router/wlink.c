@@ -95,7 +95,7 @@ int wlink_submit(void *ctx, worker_t *k, rq_t *r)
 {
     router_t *rt = ctx;
     wp_submit s = {.rid = r->rid, .prompt_ids = r->prompt, .n_prompt = r->n_prompt,
-                   .params = r->params};
+                   .params = r->params, .grammar = r->grammar, .grammar_len = r->grammar_len};
     const void *buf;
     size_t len;
     int rc = wp_encode_submit(rt->wenc, &s, &buf, &len);

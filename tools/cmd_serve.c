@@ -84,6 +84,10 @@ static void usage(FILE *f)
           "  --threads N             CPU threads per worker (default: cores / workers)\n"
           "  --kv-cache-memory SPEC  per worker: a size (4GiB) or a fraction of free memory\n"
           "  --drain-timeout S       seconds in-flight requests get at shutdown (default 30)\n"
+          "  --chat-template FILE    render chats with this Jinja template instead of the\n"
+          "                          model's (e.g. one that knows tools; vLLM's option)\n"
+          "  --tool-call-parser S    tool calls written as hermes, llama3_json or none\n"
+          "                          (default: what the chat template teaches)\n"
           "  --router-arg ARG        pass ARG to deras-router (repeatable)\n"
           "  --worker-arg ARG        pass ARG to every deras-worker (repeatable)\n",
           f);
@@ -92,7 +96,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, serve_args *a)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_NWORKERS, O_ADMIN, O_METRICS, O_DEVICE, O_THREADS,
-           O_KV, O_DRAIN, O_RARG, O_WARG, O_HELP };
+           O_KV, O_DRAIN, O_RARG, O_WARG, O_HELP, O_TEMPLATE, O_TOOLS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},   {"listen", required_argument, 0, O_LISTEN},
         {"workers", required_argument, 0, O_WORKERS},
@@ -103,6 +107,8 @@ static int parse(int argc, char **argv, serve_args *a)
         {"threads", required_argument, 0, O_THREADS}, {"kv-cache-memory", required_argument, 0, O_KV},
         {"drain-timeout", required_argument, 0, O_DRAIN},
         {"router-arg", required_argument, 0, O_RARG}, {"worker-arg", required_argument, 0, O_WARG},
+        {"chat-template", required_argument, 0, O_TEMPLATE},
+        {"tool-call-parser", required_argument, 0, O_TOOLS},
         {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -141,6 +147,16 @@ static int parse(int argc, char **argv, serve_args *a)
         case O_DRAIN:
             if (cli_int("--drain-timeout", optarg, 0, 3600, &l)) return 2;
             a->drain_timeout = (int)l;
+            break;
+        case O_TEMPLATE: /* the router's options, as they are */
+        case O_TOOLS:
+            if (a->n_router_args + 2 > MAX_PASS) {
+                fprintf(stderr, "serve: at most %d pass-through arguments\n", MAX_PASS);
+                return 2;
+            }
+            a->router_args[a->n_router_args++] = c == O_TEMPLATE ? "--chat-template"
+                                                                 : "--tool-call-parser";
+            a->router_args[a->n_router_args++] = optarg;
             break;
         case O_RARG:
         case O_WARG:

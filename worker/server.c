@@ -103,12 +103,29 @@ static void on_token(void *ctx, uint64_t id, int index, const sample_result *r)
     s->cb_err = wp_step_add_token(s->step_enc, &t);
 }
 
+/* A request the engine ended with an error: a REJECT after this step's STEP (once per
+ * request, whatever its samples), its finishes left out. */
+static void fail_once(worker_server_t *s, uint64_t rid, enum proto_error_code code)
+{
+    for (int i = 0; i < s->n_failed; i++)
+        if (s->failed[i].rid == rid)
+            return;
+    failed_req *f = &s->failed[s->n_failed++];
+    f->rid = rid;
+    f->code = code;
+    snprintf(f->msg, sizeof f->msg, "%s", deras_errmsg());
+}
+
 static void on_finish(void *ctx, uint64_t id, int index, const engine_sample_end *end)
 {
     worker_server_t *s = ctx;
     live_finish_one(s, id);
     if (s->silent || s->cb_err)
         return;
+    if (end->error != PE_NONE) {
+        fail_once(s, id, end->error);
+        return;
+    }
     wp_finish f = {.rid = id, .index = index, .reason = end->why, .n_prompt = end->n_prompt,
                    .n_generated = end->n_generated, .spec = end->spec};
     s->cb_err = wp_step_add_finish(s->step_enc, &f);
@@ -150,7 +167,15 @@ static int handle_submit(worker_server_t *s, const wp_submit *q)
         }
     engine_request r = {.id = q->rid, .prompt = q->prompt_ids, .n_prompt = q->n_prompt,
                         .params = q->params};
-    int rc = engine_add(s->e, &r);
+    int rc;
+    if (q->grammar && (rc = gcache_get(s->grammars, q->grammar, q->grammar_len, &r.grammar))) {
+        log_debug("request %llu: grammar refused: %s", (unsigned long long)q->rid,
+                  deras_errmsg());
+        snprintf(msg, sizeof msg, "grammar: %s", deras_errmsg());
+        return link_send_reject(s, q->rid, rc == DERAS_ENOMEM ? PE_INTERNAL : PE_INVALID_GRAMMAR,
+                                msg);
+    }
+    rc = engine_add(s->e, &r);
     if (rc) {
         log_debug("request %llu rejected: %s", (unsigned long long)q->rid, deras_errmsg());
         return link_send_reject(s, q->rid, proto_error_of_status(rc), deras_errmsg());
@@ -158,6 +183,17 @@ static int handle_submit(worker_server_t *s, const wp_submit *q)
     /* the engine holds at most max_live_seqs requests, so the table has room */
     s->live[s->n_live++] = (live_req){.rid = q->rid, .n = q->params.n, .n_done = 0};
     return DERAS_OK;
+}
+
+/* The REJECTs of the requests the engine ended with an error, after the STEP that holds
+ * their last tokens. */
+static int send_failed(worker_server_t *s)
+{
+    int rc = DERAS_OK;
+    for (int i = 0; i < s->n_failed && !rc; i++)
+        rc = link_send_reject(s, s->failed[i].rid, s->failed[i].code, s->failed[i].msg);
+    s->n_failed = 0;
+    return rc;
 }
 
 static void begin_stop(worker_server_t *s, double t, const char *why)
@@ -345,7 +381,7 @@ static int serve(worker_server_t *s)
             }
             s->stalled = n_tokens == 0;
         }
-        if ((rc = link_flush_step(s, t)))
+        if ((rc = link_flush_step(s, t)) || (rc = send_failed(s)))
             return rc;
         if (s->link == LINK_READY && t >= s->next_heartbeat) {
             if ((rc = link_send_heartbeat(s, t)))
@@ -488,6 +524,15 @@ static int load_engine(worker_server_t *s, const spec_opts *so)
         return rc;
     s->e = loader_engine(s->ld);
     s->vocab = model_get_config(m)->vocab_size;
+    /* structured output: the vocabulary's trie, once */
+    const tokenizer_t *tok;
+    engine_opts eo;
+    double t0 = server_now();
+    if ((rc = loader_tokenizer(s->ld, &tok)) || (rc = loader_engine_opts(s->ld, &eo)) ||
+        (rc = gcache_new(tok, s->vocab, eo.eog_ids, eo.n_eog, 0, &s->grammars)))
+        return rc;
+    log_debug("structured output: vocabulary trie of %d tokens in %.0f ms", s->vocab,
+              (server_now() - t0) * 1e3);
     return DERAS_OK;
 }
 
@@ -528,7 +573,8 @@ int worker_server_new(const worker_opts *o, worker_server_t **out)
     if ((rc = worker_opts_spec(&s->o, &so)) || (rc = load_engine(s, &so)))
         goto fail;
     s->live = calloc((size_t)s->o.max_live_seqs, sizeof *s->live);
-    if (!s->live) {
+    s->failed = calloc((size_t)s->o.max_live_seqs, sizeof *s->failed);
+    if (!s->live || !s->failed) {
         rc = deras_fail(DERAS_ENOMEM, "out of memory");
         goto fail;
     }
@@ -574,10 +620,12 @@ void worker_server_destroy(worker_server_t **sp)
     wp_encoder_destroy(&s->step_enc);
     wp_decoder_destroy(&s->dec);
     free(s->live);
+    free(s->failed);
     /* STOP to the followers (unless the group failed), then the engine, models and backend:
      * the model only borrowed the group's communicator, and destroying it uses none */
     group_destroy(&s->group);
-    loader_destroy(&s->ld);
+    loader_destroy(&s->ld); /* the engine's matchers hold the grammars: the engine first */
+    gcache_destroy(&s->grammars);
     free(s);
     *sp = NULL;
 }

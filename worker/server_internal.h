@@ -15,6 +15,7 @@
 #include "common/wire/endpoints.h"
 #include "common/wire/worker_proto.h"
 #include "engine/engine.h"
+#include "engine/grammar_cache.h"
 #include "engine/loader.h"
 #include "worker/group.h"
 #include "worker/pulse.h"
@@ -33,6 +34,13 @@ typedef struct live_req {
     uint64_t rid;
     int n, n_done;
 } live_req;
+
+/* A request the engine ended with an error (a grammar's budget): told after its STEP. */
+typedef struct failed_req {
+    uint64_t rid;
+    enum proto_error_code code;
+    char msg[200];
+} failed_req;
 
 enum link_state { LINK_HELLO_FIRST, LINK_READY, LINK_REJOIN };
 
@@ -56,6 +64,10 @@ struct worker_server {
 
     live_req *live;             /* (max_live_seqs) requests in the engine */
     int n_live;
+    failed_req *failed;         /* (max_live_seqs) ended with an error this step */
+    int n_failed;
+    gcache_t *grammars;         /* structured output: the vocabulary trie and compiled
+                                   grammars (engine/grammar_cache.h) */
     bool silent;                /* callbacks report nothing (aborts the router can't know) */
     int cb_err;                 /* first encoder failure inside a callback */
     bool warned_logprob;

@@ -27,6 +27,8 @@ static const char *const error_names[PE_N_CODES] = {
     [PE_INTERNAL] = "internal",
     [PE_CHAT_UNSUPPORTED] = "chat_unsupported",
     [PE_CHAT_TEMPLATE] = "chat_template_error",
+    [PE_INVALID_GRAMMAR] = "invalid_grammar",
+    [PE_GRAMMAR_BUDGET] = "grammar_budget_exceeded",
 };
 
 const char *proto_error_name(enum proto_error_code c)

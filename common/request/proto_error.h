@@ -39,6 +39,12 @@ enum proto_error_code {
                                    built-in chat format fits it */
     PE_CHAT_TEMPLATE,           /* "chat_template_error": the model's chat template refused
                                    the conversation (its raise_exception) or failed on it */
+    PE_INVALID_GRAMMAR,         /* "invalid_grammar": a json_schema, regex or grammar (or the
+                                   OpenAI response_format / tools) that does not compile:
+                                   syntax, an unsupported keyword (named), a limit */
+    PE_GRAMMAR_BUDGET,          /* "grammar_budget_exceeded": decoding under the grammar went
+                                   past a matcher budget (too ambiguous or too deeply nested
+                                   output); the request ends instead of running unconstrained */
     PE_N_CODES
 };
 

@@ -265,7 +265,7 @@ static int eval_slice(struct rx *rx, struct frame *f, const tv *obj, const struc
         goto done;
     if (s) {
         sbuf b;
-        sb_init(&b, rx);
+        tsb_init(&b, rx);
         size_t *offs = NULL; /* byte offset of every code point, for non-ASCII */
         if (!s->ascii) {
             offs = tv_alloc(rx, (n + 1) * sizeof *offs);
@@ -282,13 +282,13 @@ static int eval_slice(struct rx *rx, struct frame *f, const tv *obj, const struc
         for (size_t k = 0; k < count && !st; k++) {
             size_t i = (size_t)(start + (int64_t)k * step);
             size_t b0 = offs ? offs[i] : i, b1 = offs ? offs[i + 1] : i + 1;
-            st = sb_put(&b, s->p + b0, b1 - b0);
+            st = tsb_put(&b, s->p + b0, b1 - b0);
         }
         tv_free(rx, offs, offs ? (n + 1) * sizeof *offs : 0);
         if (!st)
-            st = sb_take(&b, out);
+            st = tsb_take(&b, out);
         else
-            sb_free(&b);
+            tsb_free(&b);
         if (!st)
             out->markup = obj->markup;
         goto done;
@@ -542,15 +542,15 @@ static int eval_concat(struct rx *rx, struct frame *f, const struct node *n, tv 
         total += tv_sn(&parts[k]);
     }
     sbuf b;
-    sb_init(&b, rx);
-    if (!st && !(st = rx_step(rx, total / STEP_COPY)) && !(st = sb_reserve(&b, total)))
+    tsb_init(&b, rx);
+    if (!st && !(st = rx_step(rx, total / STEP_COPY)) && !(st = tsb_reserve(&b, total)))
         for (int i = 0; i < n->n_kids && !st; i++)
-            st = sb_put(&b, tv_sp(&parts[i]), tv_sn(&parts[i]));
+            st = tsb_put(&b, tv_sp(&parts[i]), tv_sn(&parts[i]));
     for (int i = 0; i < k && i < n->n_kids; i++)
         tv_release(rx, &parts[i]);
     if (parts != small)
         tv_free(rx, parts, (size_t)n->n_kids * sizeof *parts);
-    return sb_finish(&b, st, out);
+    return tsb_finish(&b, st, out);
 }
 
 static int eval_node(struct rx *rx, struct frame *f, const struct node *n, tv *out)

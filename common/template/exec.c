@@ -321,17 +321,17 @@ static int exec_for(struct rx *rx, struct frame *f, const struct node *n)
 static int capture(struct rx *rx, struct frame *f, const struct node *body, tv *out)
 {
     sbuf buf, *saved = rx->out;
-    sb_init(&buf, rx);
+    tsb_init(&buf, rx);
     struct frame inner = {.parent = f};
     rx->out = &buf;
     int st = exec_body(rx, &inner, body);
     rx->out = saved;
     frame_clear(rx, &inner);
     if (st) {
-        sb_free(&buf);
+        tsb_free(&buf);
         return st;
     }
-    return sb_take(&buf, out);
+    return tsb_take(&buf, out);
 }
 
 static int exec_stmt(struct rx *rx, struct frame *f, const struct node *n)
@@ -344,7 +344,7 @@ static int exec_stmt(struct rx *rx, struct frame *f, const struct node *n)
     case N_DATA:
         if ((st = rx_step(rx, tv_sn(&n->val) / STEP_COPY)))
             return st;
-        return sb_put(rx->out, tv_sp(&n->val), tv_sn(&n->val));
+        return tsb_put(rx->out, tv_sp(&n->val), tv_sn(&n->val));
     case N_OUTPUT:
         if ((st = eval(rx, f, n->a, &v)))
             return st;
@@ -500,16 +500,16 @@ int call_macro(struct rx *rx, const struct node *site, const struct node *m, con
     tv_release(rx, &extra);
     if (!st) {
         sbuf buf, *saved = rx->out;
-        sb_init(&buf, rx);
+        tsb_init(&buf, rx);
         rx->out = &buf;
         rx->depth++;
         st = exec_body(rx, &fr, m->b);
         rx->depth--;
         rx->out = saved;
         if (!st)
-            st = sb_take(&buf, out);
+            st = tsb_take(&buf, out);
         else
-            sb_free(&buf);
+            tsb_free(&buf);
     }
     frame_clear(rx, &fr);
     return st;

@@ -40,16 +40,16 @@ static int f_indent(struct rx *rx, const tv *s, const tv *width, bool first, boo
         return deras_fail(DERAS_EFORMAT, "unsupported operand type(s) for +=: '%s' and 'str'",
                           tv_typename(s));
     sbuf ind, b;
-    sb_init(&ind, rx);
-    sb_init(&b, rx);
+    tsb_init(&ind, rx);
+    tsb_init(&b, rx);
     int st = 0;
     if (!width)
-        st = sb_put(&ind, "    ", 4);
+        st = tsb_put(&ind, "    ", 4);
     else if (width->type == TV_STR)
-        st = sb_put(&ind, tv_sp(width), tv_sn(width));
+        st = tsb_put(&ind, tv_sp(width), tv_sn(width));
     else if (width->type == TV_INT || width->type == TV_BOOL)
         for (int64_t i = 0; i < (width->type == TV_INT ? width->u.i : width->u.b) && !st; i++)
-            st = sb_putc(&ind, ' ');
+            st = tsb_putc(&ind, ' ');
     else
         st = deras_fail(DERAS_EFORMAT, "indent width must be an int or a string");
     /* the lines of s + "\n" as str.splitlines gives them: s split at every line break
@@ -57,7 +57,7 @@ static int f_indent(struct rx *rx, const tv *s, const tv *width, bool first, boo
     const char *p = tv_sp(s);
     size_t n = tv_sn(s), i = 0, line = 0;
     if (!st && first)
-        st = sb_put(&b, ind.p, ind.len);
+        st = tsb_put(&b, ind.p, ind.len);
     while (!st) {
         size_t start = i, brk = 0;
         uint32_t cp = 0;
@@ -68,24 +68,24 @@ static int f_indent(struct rx *rx, const tv *s, const tv *width, bool first, boo
             i += brk;
         }
         if (line++) {
-            st = sb_putc(&b, '\n');
+            st = tsb_putc(&b, '\n');
             if (!st && (blank || i > start))
-                st = sb_put(&b, ind.p, ind.len);
+                st = tsb_put(&b, ind.p, ind.len);
         }
         if (!st)
-            st = sb_put(&b, p + start, i - start);
+            st = tsb_put(&b, p + start, i - start);
         if (i >= n)
             break;
         i += cp == '\r' && i + 1 < n && p[i + 1] == '\n' ? 2 : brk;
     }
-    sb_free(&ind);
+    tsb_free(&ind);
     if (!st)
         st = rx_step(rx, b.len / STEP_SCAN + line);
     if (st) {
-        sb_free(&b);
+        tsb_free(&b);
         return st;
     }
-    st = sb_take(&b, out);
+    st = tsb_take(&b, out);
     if (!st)
         out->markup = s->markup;
     return st;
@@ -218,11 +218,11 @@ static int f_tojson(struct rx *rx, const tv *v, tv *slot, tv *out)
         o.key_sep_len = tv_sn(&sep->u.l->v[1]);
     }
     sbuf b;
-    sb_init(&b, rx);
+    tsb_init(&b, rx);
     int st = tv_tojson(&b, v, &o);
     if (!st)
         st = rx_step(rx, b.len / STEP_SCAN);
-    return sb_finish(&b, st, out);
+    return tsb_finish(&b, st, out);
 }
 
 int filter_call(struct rx *rx, struct frame *f, int id, const tv *v, const struct args *a, tv *out)
@@ -271,13 +271,13 @@ int filter_call(struct rx *rx, struct frame *f, int id, const tv *v, const struc
         if (id != F_SAFE && !(v->type == TV_STR && v->markup)) {
             sbuf b;
             tv s;
-            sb_init(&b, rx);
+            tsb_init(&b, rx);
             if ((st = tv_to_str(rx, v, &s)))
                 return st;
             st = html_escape(&b, tv_sp(&s), tv_sn(&s));
             tv_release(rx, &s);
-            if (st || (st = sb_take(&b, out))) {
-                sb_free(&b);
+            if (st || (st = tsb_take(&b, out))) {
+                tsb_free(&b);
                 return st;
             }
         } else if ((st = v->type == TV_STR ? (*out = tv_ref(*v), 0) : tv_to_str(rx, v, out))) {
@@ -393,14 +393,14 @@ int filter_call(struct rx *rx, struct frame *f, int id, const tv *v, const struc
             sbuf b;
             if ((st = tv_iterate(rx, v, &it)))
                 return st;
-            sb_init(&b, rx);
+            tsb_init(&b, rx);
             for (size_t i = it.u.l->n; i-- > 0 && !st;)
                 st = tv_print(&b, &it.u.l->v[i]);
             tv_release(rx, &it);
-            if (!st && !(st = sb_take(&b, out)))
+            if (!st && !(st = tsb_take(&b, out)))
                 out->markup = v->markup;
             else
-                sb_free(&b);
+                tsb_free(&b);
             return st;
         } else {
             tv it; /* reversed(): an iterator, except for a generator (then a list) */

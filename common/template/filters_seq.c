@@ -371,7 +371,7 @@ int filter_join(struct rx *rx, const tv *v, const tv *d, const tv *attr, tv *out
     if (st)
         return st;
     sbuf b;
-    sb_init(&b, rx);
+    tsb_init(&b, rx);
     for (size_t i = 0; i < it.u.l->n && !st; i++) {
         if (i && d)
             st = tv_print(&b, d);
@@ -390,7 +390,7 @@ int filter_join(struct rx *rx, const tv *v, const tv *d, const tv *attr, tv *out
     tv_release(rx, &it);
     if (!st)
         st = rx_step(rx, b.len / STEP_COPY);
-    return sb_finish(&b, st, out);
+    return tsb_finish(&b, st, out);
 }
 
 /* First or last item of an iterable; Undefined when empty. */

@@ -129,19 +129,19 @@ static int str_method(struct rx *rx, int id, const tv *s, const struct args *a, 
             return deras_fail(DERAS_EUNSUPPORTED, "join() on a Markup string is not supported");
         }
         sbuf b;
-        sb_init(&b, rx);
+        tsb_init(&b, rx);
         for (size_t i = 0; i < it.u.l->n && !st; i++) {
             const tv *x = &it.u.l->v[i];
             if (x->type != TV_STR)
                 st = deras_fail(DERAS_EFORMAT, "sequence item %zu: expected str instance, %s found",
                                 i, tv_typename(x));
-            else if (!(st = i ? sb_put(&b, tv_sp(s), tv_sn(s)) : 0))
-                st = sb_put(&b, tv_sp(x), tv_sn(x));
+            else if (!(st = i ? tsb_put(&b, tv_sp(s), tv_sn(s)) : 0))
+                st = tsb_put(&b, tv_sp(x), tv_sn(x));
         }
         tv_release(rx, &it);
         if (!st)
             st = rx_step(rx, b.len / STEP_COPY);
-        return sb_finish(&b, st, out);
+        return tsb_finish(&b, st, out);
     }
     case M_SPLITLINES: {
         if ((st = args_bind(a, NULL, 0, slot, name)) || (st = tv_list_new(rx, TV_LIST, 0, out)))

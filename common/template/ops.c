@@ -126,20 +126,20 @@ static int num_op(int op, const tv *a, const tv *b, tv *out)
 static int str_add(struct rx *rx, const tv *a, const tv *b, tv *out)
 {
     sbuf s;
-    sb_init(&s, rx);
+    tsb_init(&s, rx);
     bool markup = a->markup || b->markup;
     int st = rx_step(rx, (tv_sn(a) + tv_sn(b)) / STEP_COPY);
     if (!st && !markup)
-        st = sb_reserve(&s, tv_sn(a) + tv_sn(b));
+        st = tsb_reserve(&s, tv_sn(a) + tv_sn(b));
     for (int i = 0; i < 2 && !st; i++) {
         const tv *v = i ? b : a;
         st = markup && !v->markup ? html_escape(&s, tv_sp(v), tv_sn(v))
-                                  : sb_put(&s, tv_sp(v), tv_sn(v));
+                                  : tsb_put(&s, tv_sp(v), tv_sn(v));
     }
     if (!st)
-        st = sb_take(&s, out);
+        st = tsb_take(&s, out);
     else
-        sb_free(&s);
+        tsb_free(&s);
     if (!st)
         out->markup = markup;
     return st;
@@ -167,13 +167,13 @@ static int repeat(struct rx *rx, const tv *v, int64_t n, tv *out)
         if ((st = rx_step(rx, (uint64_t)n * len / STEP_COPY)))
             return st;
         sbuf s;
-        sb_init(&s, rx);
+        tsb_init(&s, rx);
         for (int64_t i = 0; i < n && !st; i++)
-            st = sb_put(&s, tv_sp(v), len);
+            st = tsb_put(&s, tv_sp(v), len);
         if (!st)
-            st = sb_take(&s, out);
+            st = tsb_take(&s, out);
         else
-            sb_free(&s);
+            tsb_free(&s);
         if (!st)
             out->markup = v->markup;
         return st;

@@ -93,7 +93,7 @@ static int put_num(sbuf *b, const tv *v)
         snprintf(tmp, sizeof tmp, "%" PRId64, v->u.i);
     else
         float_repr(tmp, sizeof tmp, v->u.f);
-    return sb_puts(b, tmp);
+    return tsb_puts(b, tmp);
 }
 
 static int enter_walk(sbuf *b)
@@ -116,7 +116,7 @@ static int repr_str(sbuf *b, const char *s, size_t n)
 {
     bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
     char quote = sq && !dq ? '"' : '\'';
-    int st = sb_putc(b, quote);
+    int st = tsb_putc(b, quote);
     static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < n && !st;) {
         uint32_t cp;
@@ -126,55 +126,55 @@ static int repr_str(sbuf *b, const char *s, size_t n)
         if (cp == (uint32_t)quote || cp == '\\') {
             esc[0] = '\\';
             esc[1] = (char)cp;
-            st = sb_put(b, esc, 2);
+            st = tsb_put(b, esc, 2);
         } else if (cp == '\t' || cp == '\n' || cp == '\r') {
             esc[0] = '\\';
             esc[1] = cp == '\t' ? 't' : cp == '\n' ? 'n' : 'r';
-            st = sb_put(b, esc, 2);
+            st = tsb_put(b, esc, 2);
         } else if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && !uni_isprintable(cp))) {
             w = cp <= 0xFF ? 2 : cp <= 0xFFFF ? 4 : 8;
             esc[0] = '\\';
             esc[1] = w == 2 ? 'x' : w == 4 ? 'u' : 'U';
             for (int j = 0; j < w; j++)
                 esc[2 + j] = hex[(cp >> (4 * (w - 1 - j))) & 15];
-            st = sb_put(b, esc, (size_t)(2 + w));
+            st = tsb_put(b, esc, (size_t)(2 + w));
         } else {
-            st = sb_put(b, s + i, len);
+            st = tsb_put(b, s + i, len);
         }
         i += len;
     }
-    return st ? st : sb_putc(b, quote);
+    return st ? st : tsb_putc(b, quote);
 }
 
 static int repr_seq(sbuf *b, const struct tlist *l, const char *open, const char *close,
                     bool one_comma)
 {
-    int st = sb_puts(b, open);
+    int st = tsb_puts(b, open);
     for (size_t i = 0; i < l->n && !st; i++) {
         if (i)
-            st = sb_put(b, ", ", 2);
+            st = tsb_put(b, ", ", 2);
         if (!st)
             st = tv_repr(b, &l->v[i]);
     }
     if (!st && one_comma && l->n == 1)
-        st = sb_putc(b, ',');
-    return st ? st : sb_puts(b, close);
+        st = tsb_putc(b, ',');
+    return st ? st : tsb_puts(b, close);
 }
 
 static int repr_dict(sbuf *b, const struct tdict *d)
 {
-    int st = sb_putc(b, '{');
+    int st = tsb_putc(b, '{');
     for (size_t i = 0; i < d->n && !st; i++) {
         if (i)
-            st = sb_put(b, ", ", 2);
+            st = tsb_put(b, ", ", 2);
         if (!st)
             st = tv_repr(b, &d->k[i]);
         if (!st)
-            st = sb_put(b, ": ", 2);
+            st = tsb_put(b, ": ", 2);
         if (!st)
             st = tv_repr(b, &d->v[i]);
     }
-    return st ? st : sb_putc(b, '}');
+    return st ? st : tsb_putc(b, '}');
 }
 
 static int unprintable(const tv *v)
@@ -188,8 +188,8 @@ static int print_other(sbuf *b, const tv *v)
 {
     int st;
     switch (v->type) {
-    case TV_NONE: return sb_put(b, "None", 4);
-    case TV_BOOL: return v->u.b ? sb_put(b, "True", 4) : sb_put(b, "False", 5);
+    case TV_NONE: return tsb_put(b, "None", 4);
+    case TV_BOOL: return v->u.b ? tsb_put(b, "True", 4) : tsb_put(b, "False", 5);
     case TV_INT:
     case TV_FLOAT: return put_num(b, v);
     case TV_LIST:
@@ -207,7 +207,7 @@ static int print_other(sbuf *b, const tv *v)
             else
                 snprintf(tmp, sizeof tmp, "range(%" PRId64 ", %" PRId64 ", %" PRId64 ")",
                          l->r_start, l->r_stop, l->r_step);
-            st = sb_puts(b, tmp);
+            st = tsb_puts(b, tmp);
             break;
         }
         case VIEW_ITEMS: st = repr_seq(b, l, "dict_items([", "])", false); break;
@@ -224,17 +224,17 @@ static int print_other(sbuf *b, const tv *v)
         if ((st = enter_walk(b)))
             return st;
         if (v->type == TV_NS)
-            st = sb_puts(b, "<Namespace ");
+            st = tsb_puts(b, "<Namespace ");
         if (!st)
             st = repr_dict(b, v->u.d);
         if (!st && v->type == TV_NS)
-            st = sb_putc(b, '>');
+            st = tsb_putc(b, '>');
         leave_walk(b);
         return st;
     case TV_MACRO:
-        if ((st = sb_puts(b, "<Macro ")) || (st = repr_str(b, v->u.macro->name, strlen(v->u.macro->name))))
+        if ((st = tsb_puts(b, "<Macro ")) || (st = repr_str(b, v->u.macro->name, strlen(v->u.macro->name))))
             return st;
-        return sb_putc(b, '>');
+        return tsb_putc(b, '>');
     default: return unprintable(v);
     }
 }
@@ -244,7 +244,7 @@ int tv_print(sbuf *b, const tv *v)
     if (v->type == TV_UNDEF || v->type == TV_EMPTY)
         return 0;
     if (v->type == TV_STR)
-        return sb_put(b, v->u.s->p, v->u.s->len);
+        return tsb_put(b, v->u.s->p, v->u.s->len);
     return print_other(b, v);
 }
 
@@ -252,13 +252,13 @@ int tv_repr(sbuf *b, const tv *v)
 {
     int st;
     if (v->type == TV_UNDEF || v->type == TV_EMPTY)
-        return sb_put(b, "Undefined", 9);
+        return tsb_put(b, "Undefined", 9);
     if (v->type == TV_STR) {
-        if (v->markup && (st = sb_puts(b, "Markup(")))
+        if (v->markup && (st = tsb_puts(b, "Markup(")))
             return st;
         if ((st = repr_str(b, v->u.s->p, v->u.s->len)))
             return st;
-        return v->markup ? sb_putc(b, ')') : 0;
+        return v->markup ? tsb_putc(b, ')') : 0;
     }
     return print_other(b, v);
 }
@@ -271,9 +271,9 @@ int tv_to_str(struct rx *rx, const tv *v, tv *out)
         return 0;
     }
     sbuf b;
-    sb_init(&b, rx);
+    tsb_init(&b, rx);
     int st = tv_print(&b, v);
-    return sb_finish(&b, st, out);
+    return tsb_finish(&b, st, out);
 }
 
 /* --- json.dumps --- */
@@ -281,7 +281,7 @@ int tv_to_str(struct rx *rx, const tv *v, tv *out)
 static int json_str(sbuf *b, const char *s, size_t n, bool ascii)
 {
     static const char hex[] = "0123456789abcdef";
-    int st = sb_putc(b, '"');
+    int st = tsb_putc(b, '"');
     size_t run = 0; /* bytes copied as they are, flushed in one put */
     for (size_t i = 0; i < n && !st;) {
         uint32_t cp;
@@ -316,25 +316,25 @@ static int json_str(sbuf *b, const char *s, size_t n, bool ascii)
         }
         if (esc || ulen) {
             if (run)
-                st = sb_put(b, s + i - run, run);
+                st = tsb_put(b, s + i - run, run);
             run = 0;
             if (!st)
-                st = esc ? sb_puts(b, esc) : sb_put(b, u, ulen);
+                st = esc ? tsb_puts(b, esc) : tsb_put(b, u, ulen);
         } else {
             run += len;
         }
         i += len;
     }
     if (!st && run)
-        st = sb_put(b, s + n - run, run);
-    return st ? st : sb_putc(b, '"');
+        st = tsb_put(b, s + n - run, run);
+    return st ? st : tsb_putc(b, '"');
 }
 
 static int json_newline(sbuf *b, const json_opts *o, int level)
 {
-    int st = sb_putc(b, '\n');
+    int st = tsb_putc(b, '\n');
     for (int i = 0; i < level && !st; i++)
-        st = sb_put(b, o->indent, o->indent_len);
+        st = tsb_put(b, o->indent, o->indent_len);
     return st;
 }
 
@@ -349,18 +349,18 @@ static int json_key(sbuf *b, const tv *k, const json_opts *o)
     char tmp[64];
     switch (k->type) {
     case TV_STR: return json_str(b, k->u.s->p, k->u.s->len, o->ensure_ascii);
-    case TV_INT: snprintf(tmp, sizeof tmp, "\"%" PRId64 "\"", k->u.i); return sb_puts(b, tmp);
-    case TV_BOOL: return sb_puts(b, k->u.b ? "\"true\"" : "\"false\"");
-    case TV_NONE: return sb_puts(b, "\"null\"");
+    case TV_INT: snprintf(tmp, sizeof tmp, "\"%" PRId64 "\"", k->u.i); return tsb_puts(b, tmp);
+    case TV_BOOL: return tsb_puts(b, k->u.b ? "\"true\"" : "\"false\"");
+    case TV_NONE: return tsb_puts(b, "\"null\"");
     case TV_FLOAT:
         if (isnan(k->u.f))
-            return sb_puts(b, "\"NaN\"");
+            return tsb_puts(b, "\"NaN\"");
         if (isinf(k->u.f))
-            return sb_puts(b, k->u.f < 0 ? "\"-Infinity\"" : "\"Infinity\"");
+            return tsb_puts(b, k->u.f < 0 ? "\"-Infinity\"" : "\"Infinity\"");
         tmp[0] = '"';
         float_repr(tmp + 1, sizeof tmp - 2, k->u.f);
         strcat(tmp, "\"");
-        return sb_puts(b, tmp);
+        return tsb_puts(b, tmp);
     default:
         return deras_fail(DERAS_EFORMAT, "keys must be str, int, float, bool or None, not %s",
                           tv_typename(k));
@@ -377,14 +377,14 @@ static int json_val(sbuf *b, const tv *v, const json_opts *o, int level)
 {
     int st = 0;
     switch (v->type) {
-    case TV_NONE: return sb_put(b, "null", 4);
-    case TV_BOOL: return v->u.b ? sb_put(b, "true", 4) : sb_put(b, "false", 5);
+    case TV_NONE: return tsb_put(b, "null", 4);
+    case TV_BOOL: return v->u.b ? tsb_put(b, "true", 4) : tsb_put(b, "false", 5);
     case TV_INT: return put_num(b, v);
     case TV_FLOAT:
         if (isnan(v->u.f))
-            return sb_puts(b, "NaN");
+            return tsb_puts(b, "NaN");
         if (isinf(v->u.f))
-            return sb_puts(b, v->u.f < 0 ? "-Infinity" : "Infinity");
+            return tsb_puts(b, v->u.f < 0 ? "-Infinity" : "Infinity");
         return put_num(b, v);
     case TV_STR: return json_str(b, v->u.s->p, v->u.s->len, o->ensure_ascii);
     case TV_LIST:
@@ -393,12 +393,12 @@ static int json_val(sbuf *b, const tv *v, const json_opts *o, int level)
         if (l->view != VIEW_NONE)
             return not_json(v);
         if (l->n == 0)
-            return sb_put(b, "[]", 2);
-        if ((st = enter_walk(b)) || (st = sb_putc(b, '[')))
+            return tsb_put(b, "[]", 2);
+        if ((st = enter_walk(b)) || (st = tsb_putc(b, '[')))
             return st;
         for (size_t i = 0; i < l->n && !st; i++) {
             if (i)
-                st = sb_put(b, o->item_sep, o->item_sep_len);
+                st = tsb_put(b, o->item_sep, o->item_sep_len);
             if (!st && o->has_indent)
                 st = json_newline(b, o, level + 1);
             if (!st)
@@ -407,12 +407,12 @@ static int json_val(sbuf *b, const tv *v, const json_opts *o, int level)
         if (!st && o->has_indent)
             st = json_newline(b, o, level);
         leave_walk(b);
-        return st ? st : sb_putc(b, ']');
+        return st ? st : tsb_putc(b, ']');
     }
     case TV_DICT: {
         const struct tdict *d = v->u.d;
         if (d->n == 0)
-            return sb_put(b, "{}", 2);
+            return tsb_put(b, "{}", 2);
         size_t *order = NULL;
         if (o->sort_keys) {
             order = malloc(d->n * sizeof *order);
@@ -425,20 +425,20 @@ static int json_val(sbuf *b, const tv *v, const json_opts *o, int level)
                 return st;
             }
         }
-        if ((st = enter_walk(b)) || (st = sb_putc(b, '{'))) {
+        if ((st = enter_walk(b)) || (st = tsb_putc(b, '{'))) {
             free(order);
             return st;
         }
         for (size_t j = 0; j < d->n && !st; j++) {
             size_t i = order ? order[j] : j;
             if (j)
-                st = sb_put(b, o->item_sep, o->item_sep_len);
+                st = tsb_put(b, o->item_sep, o->item_sep_len);
             if (!st && o->has_indent)
                 st = json_newline(b, o, level + 1);
             if (!st)
                 st = json_key(b, &d->k[i], o);
             if (!st)
-                st = sb_put(b, o->key_sep, o->key_sep_len);
+                st = tsb_put(b, o->key_sep, o->key_sep_len);
             if (!st)
                 st = json_val(b, &d->v[i], o, level + 1);
         }
@@ -446,7 +446,7 @@ static int json_val(sbuf *b, const tv *v, const json_opts *o, int level)
         if (!st && o->has_indent)
             st = json_newline(b, o, level);
         leave_walk(b);
-        return st ? st : sb_putc(b, '}');
+        return st ? st : tsb_putc(b, '}');
     }
     default: return not_json(v);
     }
@@ -472,12 +472,12 @@ int html_escape(sbuf *b, const char *p, size_t n)
         default: run++; continue;
         }
         if (run)
-            st = sb_put(b, p + i - run, run);
+            st = tsb_put(b, p + i - run, run);
         run = 0;
         if (!st)
-            st = sb_puts(b, e);
+            st = tsb_puts(b, e);
     }
     if (!st && run)
-        st = sb_put(b, p + n - run, run);
+        st = tsb_put(b, p + n - run, run);
     return st;
 }

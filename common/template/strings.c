@@ -24,7 +24,7 @@ int str_require(const tv *v, const char *what)
 
 static int finish(sbuf *b, const tv *like, tv *out)
 {
-    int st = sb_take(b, out);
+    int st = tsb_take(b, out);
     if (!st)
         out->markup = like->markup;
     return st;
@@ -44,7 +44,7 @@ static bool special_upper(sbuf *b, uint32_t cp, int *st)
     };
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (tab[i].cp == cp) {
-            *st = sb_puts(b, tab[i].up);
+            *st = tsb_puts(b, tab[i].up);
             return true;
         }
     return false;
@@ -73,7 +73,7 @@ static bool final_sigma(const char *p, size_t n, size_t i, size_t len)
 int str_case(struct rx *rx, const tv *s, int mode, tv *out)
 {
     sbuf b;
-    sb_init(&b, rx);
+    tsb_init(&b, rx);
     const char *p = tv_sp(s);
     size_t n = tv_sn(s);
     int st = rx_step(rx, n / STEP_SCAN);
@@ -104,17 +104,17 @@ int str_case(struct rx *rx, const tv *s, int mode, tv *out)
         }
         if (cp == 0x130 && o != cp && (mode == CASE_LOWER || (mode == CASE_CAPITALIZE && i) ||
                                       mode == CASE_TITLE || mode == CASE_JINJA_TITLE)) {
-            st = sb_put(&b, "i\xcc\x87", 3); /* U+0130 lowers to i + combining dot */
+            st = tsb_put(&b, "i\xcc\x87", 3); /* U+0130 lowers to i + combining dot */
             i += len;
             continue;
         }
         if (cp == 0x3A3 && o == 0x3C3 && final_sigma(p, n, i, len))
             o = 0x3C2;
-        st = sb_putcp(&b, o);
+        st = tsb_putcp(&b, o);
         i += len;
     }
     if (st) {
-        sb_free(&b);
+        tsb_free(&b);
         return st;
     }
     return finish(&b, s, out);
@@ -182,39 +182,39 @@ int str_replace(struct rx *rx, const tv *s, const tv *old, const tv *new_, int64
     const char *p = tv_sp(s), *o = tv_sp(old);
     size_t n = tv_sn(s), on = tv_sn(old);
     sbuf b;
-    sb_init(&b, rx);
+    tsb_init(&b, rx);
     int st = rx_step(rx, n / STEP_COPY);
     size_t i = 0;
     int64_t done = 0;
     if (on == 0) { /* Python inserts `new` before every character and at the end */
         while (!st && i <= n) {
             if (count < 0 || done < count) {
-                st = sb_put(&b, tv_sp(new_), tv_sn(new_));
+                st = tsb_put(&b, tv_sp(new_), tv_sn(new_));
                 done++;
             }
             if (st || i == n)
                 break;
             uint32_t cp;
             size_t len = uni_decode(p, n, i, &cp);
-            st = sb_put(&b, p + i, len);
+            st = tsb_put(&b, p + i, len);
             i += len;
         }
     } else {
         while (!st && i < n) {
             const char *hit = count >= 0 && done >= count ? NULL : memmem(p + i, n - i, o, on);
             if (!hit) {
-                st = sb_put(&b, p + i, n - i);
+                st = tsb_put(&b, p + i, n - i);
                 break;
             }
             size_t at = (size_t)(hit - p);
-            if (!(st = sb_put(&b, p + i, at - i)))
-                st = sb_put(&b, tv_sp(new_), tv_sn(new_));
+            if (!(st = tsb_put(&b, p + i, at - i)))
+                st = tsb_put(&b, tv_sp(new_), tv_sn(new_));
             i = at + on;
             done++;
         }
     }
     if (st) {
-        sb_free(&b);
+        tsb_free(&b);
         return st;
     }
     return finish(&b, s, out);
@@ -362,12 +362,12 @@ int str_format(struct rx *rx, const tv *s, const struct args *a, tv *out)
     const char *p = tv_sp(s);
     size_t n = tv_sn(s);
     sbuf b;
-    sb_init(&b, rx);
+    tsb_init(&b, rx);
     int st = 0, autonum = 0;
     for (size_t i = 0; i < n && !st;) {
         char c = p[i];
         if ((c == '{' || c == '}') && i + 1 < n && p[i + 1] == c) {
-            st = sb_putc(&b, c);
+            st = tsb_putc(&b, c);
             i += 2;
             continue;
         }
@@ -376,7 +376,7 @@ int str_format(struct rx *rx, const tv *s, const struct args *a, tv *out)
             break;
         }
         if (c != '{') {
-            st = sb_putc(&b, c);
+            st = tsb_putc(&b, c);
             i++;
             continue;
         }
@@ -427,7 +427,7 @@ int str_format(struct rx *rx, const tv *s, const struct args *a, tv *out)
     }
     if (!st)
         st = rx_step(rx, b.len / STEP_SCAN);
-    return sb_finish(&b, st, out);
+    return tsb_finish(&b, st, out);
 }
 
 /* Index of the first (last) occurrence in code points, or -1. */

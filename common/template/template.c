@@ -101,7 +101,7 @@ int tmpl_render(const tmpl_t *t, const json_t *context, char **out, size_t *out_
     struct rx rx = {.t = t, .lim = t->lim};
     struct frame top = {0};
     sbuf o;
-    sb_init(&o, &rx);
+    tsb_init(&o, &rx);
     rx.out = &o;
     rx.top = &top;
     int st = bind_context(&rx, &top, context);
@@ -115,10 +115,10 @@ int tmpl_render(const tmpl_t *t, const json_t *context, char **out, size_t *out_
     for (size_t i = 0; i < rx.n_ns; i++)
         tv_release(&rx, &rx.nss[i]);
     tv_free(&rx, rx.nss, rx.cap_ns * sizeof *rx.nss);
-    char *text = st ? NULL : sb_detach(&o, out_len);
+    char *text = st ? NULL : tsb_detach(&o, out_len);
     if (!st && !text)
         st = deras_fail(DERAS_ENOMEM, "template: out of memory");
-    sb_free(&o);
+    tsb_free(&o);
 #ifndef NDEBUG
     if (!st && rx.mem_live != 0) {
         free(text);

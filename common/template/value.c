@@ -674,7 +674,7 @@ int tv_sort(void *base, size_t n, size_t size, tv_lt_fn lt, void *ctx)
 /* Room for n more bytes and the NUL: to exactly that size (`exact`, a caller that knows
  * its total) or by doubling (appends of unknown count, amortized O(1)). The output bound
  * is checked first. */
-static int sb_room(sbuf *b, size_t n, bool exact)
+static int tsb_room(sbuf *b, size_t n, bool exact)
 {
     if (b->rx && n > b->rx->lim.max_output - b->len)
         return deras_fail(DERAS_ERANGE, "output passes max_output (%zu bytes)",
@@ -698,11 +698,11 @@ static int sb_room(sbuf *b, size_t n, bool exact)
     return 0;
 }
 
-int sb_reserve(sbuf *b, size_t n) { return sb_room(b, n, true); }
+int tsb_reserve(sbuf *b, size_t n) { return tsb_room(b, n, true); }
 
-int sb_put(sbuf *b, const char *p, size_t n)
+int tsb_put(sbuf *b, const char *p, size_t n)
 {
-    int st = sb_room(b, n, false);
+    int st = tsb_room(b, n, false);
     if (st)
         return st;
     if (n)
@@ -712,10 +712,10 @@ int sb_put(sbuf *b, const char *p, size_t n)
     return 0;
 }
 
-int sb_putc(sbuf *b, char c) { return sb_put(b, &c, 1); }
-int sb_puts(sbuf *b, const char *s) { return sb_put(b, s, strlen(s)); }
+int tsb_putc(sbuf *b, char c) { return tsb_put(b, &c, 1); }
+int tsb_puts(sbuf *b, const char *s) { return tsb_put(b, s, strlen(s)); }
 
-int sb_putcp(sbuf *b, uint32_t cp)
+int tsb_putcp(sbuf *b, uint32_t cp)
 {
     char tmp[4];
     size_t k = 0;
@@ -734,22 +734,22 @@ int sb_putcp(sbuf *b, uint32_t cp)
         tmp[k++] = (char)(0x80 | ((cp >> 6) & 63));
         tmp[k++] = (char)(0x80 | (cp & 63));
     }
-    return sb_put(b, tmp, k);
+    return tsb_put(b, tmp, k);
 }
 
-int sb_finish(sbuf *b, int st, tv *out)
+int tsb_finish(sbuf *b, int st, tv *out)
 {
     if (st) {
-        sb_free(b);
+        tsb_free(b);
         return st;
     }
-    return sb_take(b, out);
+    return tsb_take(b, out);
 }
 
-int sb_take(sbuf *b, tv *out)
+int tsb_take(sbuf *b, tv *out)
 {
     if (!b->buf) {
-        int st = sb_put(b, "", 0);
+        int st = tsb_put(b, "", 0);
         if (st)
             return st;
     }
@@ -757,7 +757,7 @@ int sb_take(sbuf *b, tv *out)
     size_t want = SB_HDR + b->len + 1;
     char *q = tv_realloc(b->rx, b->buf, SB_HDR + b->cap, want);
     if (!q) {
-        sb_free(b);
+        tsb_free(b);
         return DERAS_ENOMEM;
     }
     struct tstr *s = (struct tstr *)q;
@@ -772,9 +772,9 @@ int sb_take(sbuf *b, tv *out)
     return 0;
 }
 
-char *sb_detach(sbuf *b, size_t *len)
+char *tsb_detach(sbuf *b, size_t *len)
 {
-    if (!b->buf && sb_put(b, "", 0))
+    if (!b->buf && tsb_put(b, "", 0))
         return NULL;
     memmove(b->buf, b->p, b->len + 1);
     char *r = b->buf;
@@ -785,7 +785,7 @@ char *sb_detach(sbuf *b, size_t *len)
     return r;
 }
 
-void sb_free(sbuf *b)
+void tsb_free(sbuf *b)
 {
     tv_free(b->rx, b->buf, b->buf ? SB_HDR + b->cap : 0);
     *b = (sbuf){.rx = b->rx};

@@ -183,7 +183,7 @@ typedef int (*tv_lt_fn)(void *ctx, const void *a, const void *b, bool *lt);
 int tv_sort(void *base, size_t n, size_t size, tv_lt_fn lt, void *ctx);
 
 /* --- string builder: every printed byte is counted against max_output ---
- * The buffer keeps room for a string header in front, so sb_take turns it into a string
+ * The buffer keeps room for a string header in front, so tsb_take turns it into a string
  * value without copying the text. */
 typedef struct sbuf {
     struct rx *rx;
@@ -192,20 +192,20 @@ typedef struct sbuf {
     size_t len, cap;
 } sbuf;
 
-static inline void sb_init(sbuf *b, struct rx *rx) { *b = (sbuf){.rx = rx}; }
-int sb_put(sbuf *b, const char *p, size_t n);   /* DERAS_ERANGE, DERAS_ENOMEM */
-int sb_reserve(sbuf *b, size_t n);              /* room for n more bytes, same errors */
-int sb_putc(sbuf *b, char c);
-int sb_puts(sbuf *b, const char *s);
-int sb_putcp(sbuf *b, uint32_t cp); /* one code point, UTF-8 encoded */
+static inline void tsb_init(sbuf *b, struct rx *rx) { *b = (sbuf){.rx = rx}; }
+int tsb_put(sbuf *b, const char *p, size_t n);   /* DERAS_ERANGE, DERAS_ENOMEM */
+int tsb_reserve(sbuf *b, size_t n);              /* room for n more bytes, same errors */
+int tsb_putc(sbuf *b, char c);
+int tsb_puts(sbuf *b, const char *s);
+int tsb_putcp(sbuf *b, uint32_t cp); /* one code point, UTF-8 encoded */
 /* The built string as a value (no copy); the builder is empty afterwards. */
-int sb_take(sbuf *b, tv *out);
+int tsb_take(sbuf *b, tv *out);
 /* The end of building with status st: on failure (st != 0) frees the builder and returns
- * st, else sb_take. Lets a builder's users keep one exit. */
-int sb_finish(sbuf *b, int st, tv *out);
+ * st, else tsb_take. Lets a builder's users keep one exit. */
+int tsb_finish(sbuf *b, int st, tv *out);
 /* The text as a plain malloc'd NUL-terminated block the caller frees (moved to the front of
  * the allocation, O(len)); the builder is empty afterwards. NULL when out of memory. */
-char *sb_detach(sbuf *b, size_t *len);
-void sb_free(sbuf *b);
+char *tsb_detach(sbuf *b, size_t *len);
+void tsb_free(sbuf *b);
 
 #endif

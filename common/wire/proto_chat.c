@@ -377,6 +377,14 @@ int proto_chat_tools(const msgpack_object *o, json_t **out, proto_error *err)
     return DERAS_OK;
 }
 
+int proto_chat_map(const msgpack_object *o, const char *field, json_t **out, proto_error *err)
+{
+    walk w = {.err = err};
+    snprintf(w.path, sizeof w.path, "%s", field);
+    w.len = strlen(w.path);
+    return map_value(&w, o, out);
+}
+
 /* Names a template's caller binds itself (transformers passes these as named arguments, so
  * a keyword argument of the same name is an error there too). */
 static const char *const reserved_kwargs[] = {"messages", "tools", "documents",

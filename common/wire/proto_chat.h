@@ -37,6 +37,10 @@ int proto_chat_tools(const msgpack_object *o, json_t **out, proto_error *err);
  * add_generation_prompt, bos_token, eos_token). Same contract. */
 int proto_chat_kwargs(const msgpack_object *o, json_t **out, proto_error *err);
 
+/* Decode a free-form map named `field` (a request's json_schema): any nesting the frame's
+ * scan allowed, string keys, finite numbers. Same contract. */
+int proto_chat_map(const msgpack_object *o, const char *field, json_t **out, proto_error *err);
+
 /* Pack a JSON value as msgpack (the encoder side: what the decoders above take back).
  * msgpack-c's 0 or -1 (out of memory). O(size of j). */
 int proto_chat_pack(msgpack_packer *pk, const json_t *j);

@@ -50,7 +50,8 @@ struct proto_decoder {
     int32_t *ids;                /* the one id array of the last message */
     size_t ids_cap, ids_retain;
     proto_worker_status workers[PROTO_MAX_WORKERS];
-    json_t *chat[3];             /* the last request's messages, tools, template kwargs */
+    json_t *chat[4];             /* the last request's messages, tools, template kwargs and
+                                    json_schema */
 };
 
 int proto_decoder_new(const proto_limits *lim, proto_decoder_t **out)
@@ -84,7 +85,7 @@ void proto_decoder_destroy(proto_decoder_t **dp)
         return;
     proto_decoder_t *d = *dp;
     mp_frame_destroy(&d->frame);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         json_decref(d->chat[i]);
     free(d->bytes);
     free(d->ids);
@@ -108,7 +109,7 @@ static const char *keep(proto_decoder_t *d, const char *p, size_t n)
 static int prepare(proto_decoder_t *d, size_t len, proto_error *err)
 {
     d->bytes_used = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         json_decref(d->chat[i]);
         d->chat[i] = NULL;
     }
@@ -151,7 +152,7 @@ enum req_field {
     RF_TYPE, RF_V, RF_ID, RF_PROMPT, RF_PROMPT_IDS, RF_MAX_TOKENS, RF_N, RF_STREAM, RF_SEED,
     RF_STOP, RF_STOP_TOKEN_IDS, RF_IGNORE_EOS, RF_ADD_SPECIAL_TOKENS, RF_DEADLINE_MS,
     RF_NUM_SPECULATIVE_TOKENS, RF_MESSAGES, RF_TOOLS, RF_ADD_GENERATION_PROMPT,
-    RF_CHAT_TEMPLATE_KWARGS, RF_SAMPLING, RF_N_FIELDS = RF_SAMPLING + SAMPLING_N_PARAMS
+    RF_CHAT_TEMPLATE_KWARGS, RF_JSON_SCHEMA, RF_REGEX, RF_GRAMMAR, RF_JSON_OBJECT, RF_SAMPLING, RF_N_FIELDS = RF_SAMPLING + SAMPLING_N_PARAMS
 };
 _Static_assert(RF_N_FIELDS <= 64, "request fields fit the decoder's 64-bit masks");
 
@@ -159,7 +160,8 @@ static const char *const req_names[RF_N_FIELDS] = {
     "type", "v", "id", "prompt", "prompt_ids", "max_tokens", "n", "stream", "seed", "stop",
     "stop_token_ids", "ignore_eos", "add_special_tokens", "deadline_ms",
     "num_speculative_tokens", "messages", "tools", "add_generation_prompt",
-    "chat_template_kwargs", SAMPLING_PARAMS(SAMPLING_KEY)
+    "chat_template_kwargs", "json_schema", "regex", "grammar", "json_object",
+    SAMPLING_PARAMS(SAMPLING_KEY)
 };
 
 static const char *const client_types[] = {"request", "cancel", "ping"};
@@ -210,6 +212,42 @@ static int request_stop_ids(const msgpack_object *v, req_params *p, proto_error 
     if (rc == DERAS_OK)
         p->n_stop_ids = (int)k;
     return rc;
+}
+
+/* json_schema: a map, a boolean, or JSON text holding an object or a boolean;
+ * text that is not JSON is invalid_grammar (the schema's syntax), as the router's compiler
+ * names its other faults. */
+static int request_schema(proto_decoder_t *d, const msgpack_object *v, proto_request *r,
+                          proto_error *err)
+{
+    if (v->type == MSGPACK_OBJECT_MAP) {
+        int rc = proto_chat_map(v, "json_schema", &d->chat[3], err);
+        r->json_schema = d->chat[3];
+        return rc;
+    }
+    if (v->type == MSGPACK_OBJECT_BOOLEAN) { /* the schemas true (anything) and false */
+        if (!(d->chat[3] = json_boolean(v->via.boolean)))
+            return ps_fail(err, PE_INTERNAL, "out of memory");
+        r->json_schema = d->chat[3];
+        return DERAS_OK;
+    }
+    const char *p;
+    size_t n;
+    if (v->type != MSGPACK_OBJECT_STR)
+        return ps_fail(err, PE_INVALID_FIELD,
+                       "json_schema must be a map, a boolean or JSON text, got %s",
+                       ps_type_name(v));
+    int rc = ps_str(v, 1, PROTO_MAX_GRAMMAR_BYTES, &p, &n, err, "json_schema");
+    if (rc != DERAS_OK)
+        return rc;
+    json_error_t je;
+    d->chat[3] = json_loadb(p, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (!d->chat[3] || !(json_is_object(d->chat[3]) || json_is_boolean(d->chat[3])))
+        return ps_fail(err, PE_INVALID_GRAMMAR,
+                       "json_schema: not a JSON object or boolean%s%s (line %d, column %d)",
+                       d->chat[3] ? "" : ": ", d->chat[3] ? "" : je.text, je.line, je.column);
+    r->json_schema = d->chat[3];
+    return DERAS_OK;
 }
 
 /* One request field. */
@@ -282,6 +320,21 @@ static int request_field(proto_decoder_t *d, int f, const msgpack_object *v, pro
         if ((rc = proto_chat_kwargs(v, &d->chat[2], err)) == DERAS_OK)
             r->template_kwargs = d->chat[2];
         return rc;
+    case RF_JSON_SCHEMA:
+        return request_schema(d, v, r, err);
+    case RF_REGEX:
+    case RF_GRAMMAR:
+        rc = ps_str(v, 1, PROTO_MAX_GRAMMAR_BYTES, &p, &n, err, "%s", req_names[f]);
+        if (rc == DERAS_OK && f == RF_REGEX) {
+            r->regex = keep(d, p, n);
+            r->regex_len = n;
+        } else if (rc == DERAS_OK) {
+            r->grammar = keep(d, p, n);
+            r->grammar_len = n;
+        }
+        return rc;
+    case RF_JSON_OBJECT:
+        return ps_bool(v, &r->json_object, err, "json_object");
     case RF_SAMPLING:
     case RF_N_FIELDS:
         break;
@@ -369,6 +422,9 @@ int proto_decode_client(proto_decoder_t *d, const void *buf, size_t len, proto_c
             rc = ps_fail(err, PE_INVALID_FIELD,
                          "add_special_tokens applies to prompt; a chat's special tokens are "
                          "the template's");
+        else if (!!r->json_schema + !!r->regex + !!r->grammar + r->json_object > 1)
+            rc = ps_fail(err, PE_INVALID_FIELD,
+                         "give at most one of json_schema, regex, grammar and json_object");
         else if (req_params_validate(&r->params, 0) != DERAS_OK) /* the rules across fields */
             rc = ps_fail(err, PE_VALUE_OUT_OF_RANGE, "%s", deras_errmsg());
     } else {

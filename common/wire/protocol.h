@@ -47,6 +47,8 @@
 #define PROTO_MAX_TOOLS 128            /* tool definitions */
 #define PROTO_MAX_TEMPLATE_KWARGS 32   /* keys of chat_template_kwargs */
 #define PROTO_MAX_CHAT_NAME 256        /* bytes of a name, tool_call_id or kwargs key */
+/* Structured output (docs/protocol.md, "Structured output"). */
+#define PROTO_MAX_GRAMMAR_BYTES (256 << 10) /* a regex, GBNF grammar or JSON Schema text */
 
 
 typedef struct proto_error {
@@ -72,9 +74,9 @@ enum proto_client_type { PROTO_REQUEST = 1, PROTO_CANCEL = 2, PROTO_PING = 3 };
 
 /* A decoded request. Defaults: req_params_init's (max_tokens 256, n 1, the sampling
  * table's defaults, no stop ids, the worker's speculation), stream false, no seed, no
- * deadline, add_special_tokens true, add_generation_prompt true. Pointers point into the
- * decoder and stay valid until its next decode (the JSON values too: the decoder owns
- * them). Exactly one of prompt / prompt_ids / messages is set. For encoding (the C
+ * deadline, add_special_tokens true, add_generation_prompt true, no structured output.
+ * Pointers point into the decoder and stay valid until its next decode (the JSON values
+ * too: the decoder owns them). Exactly one of prompt / prompt_ids / messages is set. For encoding (the C
  * client) the JSON values are the caller's, borrowed. */
 typedef struct proto_request {
     char id[PROTO_MAX_ID + 1];
@@ -94,6 +96,14 @@ typedef struct proto_request {
     json_t *tools;               /* array of tool definitions; NULL: none */
     json_t *template_kwargs;     /* object of extra template variables; NULL: none */
     bool add_generation_prompt;
+    /* structured output, at most one of the four: the router compiles it to a grammar
+     * (router/constraint.h) that the worker enforces while decoding */
+    json_t *json_schema;         /* a JSON Schema (sent as a map or as JSON text); NULL: none */
+    const char *regex;           /* a regular expression the whole output matches */
+    size_t regex_len;
+    const char *grammar;         /* a GBNF grammar (llama.cpp's notation), start rule root */
+    size_t grammar_len;
+    bool json_object;            /* JSON mode: the output is one JSON object */
 } proto_request;
 
 /* Reset *r to the defaults above (no prompt, empty id). O(sizeof *r). */

@@ -192,6 +192,7 @@ int proto_encode_request(proto_encoder_t *e, const proto_request *r, const void 
                  wv_sampling_count(&q->sp, false);
     if (chat)
         n += (r->tools != NULL) + (r->template_kwargs != NULL) + !r->add_generation_prompt;
+    n += (r->json_schema != NULL) + (r->regex != NULL) + (r->grammar != NULL) + r->json_object;
     int rc = msgpack_pack_map(pk, n);
     rc |= KEY(pk, "type") | KEY(pk, "request");
     rc |= KEY(pk, "v") | msgpack_pack_int(pk, PROTO_VERSION);
@@ -234,6 +235,14 @@ int proto_encode_request(proto_encoder_t *e, const proto_request *r, const void 
     if (q->spec_tokens != 0)
         rc |= KEY(pk, "num_speculative_tokens") |
               msgpack_pack_int(pk, q->spec_tokens < 0 ? 0 : q->spec_tokens);
+    if (r->json_schema)
+        rc |= KEY(pk, "json_schema") | proto_chat_pack(pk, r->json_schema);
+    if (r->regex)
+        rc |= KEY(pk, "regex") | pack_str(pk, r->regex, r->regex_len);
+    if (r->grammar)
+        rc |= KEY(pk, "grammar") | pack_str(pk, r->grammar, r->grammar_len);
+    if (r->json_object)
+        rc |= KEY(pk, "json_object") | msgpack_pack_true(pk);
     return ps_out_done(&e->out, rc, "request", buf, len);
 }
 

@@ -48,7 +48,7 @@ enum wp_field {
     WF_KV_BLOCKS_TOTAL, WF_BLOCK_SIZE, WF_MAX_SEQS, WF_PID, WF_HEARTBEAT_MS, WF_REASON,
     WF_LOAD, WF_RID, WF_PROMPT_IDS, WF_MAX_TOKENS, WF_N, WF_SEED, WF_STOP_TOKEN_IDS,
     WF_IGNORE_EOS, WF_TOKENS, WF_FINISHES, WF_CODE, WF_MESSAGE, WF_SPEC_TOKENS, WF_SPEC,
-    WF_SAMPLING, WF_N_FIELDS = WF_SAMPLING + SAMPLING_N_PARAMS
+    WF_GRAMMAR, WF_SAMPLING, WF_N_FIELDS = WF_SAMPLING + SAMPLING_N_PARAMS
 };
 _Static_assert(WF_N_FIELDS <= 64, "worker fields fit the decoder's 64-bit masks");
 
@@ -56,7 +56,7 @@ static const char *const wf_names[WF_N_FIELDS] = {
     "type", "v", "name", "device", "model", "vocab_size", "max_model_len", "tp_size",
     "kv_blocks_total", "block_size", "max_seqs", "pid", "heartbeat_ms", "reason", "load",
     "rid", "prompt_ids", "max_tokens", "n", "seed", "stop_token_ids", "ignore_eos", "tokens",
-    "finishes", "code", "message", "spec_tokens", "spec", SAMPLING_PARAMS(SAMPLING_KEY)
+    "finishes", "code", "message", "spec_tokens", "spec", "grammar", SAMPLING_PARAMS(SAMPLING_KEY)
 };
 
 /* Indexed by enum wproto_type - 1. */
@@ -81,7 +81,7 @@ static const char *const wp_types[] = {"hello", "welcome", "refuse", "heartbeat"
  * first release, so a peer that omits them still speaks the protocol. */
 static const uint64_t wp_optional[N_TYPES] = {
     [WP_HELLO - 1] = BIT(WF_SPEC),
-    [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS) | SUBMIT_SAMPLING_OPTIONAL,
+    [WP_SUBMIT - 1] = BIT(WF_SPEC_TOKENS) | BIT(WF_GRAMMAR) | SUBMIT_SAMPLING_OPTIONAL,
 };
 
 /* Required keys per type; the allowed keys are these plus "v" and the optional ones. */
@@ -120,6 +120,8 @@ struct wp_decoder {
     size_t tokens_cap;
     wp_finish *finishes;
     size_t finishes_cap;
+    char *grammar;          /* a SUBMIT's grammar text, copied */
+    size_t grammar_cap;
 };
 
 int wp_decoder_new(size_t max_message_bytes, wp_decoder_t **out)
@@ -146,6 +148,7 @@ void wp_decoder_destroy(wp_decoder_t **dp)
     free(d->ids);
     free(d->tokens);
     free(d->finishes);
+    free(d->grammar);
     free(d);
     *dp = NULL;
 }
@@ -403,6 +406,23 @@ static int decode_finishes(wp_decoder_t *d, const msgpack_object *o, wp_msg *m, 
     return DERAS_OK;
 }
 
+/* SUBMIT grammar: 1..WPROTO_MAX_GRAMMAR bytes of UTF-8, copied (the frame goes first). */
+static int decode_grammar(wp_decoder_t *d, const msgpack_object *o, wp_submit *s,
+                          proto_error *err)
+{
+    const char *p;
+    size_t n;
+    int rc = ps_str(o, 1, WPROTO_MAX_GRAMMAR, &p, &n, err, "grammar");
+    if (rc != DERAS_OK)
+        return rc;
+    if (ps_grow((void **)&d->grammar, &d->grammar_cap, n, 1, WPROTO_MAX_GRAMMAR) != DERAS_OK)
+        return nomem(err, "grammar bytes", n);
+    memcpy(d->grammar, p, n);
+    s->grammar = d->grammar;
+    s->grammar_len = n;
+    return DERAS_OK;
+}
+
 /* An int field into an int (all of HELLO's are >= lo and fit in int32). */
 static int int_field(const msgpack_object *v, int64_t lo, int64_t hi, int *out, proto_error *err,
                      const char *name)
@@ -453,6 +473,7 @@ static int wp_field(wp_decoder_t *d, int f, const msgpack_object *v, wp_msg *m, 
     case WF_STOP_TOKEN_IDS: return decode_stop_ids(v, q, err);
     case WF_IGNORE_EOS: return ps_bool(v, &q->ignore_eos, err, "ignore_eos");
     case WF_SPEC_TOKENS: return int_field(v, -1, REQ_MAX_SPEC_TOKENS, &q->spec_tokens, err, name);
+    case WF_GRAMMAR: return decode_grammar(d, v, s, err);
     case WF_TOKENS: return decode_tokens(d, v, m, err);
     case WF_FINISHES: return decode_finishes(d, v, m, err);
     case WF_CODE:

@@ -47,6 +47,8 @@
 #define WPROTO_MAX_NAME 64
 #define WPROTO_MAX_STEP_ENTRIES (1u << 16) /* tokens (and finishes) in one STEP */
 #define WPROTO_LOAD_FIELDS 14 /* pairs of a load map before the speculation counters */
+#define WPROTO_MAX_GRAMMAR (256u << 10) /* bytes of a SUBMIT's GBNF: the grammar compiler's
+                                           source limit (common/grammar/grammar.h) */
 
 enum wproto_type {
     WP_HELLO = 1,    /* worker -> router */
@@ -96,6 +98,10 @@ typedef struct wp_submit {
     const int32_t *prompt_ids;        /* into the decoder's storage */
     int n_prompt;
     req_params params;                /* for engine_add; spec_tokens 0 is sent as absent */
+    const char *grammar;              /* structured output: GBNF text (not NUL-terminated,
+                                         into the decoder's storage), NULL: none; optional
+                                         on the wire ("grammar", absent when NULL) */
+    size_t grammar_len;
 } wp_submit;
 
 /* One token of one sample, with its logprobs when the request asked for them. */

@@ -175,7 +175,8 @@ int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size
                            q->n_stop_ids >= 0 && q->n_stop_ids <= REQ_MAX_STOP_IDS);
     msgpack_packer *pk = &e->out.pk;
     int rc = pack_head(pk, "submit",
-                       7u + (q->spec_tokens != 0) + wv_sampling_count(&q->sp, true));
+                       7u + (q->spec_tokens != 0) + (s->grammar != NULL) +
+                           wv_sampling_count(&q->sp, true));
     rc |= KEY(pk, "rid") | msgpack_pack_uint64(pk, s->rid);
     rc |= KEY(pk, "prompt_ids") | pack_ids_bin(pk, s->prompt_ids, s->n_prompt);
     rc |= KEY(pk, "max_tokens") | msgpack_pack_int(pk, q->max_tokens);
@@ -186,6 +187,8 @@ int wp_encode_submit(wp_encoder_t *e, const wp_submit *s, const void **buf, size
     rc |= KEY(pk, "ignore_eos") | (q->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
     if (q->spec_tokens != 0)
         rc |= KEY(pk, "spec_tokens") | msgpack_pack_int(pk, q->spec_tokens);
+    if (s->grammar)
+        rc |= KEY(pk, "grammar") | msgpack_pack_str_with_body(pk, s->grammar, s->grammar_len);
     return ps_out_done(&e->out, rc, "submit", buf, len);
 }
 

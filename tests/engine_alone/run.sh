@@ -8,7 +8,7 @@ src=$1 work=$2 model=$3
 rm -rf "$work"
 mkdir -p "$work/src/common" "$work/src/kernels/cuda"
 cp -r "$src/common/base" "$src/common/checkpoint" "$src/common/request" "$src/common/tokenizer" \
-   "$work/src/common/"
+   "$src/common/grammar" "$work/src/common/"
 cp "$src"/kernels/*.c "$src"/kernels/*.h "$work/src/kernels/"
 cp -r "$src/kernels/cpu" "$work/src/kernels/"
 cp "$src/kernels/cuda/cuda_loader.c" "$src/kernels/cuda/cuda_ops.h" "$src/kernels/cuda/cuda_plugin.h" \

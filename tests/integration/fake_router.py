@@ -33,9 +33,10 @@ INT_FIELDS = {"max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms", "v"
               "num_speculative_tokens", "min_tokens"}
 FLOAT_FIELDS = {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                 "frequency_penalty"}
-BOOL_FIELDS = {"stream", "ignore_eos", "add_special_tokens", "add_generation_prompt"}
+BOOL_FIELDS = {"stream", "ignore_eos", "add_special_tokens", "add_generation_prompt",
+               "json_object"}
 OTHER_FIELDS = {"type", "id", "prompt", "prompt_ids", "stop", "stop_token_ids", "logit_bias",
-                "messages", "tools", "chat_template_kwargs"}
+                "messages", "tools", "chat_template_kwargs", "json_schema", "regex", "grammar"}
 REQUEST_FIELDS = INT_FIELDS | FLOAT_FIELDS | BOOL_FIELDS | OTHER_FIELDS
 
 

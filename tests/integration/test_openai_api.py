@@ -370,8 +370,10 @@ class OpenAI(unittest.TestCase):
             self.chat(max_tokens=4, temperature=250)
         self.assertEqual(cm.exception.body["code"], "value_out_of_range")
         self.assertEqual(cm.exception.body["param"], "temperature")
-        with self.assertRaises(openai.BadRequestError):
-            self.chat(response_format={"type": "json_object"})
+        with self.assertRaises(openai.BadRequestError) as cm:  # a schema that cannot be enforced
+            self.chat(response_format={"type": "json_schema", "json_schema": {
+                "name": "x", "schema": {"type": "object", "not": {}}}})
+        self.assertEqual(cm.exception.body["code"], "invalid_grammar")
 
     def test_key_required(self):
         bad = openai.OpenAI(base_url=self.c.metrics_url + "/v1", api_key="wrong", max_retries=0)

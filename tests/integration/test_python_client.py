@@ -107,7 +107,9 @@ class ClientTest(unittest.TestCase):
                       temperature=0, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
                       presence_penalty=0.5, frequency_penalty=-0.5, ignore_eos=True,
                       add_special_tokens=False, stop="END", stop_token_ids=[5, 6],
-                      num_speculative_tokens=0, min_tokens=2, logit_bias={"5": 1.5, 7: -100})
+                      num_speculative_tokens=0, min_tokens=2, logit_bias={"5": 1.5, 7: -100},
+                      json_schema={"type": "object"}, regex="a+", grammar='root ::= "a"',
+                      json_object=True)  # at most one: the router checks, this fake does not
         self.assertEqual(set(params), set(PARAMS), "the test must cover every parameter")
         self.client.complete("p", **params)
         sent = self.requests_received()[0]

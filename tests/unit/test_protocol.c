@@ -109,6 +109,74 @@ static void request_round_trips_with_every_field(void **state)
     assert_null(d);
 }
 
+/* Structured output: json_schema as a map, a boolean or JSON text, regex, grammar and
+ * json_object round trip; at most one; JSON text that is not a schema is invalid_grammar. */
+static void structured_output_fields(void **state)
+{
+    (void)state;
+    proto_decoder_t *d = default_decoder();
+    proto_encoder_t *e = NULL;
+    assert_int_equal(proto_encoder_new(&e), DERAS_OK);
+    proto_client_msg m;
+    proto_error err;
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", json_schema: "
+                                    "{type: \"object\", properties: {a: {type: \"integer\"}}}}",
+                                 &m, &err), DERAS_OK);
+    assert_true(json_is_object(m.req.json_schema));
+    const json_t *a = json_object_get(json_object_get(m.req.json_schema, "properties"), "a");
+    assert_string_equal(json_string_value(json_object_get(a, "type")), "integer");
+    /* re-encoded, it decodes the same */
+    proto_request r = m.req;
+    json_t *schema = json_incref(m.req.json_schema);
+    r.json_schema = schema;
+    const void *buf;
+    size_t len;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_client(d, buf, len, &m, &err), DERAS_OK);
+    assert_true(json_equal(m.req.json_schema, schema));
+    json_decref(schema);
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", json_schema: "
+                                    "\"{\\\"type\\\": \\\"string\\\"}\"}", &m, &err), DERAS_OK);
+    assert_string_equal(json_string_value(json_object_get(m.req.json_schema, "type")), "string");
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", json_schema: "
+                                    "true}", &m, &err), DERAS_OK);
+    assert_true(json_is_true(m.req.json_schema));
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", json_schema: "
+                                    "\"{\\\"type\\\": \"}", &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_INVALID_GRAMMAR);
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", json_schema: 3}",
+                                 &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_INVALID_FIELD);
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", regex: "
+                                    "\"[0-9]+\"}", &m, &err), DERAS_OK);
+    assert_int_equal(m.req.regex_len, 6);
+    assert_memory_equal(m.req.regex, "[0-9]+", 6);
+    r = m.req;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_client(d, buf, len, &m, &err), DERAS_OK);
+    assert_memory_equal(m.req.regex, "[0-9]+", 6);
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", messages: [{role: \"user\", "
+                                    "content: \"x\"}], grammar: \"root ::= \\\"a\\\"\", "
+                                    "json_object: false}", &m, &err), DERAS_OK);
+    assert_int_equal(m.req.grammar_len, 12);
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", json_object: "
+                                    "true}", &m, &err), DERAS_OK);
+    assert_true(m.req.json_object);
+    r = m.req;
+    assert_int_equal(proto_encode_request(e, &r, &buf, &len), DERAS_OK);
+    assert_int_equal(proto_decode_client(d, buf, len, &m, &err), DERAS_OK);
+    assert_true(m.req.json_object);
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", json_object: "
+                                    "true, regex: \"a\"}", &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_INVALID_FIELD);
+    assert_non_null(strstr(err.message, "at most one"));
+    assert_int_equal(decode_text(d, "{type: \"request\", id: \"s\", prompt: \"x\", grammar: \"\"}",
+                                 &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_INVALID_FIELD);
+    proto_encoder_destroy(&e);
+    proto_decoder_destroy(&d);
+}
+
 /* min_tokens and a full logit-bias map survive encode -> decode (with a full-size prompt:
  * the scan bound leaves room for the map), and one entry too many is a cap. */
 static void min_tokens_and_logit_bias_round_trip(void **state)
@@ -664,7 +732,8 @@ static void error_names_are_stable(void **state)
         "missing_field", "message_too_large", "limit_exceeded", "value_out_of_range",
         "token_out_of_range", "invalid_utf8", "context_length_exceeded", "duplicate_id",
         "unknown_request", "busy", "no_workers", "worker_failed", "deadline_exceeded",
-        "shutting_down", "internal", "chat_unsupported", "chat_template_error"};
+        "shutting_down", "internal", "chat_unsupported", "chat_template_error", "invalid_grammar",
+        "grammar_budget_exceeded"};
     for (int c = 0; c < PE_N_CODES; c++)
         assert_string_equal(proto_error_name(c), want[c]);
     assert_string_equal(proto_error_name(PE_N_CODES), "internal");
@@ -701,6 +770,7 @@ int main(void)
     msgpack_sbuffer_init(&sb);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(request_round_trips_with_every_field),
+        cmocka_unit_test(structured_output_fields),
         cmocka_unit_test(min_tokens_and_logit_bias_round_trip),
         cmocka_unit_test(request_defaults_apply_to_omitted_fields),
         cmocka_unit_test(cancel_and_ping_round_trip),

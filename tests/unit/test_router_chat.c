@@ -65,10 +65,10 @@ static void the_models_template_renders_with_transformers_variables(void **state
     assert_int_equal(tokenizer_from_hf_dir(dir, &tok), DERAS_OK);
     free(dir);
     chat_t *c = (chat_t *)1;
-    assert_int_equal(chat_new(tok, NULL), DERAS_EINVAL);
-    assert_int_equal(chat_new(NULL, &c), DERAS_EINVAL);
+    assert_int_equal(chat_new(tok, NULL, NULL), DERAS_EINVAL);
+    assert_int_equal(chat_new(NULL, NULL, &c), DERAS_EINVAL);
     assert_null(c);
-    assert_int_equal(chat_new(tok, &c), DERAS_OK);
+    assert_int_equal(chat_new(tok, NULL, &c), DERAS_OK);
     assert_non_null(strstr(chat_describe(c), "the model's chat template"));
 
     proto_request q = chat_request("[{\"role\": \"system\", \"content\": \"Be brief.\"},"
@@ -139,7 +139,7 @@ static void raising_refused_and_missing_templates(void **state)
     tokenizer_t *tok = scratch_model(dir, "{% if messages[0].role != 'user' %}"
                                           "{{ raise_exception('Conversations start with a user') }}"
                                           "{% endif %}{{ bos_token ~ messages[0].content }}");
-    assert_int_equal(chat_new(tok, &c), DERAS_OK);
+    assert_int_equal(chat_new(tok, NULL, &c), DERAS_OK);
     proto_request q = chat_request("[{\"role\": \"assistant\", \"content\": \"x\"}]");
     assert_int_equal(chat_render(c, &q, &text, &len, &add_special, msg, sizeof msg),
                      PE_CHAT_TEMPLATE);
@@ -164,7 +164,7 @@ static void raising_refused_and_missing_templates(void **state)
     /* a template the interpreter cannot compile stops the router: the construct and line */
     tok = scratch_model(dir, "line one\n{{ messages | wordwrap(5) }}");
     c = (chat_t *)1;
-    int rc = chat_new(tok, &c);
+    int rc = chat_new(tok, NULL, &c);
     assert_true(rc == DERAS_EUNSUPPORTED || rc == DERAS_EFORMAT);
     assert_null(c);
     assert_non_null(strstr(deras_errmsg(), "chat template: template line 2"));
@@ -173,7 +173,7 @@ static void raising_refused_and_missing_templates(void **state)
 
     /* no template: the built-in ChatML format (this vocabulary has <|im_start|>) */
     tok = scratch_model(dir, NULL);
-    assert_int_equal(chat_new(tok, &c), DERAS_OK);
+    assert_int_equal(chat_new(tok, NULL, &c), DERAS_OK);
     assert_non_null(strstr(chat_describe(c), "built-in ChatML"));
     assert_int_equal(chat_render(c, &q, &text, &len, &add_special, msg, sizeof msg), PE_NONE);
     assert_string_equal(text, "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");

@@ -154,7 +154,7 @@ static void hostile_bodies_are_refused(void **s)
             PE_VALUE_OUT_OF_RANGE, NULL);
     const char *m = "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]";
     char b[512];
-    snprintf(b, sizeof b, "{%s, \"response_format\": {\"type\": \"json_object\"}}", m);
+    snprintf(b, sizeof b, "{%s, \"response_format\": {\"type\": \"yaml\"}}", m);
     refused(OAI_CHAT, b, PE_INVALID_FIELD, "response_format");
     snprintf(b, sizeof b, "{%s, \"tool_choice\": \"required\"}", m);
     refused(OAI_CHAT, b, PE_INVALID_FIELD, "tool_choice");

@@ -206,7 +206,7 @@ static void penalties_change_logits_as_specified(void **state)
     sampling_params_default(&p);
     sample_result r;
     int32_t prompt[1] = {0}, out_ids[3] = {0, 0, 2};
-    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0, NULL};
     p.repetition_penalty = 1.2f; /* 2.0 / 1.2 = 1.67 > 1.5: token 0 still wins */
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
@@ -219,7 +219,7 @@ static void penalties_change_logits_as_specified(void **state)
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
     /* frequency 0.3 x count 2 = 0.6 > 0.5 margin */
-    h = (sample_history){prompt, 1, out_ids, 3, NULL, 0};
+    h = (sample_history){prompt, 1, out_ids, 3, NULL, 0, NULL};
     sampling_params_default(&p);
     p.frequency_penalty = 0.2f; /* 0.4 < 0.5 */
     sampler_sample(s, l, &p, NULL, &h, &r);
@@ -230,7 +230,7 @@ static void penalties_change_logits_as_specified(void **state)
     /* negative logits are multiplied: token 2 at -1.0 with penalty 2 -> -2.0 */
     float l2[3] = {-1.0f, -1.5f, -3.0f};
     int32_t prompt2[1] = {0};
-    h = (sample_history){prompt2, 1, NULL, 0, NULL, 0};
+    h = (sample_history){prompt2, 1, NULL, 0, NULL, 0, NULL};
     sampling_params_default(&p);
     p.repetition_penalty = 2.0f;
     sampler_sample(s, l2, &p, NULL, &h, &r);
@@ -255,7 +255,7 @@ static void logprobs_are_raw_log_softmax_with_sorted_top_n(void **state)
     sp.n_logprobs = 4;
     sp.repetition_penalty = 3.0f; /* processors must not change reported logprobs */
     int32_t prompt[1] = {1};
-    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0, NULL};
     sample_result r;
     sampler_sample(s, l, &sp, NULL, &h, &r);
     assert_int_equal(r.token, 2); /* 1 penalised to 1.0 */
@@ -404,7 +404,7 @@ static void logit_bias_shifts_logits_before_the_processors(void **state)
     assert_int_equal(sampler_greedy(s, l, &p, NULL), 2);
     /* before the repetition penalty: 2 + 2.5 = 4.5 / 3 = 1.5 loses to token 0's 2.0 */
     int32_t prompt[1] = {2};
-    sample_history h = {prompt, 1, NULL, 0, NULL, 0};
+    sample_history h = {prompt, 1, NULL, 0, NULL, 0, NULL};
     p.repetition_penalty = 3.0f;
     sampler_sample(s, l, &p, NULL, &h, &r);
     assert_int_equal(r.token, 0);
@@ -440,7 +440,7 @@ static void min_tokens_holds_stop_tokens_back(void **state)
     sampling_params_default(&p);
     p.min_tokens = 2;
     int32_t stops[2] = {0, 3}, out[2] = {1, 1};
-    sample_history h = {NULL, 0, out, 0, stops, 2};
+    sample_history h = {NULL, 0, out, 0, stops, 2, NULL};
     sample_result r;
     for (int n = 0; n < 2; n++) {
         h.n_output = n;
@@ -468,6 +468,108 @@ static void min_tokens_holds_stop_tokens_back(void **state)
     /* no history, or no stops named: min_tokens cannot hold anything back */
     sampler_sample(s, l, &p, &rng, NULL, &r);
     assert_int_equal(r.token, 3);
+    sampler_destroy(&s);
+}
+
+/* A grammar's mask (sample_history.allow): with every processor, greedy or not, only
+ * allowed tokens are drawn, and at temperature 1 the draws follow the softmax renormalised
+ * over the allowed tokens; logprobs stay the raw distribution's. */
+static void grammar_mask_restricts_every_processor(void **state)
+{
+    (void)state;
+    enum { V = 67 };
+    sampler_t *s = NULL;
+    assert_int_equal(sampler_new(V, &s), DERAS_OK);
+    float logits[V];
+    uint64_t rng_state = 0x5eed1234;
+    for (int i = 0; i < V; i++)
+        logits[i] = (float)(test_rng_next(&rng_state) % 2000) / 250.0f - 4.0f;
+    uint32_t allow[(V + 31) / 32] = {0};
+    int32_t best_allowed = -1;
+    for (int i = 0; i < V; i++)
+        if (i % 3 == 1 || i == 64) { /* a third of the words' bits, and the last word */
+            allow[i >> 5] |= 1u << (i & 31);
+            if (best_allowed < 0 || logits[i] > logits[best_allowed])
+                best_allowed = i;
+        }
+    int32_t out_ids[3] = {best_allowed, 4, 7};
+    sample_history h = {NULL, 0, out_ids, 3, NULL, 0, allow};
+    sampling_params p;
+    sampling_params_default(&p);
+    sample_result r;
+    assert_int_equal(sampler_sample(s, logits, &p, NULL, &h, &r), DERAS_OK);
+    assert_int_equal(r.token, best_allowed); /* greedy: the best allowed token */
+    sample_result raw;
+    sampler_logprobs(s, logits, 0, r.token, &raw);
+    assert_float_equal(r.logprob, raw.logprob, 1e-6);
+    const struct { float t, top_p, min_p, rep, pres, freq; int top_k; } cfg[] = {
+        {1.0f, 1, 0, 1, 0, 0, 0}, {0.7f, 0.9f, 0, 1, 0, 0, 0}, {1.3f, 1, 0.05f, 1, 0, 0, 5},
+        {1.0f, 0.5f, 0.1f, 1.3f, 0.5f, 0.3f, 3}, {2.0f, 1, 0, 0.8f, -1, 1, 0},
+    };
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 99);
+    float probs[V];
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        p.temperature = cfg[c].t;
+        p.top_p = cfg[c].top_p;
+        p.min_p = cfg[c].min_p;
+        p.top_k = cfg[c].top_k;
+        p.repetition_penalty = cfg[c].rep;
+        p.presence_penalty = cfg[c].pres;
+        p.frequency_penalty = cfg[c].freq;
+        for (int d = 0; d < 2000; d++) {
+            assert_int_equal(sampler_sample(s, logits, &p, &rng, &h, &r), DERAS_OK);
+            if (!((allow[r.token >> 5] >> (r.token & 31)) & 1))
+                fail_msg("config %zu drew token %d outside the mask", c, r.token);
+        }
+        assert_int_equal(sampler_probs(s, logits, &p, &h, probs), DERAS_OK);
+        for (int i = 0; i < V; i++)
+            if (!((allow[i >> 5] >> (i & 31)) & 1))
+                assert_true(probs[i] == 0.0f);
+    }
+    /* temperature 1, nothing else: the softmax over the allowed tokens */
+    sampling_params_default(&p);
+    p.temperature = 1.0f;
+    sample_history plain = {NULL, 0, NULL, 0, NULL, 0, allow};
+    int counts[V] = {0};
+    enum { DRAWS = 40000 };
+    for (int d = 0; d < DRAWS; d++) {
+        assert_int_equal(sampler_sample(s, logits, &p, &rng, &plain, &r), DERAS_OK);
+        counts[r.token]++;
+    }
+    double want[V], z = 0;
+    for (int i = 0; i < V; i++)
+        z += (allow[i >> 5] >> (i & 31)) & 1 ? exp(logits[i]) : 0;
+    for (int i = 0; i < V; i++)
+        want[i] = (allow[i >> 5] >> (i & 31)) & 1 ? exp(logits[i]) / z : 0;
+    /* compared on the ten most likely allowed tokens and the rest pooled (df <= 10) */
+    int top[10], n_top = 0;
+    for (int k = 0; k < 10; k++) {
+        int b = -1;
+        for (int i = 0; i < V; i++) {
+            bool used = false;
+            for (int j = 0; j < n_top; j++)
+                used |= top[j] == i;
+            if (want[i] > 0 && !used && (b < 0 || want[i] > want[b]))
+                b = i;
+        }
+        top[n_top++] = b;
+    }
+    int cnt[11] = {0};
+    double pw[11] = {0};
+    for (int i = 0; i < V; i++) {
+        int slot = 10;
+        for (int j = 0; j < 10; j++)
+            if (top[j] == i)
+                slot = j;
+        cnt[slot] += counts[i];
+        pw[slot] += want[i];
+    }
+    expect_distribution("masked softmax", cnt, pw, 11, DRAWS);
+    /* nothing allowed: an error, never a silent token */
+    uint32_t none[(V + 31) / 32] = {0};
+    plain.allow = none;
+    assert_int_equal(sampler_sample(s, logits, &p, &rng, &plain, &r), DERAS_ERANGE);
     sampler_destroy(&s);
 }
 
@@ -516,6 +618,7 @@ int main(void)
         cmocka_unit_test(logit_bias_shifts_logits_before_the_processors),
         cmocka_unit_test(min_tokens_holds_stop_tokens_back),
         cmocka_unit_test(logit_bias_is_validated),
+        cmocka_unit_test(grammar_mask_restricts_every_processor),
         cmocka_unit_test(degenerate_values_are_greedy_or_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

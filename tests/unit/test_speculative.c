@@ -289,7 +289,7 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
         model_destroy(&drafter);
 
         /* token 1 against p(. | prompt) */
-        sample_history h = {prompt, n_prompt, NULL, 0, NULL, 0};
+        sample_history h = {prompt, n_prompt, NULL, 0, NULL, 0, NULL};
         target_logits(&g, prompt, n_prompt, lg);
         assert_int_equal(sampler_probs(smp, lg, &sp, &h, pf), DERAS_OK);
         memset(c1, 0, (size_t)V * sizeof(uint64_t));
@@ -307,7 +307,7 @@ static void sampled_tokens_follow_the_target_distribution(void **state)
         int32_t ext[E2E_LEN + 1];
         memcpy(ext, prompt, (size_t)n_prompt * sizeof(int32_t));
         ext[n_prompt] = mode;
-        sample_history h2 = {prompt, n_prompt, ext + n_prompt, 1, NULL, 0};
+        sample_history h2 = {prompt, n_prompt, ext + n_prompt, 1, NULL, 0, NULL};
         target_logits(&g, ext, n_prompt + 1, lg);
         assert_int_equal(sampler_probs(smp, lg, &sp, &h2, pf), DERAS_OK);
         memset(c2, 0, (size_t)V * sizeof(uint64_t));

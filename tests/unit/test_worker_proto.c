@@ -217,6 +217,24 @@ static void submit_carries_min_tokens_and_logit_bias_when_set(void **state)
                         sizeof g->logit_bias.ids);
     assert_memory_equal(g->logit_bias.bias, s.params.sp.logit_bias.bias,
                         sizeof g->logit_bias.bias);
+    assert_null(m.submit.grammar);
+    /* a grammar: optional, copied out of the frame, at most WPROTO_MAX_GRAMMAR bytes */
+    char *big = malloc(WPROTO_MAX_GRAMMAR + 1);
+    memset(big, 'a', WPROTO_MAX_GRAMMAR + 1);
+    memcpy(big, "root ::= \"x\"", 13);
+    s.grammar = big;
+    s.grammar_len = 13;
+    assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
+    decode_ok(d, buf, len, &m);
+    assert_int_equal(m.submit.grammar_len, 13);
+    assert_memory_equal(m.submit.grammar, big, 13);
+    assert_true(m.submit.grammar < (const char *)buf || m.submit.grammar >= (const char *)buf + len);
+    s.grammar_len = WPROTO_MAX_GRAMMAR + 1;
+    assert_int_equal(wp_encode_submit(e, &s, &buf, &len), DERAS_OK);
+    proto_error err;
+    assert_int_equal(wp_decode(d, buf, len, &m, &err), DERAS_EFORMAT);
+    assert_int_equal(err.code, PE_LIMIT_EXCEEDED);
+    free(big);
     wp_encoder_destroy(&e);
     wp_decoder_destroy(&d);
 }

@@ -46,10 +46,15 @@ INT_PARAMS = ("max_tokens", "n", "top_k", "logprobs", "seed", "deadline_ms",
               "num_speculative_tokens", "min_tokens")
 FLOAT_PARAMS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                 "frequency_penalty")
-BOOL_PARAMS = ("ignore_eos", "add_special_tokens")
+BOOL_PARAMS = ("ignore_eos", "add_special_tokens", "json_object")
 LIST_PARAMS = ("stop", "stop_token_ids")
 MAP_PARAMS = ("logit_bias",)  # {token id: bias}; ids as ints or decimal strings (OpenAI's)
-PARAMS = INT_PARAMS + FLOAT_PARAMS + BOOL_PARAMS + LIST_PARAMS + MAP_PARAMS
+# Structured output (at most one): json_schema a dict (or its JSON text, or a bool), regex
+# and grammar (GBNF) strings, json_object True for any JSON object.
+STR_PARAMS = ("regex", "grammar")
+SCHEMA_PARAMS = ("json_schema",)
+PARAMS = (INT_PARAMS + FLOAT_PARAMS + BOOL_PARAMS + LIST_PARAMS + MAP_PARAMS + STR_PARAMS +
+          SCHEMA_PARAMS)
 
 
 def _build_params(params):
@@ -80,6 +85,12 @@ def _build_params(params):
                 raise TypeError("stop_token_ids: expected a list of ints")
         elif k == "logit_bias":
             v = _logit_bias(v)
+        elif k in STR_PARAMS:
+            if not isinstance(v, str):
+                raise TypeError("%s: expected a str" % k)
+        elif k == "json_schema":
+            if not isinstance(v, (dict, str, bool)):
+                raise TypeError("json_schema: expected a dict, its JSON text or a bool")
         out[k] = v
     return out
 

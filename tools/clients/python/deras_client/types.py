@@ -13,7 +13,7 @@ ERROR_CODES = (
     "message_too_large", "limit_exceeded", "value_out_of_range", "token_out_of_range",
     "invalid_utf8", "context_length_exceeded", "duplicate_id", "unknown_request", "busy",
     "no_workers", "worker_failed", "deadline_exceeded", "shutting_down", "internal",
-    "chat_unsupported", "chat_template_error",
+    "chat_unsupported", "chat_template_error", "invalid_grammar", "grammar_budget_exceeded",
 )
 
 
