@@ -69,7 +69,7 @@ static void matmul_matches_reference_with_and_without_bias(void **state)
                         acc += (double)x[i * ni + k] * w[(size_t)j * ni + k];
                     ref[(size_t)i * no + j] = acc;
                 }
-            const backend_weight wd = {DT_F32, no, ni, w};
+            const backend_weight wd = {.dtype = DT_F32, .rows = no, .cols = ni, .data = w};
             assert_int_equal(backend_matmul(be, y, x, &wd, bias, n), DERAS_OK);
             expect_close("matmul", y, ref, (size_t)n * no);
             free(x), free(w), free(bias), free(y), free(ref);
@@ -156,7 +156,7 @@ static void silu_mul_embed_and_gather(void **state)
 
     float *table = rnd((size_t)vocab * d, &seed, 1), *emb = malloc((size_t)3 * d * sizeof(float));
     int32_t ids[3] = {10, 0, 4};
-    const backend_weight td = {DT_F32, vocab, d, table};
+    const backend_weight td = {.dtype = DT_F32, .rows = vocab, .cols = d, .data = table};
     assert_int_equal(backend_embed(be, emb, &td, ids, 3), DERAS_OK);
     for (int i = 0; i < 3; i++)
         assert_memory_equal(emb + i * d, table + ids[i] * d, d * sizeof(float));
@@ -196,7 +196,8 @@ static void block_format_weights_match_their_f32_dequantization(void **state)
     float *bias = rnd(NO, &seed, 1), *yq = malloc(sizeof(float) * N * NO);
     float *yf = malloc(sizeof(float) * N * NO), *eq = malloc(sizeof(float) * 2 * NI);
     assert_int_equal(dtype_to_f32(DT_Q8_0, q, wf, (int64_t)NO * NI), DERAS_OK);
-    const backend_weight wq = {DT_Q8_0, NO, NI, q}, wd = {DT_F32, NO, NI, wf};
+    const backend_weight wq = {.dtype = DT_Q8_0, .rows = NO, .cols = NI, .data = q},
+                         wd = {.dtype = DT_F32, .rows = NO, .cols = NI, .data = wf};
     assert_int_equal(backend_matmul(be, yq, x, &wq, bias, N), DERAS_OK);
     assert_int_equal(backend_matmul(be, yf, x, &wd, bias, N), DERAS_OK);
     for (int i = 0; i < N * NO; i++) {
@@ -219,7 +220,8 @@ static void ops_reject_invalid_arguments(void **state)
 {
     (void)state;
     float buf[16] = {1};
-    const backend_weight w1 = {DT_F32, 1, 1, buf}, q2k = {10 /* Q2_K */, 1, 256, buf};
+    const backend_weight w1 = {.dtype = DT_F32, .rows = 1, .cols = 1, .data = buf},
+                         q2k = {.dtype = 10 /* Q2_K */, .rows = 1, .cols = 256, .data = buf};
     assert_int_equal(backend_matmul(be, buf, buf, &w1, NULL, 1), DERAS_EINVAL);
     assert_int_equal(backend_matmul(be, buf + 8, buf, &q2k, NULL, 1), DERAS_EUNSUPPORTED);
     assert_int_equal(backend_rmsnorm(be, buf, buf, buf, 0, 4, 1e-5f), DERAS_EINVAL);
