@@ -310,3 +310,26 @@ backend_weight ws_first_rows(const backend_weight *w, int rows)
     merge_parts(&r);
     return r;
 }
+
+uint64_t ws_estimate(const checkpoint_t *ck, const backend_t *b, bool convert, int dtype)
+{
+    const model_config *c = checkpoint_config(ck);
+    const size_t es = backend_elem_size(b);
+    uint64_t total = 0;
+    for (int t = 0; t < CKPT_N_TENSORS; t++) {
+        const bool vector = t == CKPT_OUTPUT_NORM || t == CKPT_ATTN_NORM || t == CKPT_FFN_NORM ||
+                            t == CKPT_ATTN_Q_BIAS || t == CKPT_ATTN_K_BIAS || t == CKPT_ATTN_V_BIAS;
+        const int n = t >= CKPT_ATTN_NORM ? c->n_layers : 1;
+        for (int l = 0; l < n; l++) {
+            int64_t rows, cols;
+            if (!checkpoint_has(ck, (enum ckpt_tensor)t, l) ||
+                checkpoint_shape(ck, (enum ckpt_tensor)t, l, &rows, &cols))
+                continue;
+            const int kept = convert ? dtype
+                                     : backend_weight_dtype(b, checkpoint_dtype(ck, (enum ckpt_tensor)t, l));
+            const size_t bytes = vector ? 0 : backend_weight_bytes(kept, rows, cols);
+            total += bytes ? bytes : (uint64_t)rows * (uint64_t)cols * es;
+        }
+    }
+    return total;
+}

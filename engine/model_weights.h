@@ -95,6 +95,10 @@ int ws_vectors(weight_store *ws, void **dst, const ws_slice *slices, int n, int 
  * ws_release. */
 int ws_alloc(weight_store *ws, size_t bytes, void **out);
 
+/* Bytes the whole model's weights will take on backend b, kept as described above
+ * (mapped or not): for sizing a KV cache before loading. O(tensors). */
+uint64_t ws_estimate(const checkpoint_t *ck, const backend_t *b, bool convert, int dtype);
+
 /* w's first rows rows (rows <= w->rows): the tied LM head is the embedding table less
  * its tensor-parallel zero row. */
 backend_weight ws_first_rows(const backend_weight *w, int rows);
