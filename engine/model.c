@@ -290,7 +290,7 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     float inv_freq[MODEL_MAX_HEAD_DIM / 2];
     const size_t half = (size_t)c->head_dim / 2;
     model_config_rope_inv_freq(c, inv_freq);
-    if ((rc = ws_alloc(ws, half * sizeof(float), (void **)&m->inv_freq)) ||
+    if ((rc = balloc(m, (void **)&m->inv_freq, half, sizeof(float))) ||
         (rc = backend_upload(b, m->inv_freq, inv_freq, half * sizeof(float))) ||
         (rc = alloc_scratch(m)))
         goto fail;
@@ -365,8 +365,10 @@ void model_destroy(model_t **mp)
         }
         free(m->layers);
     }
-    if (!m->borrowed)
-        ws_release(&m->ws); /* the weights, inv_freq, the checkpoint reference */
+    if (!m->borrowed) {
+        ws_release(&m->ws); /* the weights, the checkpoint reference */
+        backend_free(b, m->inv_freq);
+    }
     void *bufs[] = {m->x, m->h, m->qkv, m->att, m->o, m->gu, m->ff, m->lg_x, m->lg, m->cos_sin,
                     m->d_tokens, m->d_positions, m->d_slots, m->d_q_start, m->d_ctx_len,
                     m->d_tables, m->d_lrows, m->d_copies, m->lg_all};

@@ -20,7 +20,8 @@
  * A fused matrix (Q/K/V, gate/up) is a backend_weight of parts, one per tensor slice, so
  * each part keeps its own way and format (a Q4_K_M file mixes Q4_K and Q6_K in one
  * Q/K/V); parts that end up adjacent in memory with the same format and row order are
- * merged, and a matrix of one plain part is an ordinary descriptor. GGUF llama Q/K stay in
+ * merged (a file's gate and up stored back to back), and a matrix of one plain part is an
+ * ordinary descriptor. Slices all converted to one format share one allocation instead. GGUF llama Q/K stay in
  * their stored row order (qk_perm_hd), which the backend undoes in its outputs.
  *
  * Memory: the mapped bytes are the file's (page cache, shared by every process that maps
