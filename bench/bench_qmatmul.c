@@ -164,7 +164,8 @@ typedef struct bench {
 /* Best seconds per call of qmm_matmul with these arguments, rotating through the copies. */
 static double time_calls(bench *b, int dtype, int mode, int n, int n_out, int n_in, int nt)
 {
-    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, nt, b->scratch, b->scratch_bytes, 0};
+    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, nt, b->scratch, b->scratch_bytes,
+                  0};
     double best = 1e30, start = cli_now();
     for (int i = 0; i < 3 || cli_now() - start < b->min_time; i++) {
         a.w = b->pool + (size_t)(i % b->n_copies) * b->mat_bytes;
@@ -185,7 +186,8 @@ static void measure_error(bench *b, int dtype, int mode, const struct shape *s, 
     const int n = 4, n_out = s->n_out, n_in = s->n_in;
     float *wf = malloc(sizeof(float) * (size_t)n_out * n_in);
     dtype_to_f32(dtype, b->pool, wf, (int64_t)n_out * n_in);
-    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, 0, b->scratch, b->scratch_bytes, 0};
+    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, 0, b->scratch, b->scratch_bytes,
+                  0};
     if (qmm_matmul(&a)) {
         fprintf(stderr, "bench_qmatmul: %s\n", deras_errmsg());
         exit(1);

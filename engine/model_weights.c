@@ -2,13 +2,13 @@
 /* model_weights.c - where a model's weights live (see model_weights.h).
  *
  * A matrix is planned slice by slice first (mapped, copied or converted, and in which
- * format), then built: when every slice is converted to one format, one allocation holds
- * them all and the matrix is an ordinary descriptor (what a backend without parts, CUDA,
- * always gets); otherwise each slice is a part, whether mapped or copied, so a tensor
- * copied because of its address is computed exactly as the same tensor mapped (OpenBLAS's
- * results depend on the product's width, so fusing copies would not be). Copies and conversions go through a
- * host staging buffer a bounded number of rows at a time, so loading an 8B model's
- * 2 GB embedding does not need 2 GB of staging.
+ * format), then built: when every slice is converted to one format (or copied, on a
+ * backend without parts: CUDA keeps a BF16 file's bytes), one allocation holds them all
+ * and the matrix is an ordinary descriptor; otherwise each slice is a part, whether mapped
+ * or copied, so a tensor copied because of its address is computed exactly as the same
+ * tensor mapped (OpenBLAS's results depend on the product's width, so fusing copies would
+ * not be). Copies and conversions go through a host staging buffer a bounded number of
+ * rows at a time, so loading an 8B model's 2 GB embedding does not need 2 GB of staging.
  */
 #include "model_weights.h"
 
@@ -222,14 +222,15 @@ int ws_matrix(weight_store *ws, backend_weight *w, const ws_slice *slices, int n
         if (p[i].s.n_cols != p[0].s.n_cols)
             return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
                               layer, (long long)p[0].s.n_cols, (long long)p[i].s.n_cols);
-        one_buffer = one_buffer && p[i].how == CONVERT && p[i].kept == p[0].kept;
+        one_buffer = one_buffer && p[i].how != MAP && p[i].kept == p[0].kept &&
+                     (p[i].how == CONVERT || !backend_takes_parts(ws->be));
         rows += p[i].s.n_rows;
     }
     const int cols = (int)p[0].s.n_cols;
     *w = (backend_weight){.dtype = p[0].kept, .rows = (int)rows, .cols = cols};
     void *buf;
     int rc;
-    if (one_buffer) { /* conversions to one format: one allocation, no parts */
+    if (one_buffer) { /* one format, nothing mapped: one allocation, no parts */
         if ((rc = ws_alloc(ws, (size_t)rows * p[0].out_row_bytes, &buf)))
             return rc;
         w->data = buf;
@@ -327,8 +328,8 @@ uint64_t ws_estimate(const checkpoint_t *ck, const backend_t *b, bool convert, i
             if (!checkpoint_has(ck, (enum ckpt_tensor)t, l) ||
                 checkpoint_shape(ck, (enum ckpt_tensor)t, l, &rows, &cols))
                 continue;
-            const int kept = convert ? dtype
-                                     : backend_weight_dtype(b, checkpoint_dtype(ck, (enum ckpt_tensor)t, l));
+            const int stored = checkpoint_dtype(ck, (enum ckpt_tensor)t, l);
+            const int kept = convert ? dtype : backend_weight_dtype(b, stored);
             const size_t bytes = vector ? 0 : backend_weight_bytes(kept, rows, cols);
             total += bytes ? bytes : (uint64_t)rows * (uint64_t)cols * es;
         }

@@ -21,8 +21,9 @@
  * each part keeps its own way and format (a Q4_K_M file mixes Q4_K and Q6_K in one
  * Q/K/V); parts that end up adjacent in memory with the same format and row order are
  * merged (a file's gate and up stored back to back), and a matrix of one plain part is an
- * ordinary descriptor. Slices all converted to one format share one allocation instead. GGUF llama Q/K stay in
- * their stored row order (qk_perm_hd), which the backend undoes in its outputs.
+ * ordinary descriptor. Slices all converted to one format share one allocation instead.
+ * GGUF llama Q/K stay in their stored row order (qk_perm_hd), which the backend undoes in
+ * its outputs.
  *
  * Memory: the mapped bytes are the file's (page cache, shared by every process that maps
  * the file); the rest is backend memory the store owns. Costs: reading every weight once

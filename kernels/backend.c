@@ -129,6 +129,11 @@ bool backend_can_map(const backend_t *b, int dtype, const void *p)
            b->ops->can_map(dtype, p);
 }
 
+bool backend_takes_parts(const backend_t *b)
+{
+    return b && b->ops->matmul_q;
+}
+
 size_t backend_weight_bytes(int dtype, int64_t rows, int64_t cols)
 {
     const int64_t blk = dtype_block_elems(dtype);
@@ -155,7 +160,7 @@ static int check_weight(const backend_t *b, const backend_weight *w, const char 
                               "this backend", op, b->name, dtype_name(w->dtype));
         return DERAS_OK;
     }
-    if (!b->ops->matmul_q)
+    if (!backend_takes_parts(b))
         return deras_fail(DERAS_EUNSUPPORTED, "%s on %s: weights made of parts are not taken by "
                           "this backend", op, b->name);
     int64_t rows = 0;

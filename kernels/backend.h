@@ -87,6 +87,9 @@ int backend_weight_dtype(const backend_t *b, int stored);
  * floats), the others at any address (qmatmul.h reads blocks unaligned). CUDA never. O(1). */
 bool backend_can_map(const backend_t *b, int dtype, const void *p);
 
+/* True when the backend takes weights made of parts (the CPU). O(1). */
+bool backend_takes_parts(const backend_t *b);
+
 /* Bytes of a weight of that dtype and shape; 0 for a dtype or shape that is not one
  * (cols not a whole number of blocks). */
 size_t backend_weight_bytes(int dtype, int64_t rows, int64_t cols);

@@ -641,7 +641,8 @@ int checkpoint_stored_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer,
     if (row_bytes)
         *row_bytes = e->row_bytes;
     if (qk_perm_hd)
-        *qk_perm_hd = c->permuted_qk && (t == CKPT_ATTN_Q || t == CKPT_ATTN_K) ? c->cfg.head_dim : 0;
+        *qk_perm_hd = c->permuted_qk && (t == CKPT_ATTN_Q || t == CKPT_ATTN_K) ? c->cfg.head_dim
+                                                                              : 0;
     return DERAS_OK;
 }
 
