@@ -150,7 +150,8 @@ struct mm_ctx { void *y, *x, *w; int n, no, ni; };
 static void run_mm(void *p)
 {
     struct mm_ctx *c = p;
-    const backend_weight w = {backend_weight_dtype(be, DT_F32), c->no, c->ni, c->w};
+    const backend_weight w = {.dtype = backend_weight_dtype(be, DT_F32), .rows = c->no,
+                              .cols = c->ni, .data = c->w};
     OK(backend_matmul(be, c->y, c->x, &w, NULL, c->n));
 }
 
@@ -299,7 +300,8 @@ static void run_op(void *p)
                             c->n, 8, 128, 16));
         break;
     case OP_EMBED: {
-        const backend_weight t = {backend_weight_dtype(be, DT_F32), 128256, c->dim, c->b};
+        const backend_weight t = {.dtype = backend_weight_dtype(be, DT_F32), .rows = 128256,
+                                  .cols = c->dim, .data = c->b};
         OK(backend_embed(be, c->a, &t, c->c, c->n));
         break;
     }

@@ -164,7 +164,8 @@ typedef struct bench {
 /* Best seconds per call of qmm_matmul with these arguments, rotating through the copies. */
 static double time_calls(bench *b, int dtype, int mode, int n, int n_out, int n_in, int nt)
 {
-    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, nt, b->scratch, b->scratch_bytes};
+    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, nt, b->scratch, b->scratch_bytes,
+                  0};
     double best = 1e30, start = cli_now();
     for (int i = 0; i < 3 || cli_now() - start < b->min_time; i++) {
         a.w = b->pool + (size_t)(i % b->n_copies) * b->mat_bytes;
@@ -185,7 +186,8 @@ static void measure_error(bench *b, int dtype, int mode, const struct shape *s, 
     const int n = 4, n_out = s->n_out, n_in = s->n_in;
     float *wf = malloc(sizeof(float) * (size_t)n_out * n_in);
     dtype_to_f32(dtype, b->pool, wf, (int64_t)n_out * n_in);
-    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, 0, b->scratch, b->scratch_bytes};
+    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, 0, b->scratch, b->scratch_bytes,
+                  0};
     if (qmm_matmul(&a)) {
         fprintf(stderr, "bench_qmatmul: %s\n", deras_errmsg());
         exit(1);
@@ -216,7 +218,7 @@ static void measure_overhead(bench *b)
     static uint8_t w[128 * 1024 / 32 * 18];
     qref_weights(DT_Q4_0, 128, 1024, &seed, w);
     const int reps = 20000;
-    qmm_args a = {b->y, b->x, w, DT_Q4_0, 1, 4, 32, QMM_EXACT, 1, NULL, 0};
+    qmm_args a = {b->y, b->x, w, DT_Q4_0, 1, 4, 32, QMM_EXACT, 1, NULL, 0, 0};
     double best_tiny = 1e30, best_region = 1e30, best1 = 1e30, best2 = 1e30;
     for (int round = 0; round < 5; round++) {
         double t0 = cli_now();
@@ -232,7 +234,7 @@ static void measure_overhead(bench *b)
         }
         best_region = fmin(best_region, (cli_now() - t0) / reps);
         /* 128 x 1024 Q4_0: 131k multiply-adds, just enough for two threads */
-        qmm_args c = {b->y, b->x, w, DT_Q4_0, 1, 128, 1024, QMM_EXACT, 1, NULL, 0};
+        qmm_args c = {b->y, b->x, w, DT_Q4_0, 1, 128, 1024, QMM_EXACT, 1, NULL, 0, 0};
         t0 = cli_now();
         for (int i = 0; i < reps / 10; i++)
             qmm_matmul(&c);

@@ -6,10 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <strings.h>
+
+#include "common/base/dtype.h"
 #include "common/base/log.h"
+#include "common/base/quantize.h"
 #include "common/base/status.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/checkpoint/kv_math.h"
+#include "engine/model_weights.h"
 #include "engine/spec_draft.h"
 
 #define DEFAULT_BLOCK_SIZE 16
@@ -21,6 +26,8 @@ struct loader {
     tokenizer_t *tok;         /* loaded on demand */
     int32_t *eog;             /* the tokenizer's end-of-generation ids */
     int n_eog;
+    bool convert;             /* opts.weight_format converts, to weight_dtype */
+    int weight_dtype;
     bool sized;
     kv_sizing kvs;
     model_opts mo;
@@ -29,6 +36,24 @@ struct loader {
     model_t *drafter;         /* speculative decoding's draft model, or NULL */
     engine_t *e;
 };
+
+int loader_weight_format(const char *s, bool *convert, int *dtype)
+{
+    int dt = DT_F32;
+    bool conv = s && strcasecmp(s, "as-stored");
+    if (conv && dtype_parse(s, &dt))
+        return deras_fail(DERAS_EINVAL, "--weight-format '%.32s': expected as-stored, f32, f16, "
+                          "bf16, q8_0, q4_0, q4_1, q5_0 or q5_1", s);
+    if (conv && !dtype_can_quantize(dt))
+        return deras_fail(DERAS_EUNSUPPORTED, "--weight-format %s: deras computes on %s weights "
+                          "as a file stores them but does not write them; expected as-stored, "
+                          "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1", s, dtype_name(dt));
+    if (convert)
+        *convert = conv;
+    if (dtype)
+        *dtype = dt;
+    return DERAS_OK;
+}
 
 int loader_open(const loader_opts *o, loader_t **out)
 {
@@ -56,7 +81,9 @@ int loader_open(const loader_opts *o, loader_t **out)
     if (!l->o.max_live_seqs)
         l->o.max_live_seqs = 4 * l->o.max_seqs;
     int rc;
-    if ((rc = backend_new(l->o.device, l->o.threads, &l->be)) ||
+    if ((rc = loader_weight_format(l->o.weight_format, &l->convert, &l->weight_dtype)) ||
+        (rc = backend_new(l->o.device, l->o.threads, &l->be)) ||
+        (l->convert && (rc = ws_check_format(l->be, l->weight_dtype))) ||
         (rc = checkpoint_open(l->o.model, &l->ck))) {
         loader_destroy(&l);
         return rc;
@@ -89,15 +116,11 @@ int loader_tokenizer(loader_t *l, const tokenizer_t **out)
     return DERAS_OK;
 }
 
-/* Bytes the weights will take on the backend: a fraction budget leaves them out. */
-static uint64_t weight_bytes(const model_config *c, size_t elem_size)
+/* Bytes the weights will take (mapped or in backend memory): a fraction budget leaves
+ * them out. */
+static uint64_t weight_bytes(const loader_t *l)
 {
-    kvmath_params p;
-    uint64_t bytes = 0;
-    enum kvmath_dtype dt = elem_size == 4 ? KVMATH_FP32 : elem_size == 2 ? KVMATH_FP16 : KVMATH_FP8;
-    if (kvmath_params_count(c, 1, &p) || kvmath_weight_bytes(&p, dt, &bytes))
-        return 0;
-    return bytes;
+    return ws_estimate(l->ck, l->be, l->convert, l->weight_dtype);
 }
 
 /* The model options for a cache of l->kvs where one sequence holds up to per_seq_tokens. */
@@ -113,7 +136,8 @@ static void plan_model(loader_t *l, int64_t per_seq_tokens)
                          .n_kv_blocks = l->kvs.n_blocks,
                          .max_blocks_per_seq = (int)((seq_len + bs - 1) / bs),
                          .max_copies = l->o.max_seqs, .progress = l->o.progress,
-                         .progress_ctx = l->o.progress_ctx};
+                         .progress_ctx = l->o.progress_ctx, .convert_weights = l->convert,
+                         .weight_dtype = l->weight_dtype};
     l->sized = true;
     if (l->o.log)
         kv_sizing_log(&l->kvs);
@@ -125,8 +149,8 @@ int loader_size_budget(loader_t *l, const char *spec)
         return deras_fail(DERAS_EINVAL, "loader_size_budget: not open, or already built");
     const model_config *c = checkpoint_config(l->ck);
     size_t elem = backend_elem_size(l->be);
-    int rc = kv_sizing_from_budget_before(c, elem, l->o.block_size, spec,
-                                          weight_bytes(c, elem), &l->kvs);
+    int rc = kv_sizing_from_budget_before(c, elem, l->o.block_size, spec, weight_bytes(l),
+                                          &l->kvs);
     if (rc)
         return rc;
     plan_model(l, l->kvs.n_tokens);
@@ -164,8 +188,9 @@ int loader_build_model(loader_t *l)
         return rc;
     if (!l->max_model_len) /* options from elsewhere (a follower): what one sequence holds */
         l->max_model_len = l->mo.max_blocks_per_seq * l->mo.block_size;
-    /* The model holds its own copy of every weight and of the config. The tokenizer, if
-     * nobody asked for it yet, is what the engine needs next: load it before closing. */
+    /* The model holds its weights (a reference to the checkpoint where they are mapped) and
+     * its config. The tokenizer, if nobody asked for it yet, is what the engine needs next:
+     * load it before closing. */
     const tokenizer_t *tok;
     if (!l->o.model_only && !l->tok && (rc = loader_tokenizer(l, &tok)))
         return rc;

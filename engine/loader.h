@@ -12,8 +12,9 @@
  *                        length; then the model options that follow (loader_model_opts):
  *                        a tensor-parallel leader adds its rank and communicator there, a
  *                        follower skips sizing and takes the leader's options instead
- *   loader_build_model   weights and cache (progress through opts.progress); the checkpoint
- *                        is closed after, the model keeps its own copy of what it needs
+ *   loader_build_model   weights and cache (progress through opts.progress); the loader
+ *                        closes its checkpoint after, the model keeps a reference while it
+ *                        computes on the file's mapping
  *   loader_build_engine  the draft model the proposer needs, then the engine
  *
  * loader_load runs every stage for the common case. The loader owns everything it built
@@ -50,7 +51,17 @@ typedef struct loader_opts {
                                  ids (fixed-length benchmarks) */
     void (*progress)(void *ctx, int done, int total); /* weight loading, or NULL */
     void *progress_ctx;
+    const char *weight_format; /* NULL or "as-stored": each weight in the format the file
+                                  holds (used in place on the CPU); else every matrix
+                                  converted at load (loader_weight_format) */
 } loader_opts;
+
+/* --weight-format: "as-stored" (*convert false), or f32, f16, bf16, q8_0, q4_0, q4_1,
+ * q5_0, q5_1 (any case: *convert true, *dtype the enum deras_dtype). DERAS_EINVAL naming
+ * the accepted values for anything else; DERAS_EUNSUPPORTED for a type deras computes on
+ * but does not write (Q4_K, Q5_K, Q6_K: used as stored only). Out-pointers may be NULL.
+ * Whether the device keeps the format is checked at load (model_new). O(1). */
+int loader_weight_format(const char *s, bool *convert, int *dtype);
 
 typedef struct loader loader_t;
 

@@ -17,8 +17,8 @@
  *
  * Residual adds are fused into the next norm (backend_add_rmsnorm), so the residual
  * stream x is touched once per sub-block. Each matrix is a weight descriptor
- * (backend_weight) over one allocation, kept in its stored block format where the backend
- * computes on it (load_matrix); scratch buffers are sized at load from the options.
+ * (backend_weight), kept in its stored format and, where it can be, in place in the file
+ * mapping (engine/model_weights.h); scratch buffers are sized at load from the options.
  *
  * Tensor parallelism (Megatron): a rank holds its query heads' rows of Wq and its KV
  * heads' rows of Wk/Wv (column-parallel), the matching columns of Wo (row-parallel), its
@@ -36,8 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/dtype.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "engine/model_weights.h"
 #include "kernels/backend.h"
 
 typedef struct layer_weights {
@@ -65,7 +67,9 @@ struct model {
     backend_weight lm_head;  /* (vocab, d_model); data == tok_embd's when tied */
     float *inv_freq;   /* (head_dim / 2), backend f32 */
     layer_weights *layers;
-    uint64_t weight_bytes, kv_bytes;
+    weight_store ws;   /* where the weights live; a partial view's is empty */
+    int out_block, down_block; /* elements per block of Wo's and Wdown's formats (tp layout) */
+    uint64_t kv_bytes;
     bool borrowed;     /* a partial view: weights and inv_freq belong to another model */
 
     /* per-step scratch on the backend, sized for max_batch_tokens rows */
@@ -86,7 +90,6 @@ struct model {
     /* host scratch for the per-step index arrays */
     int32_t *h_positions, *h_slots;
     int32_t *h_ids;    /* tensor-parallel: token ids mapped into this rank's table */
-    float *row_scratch;/* one full row of the widest tensor, for unaligned column slices */
 };
 
 const model_config *model_get_config(const model_t *m)
@@ -106,7 +109,12 @@ const tp_shard *model_get_shard(const model_t *m)
 
 uint64_t model_weight_bytes(const model_t *m)
 {
-    return m->weight_bytes;
+    return m->ws.owned_bytes + m->ws.mapped_bytes;
+}
+
+uint64_t model_mapped_bytes(const model_t *m)
+{
+    return m->ws.mapped_bytes;
 }
 
 uint64_t model_kv_bytes(const model_t *m)
@@ -117,113 +125,6 @@ uint64_t model_kv_bytes(const model_t *m)
 static int balloc(model_t *m, void **out, size_t n_elems, size_t elem)
 {
     return backend_alloc(m->be, n_elems * elem, out);
-}
-
-/* A slice of one checkpoint tensor: rows [row0, row0 + n_rows), columns [col0, col0 +
- * n_cols); n_rows / n_cols of -1 mean all of them. A vector is one row. */
-typedef struct part {
-    enum ckpt_tensor t;
-    int64_t row0, n_rows, col0, n_cols;
-} part;
-
-/* Allocate one buffer holding the given vectors end to end (a norm, a fused bias) in the
- * backend's dtype, reading each through the host staging buffer. */
-static int load_vectors(model_t *m, void **dst, const part *parts, int n_parts, int layer,
-                      const checkpoint_t *ck, float *stage)
-{
-    part p[4];
-    int64_t total = 0;
-    for (int i = 0; i < n_parts; i++) {
-        int64_t rows, cols;
-        int rc = checkpoint_shape(ck, parts[i].t, layer, &rows, &cols);
-        if (rc)
-            return rc;
-        p[i] = parts[i];
-        if (p[i].n_rows < 0)
-            p[i].n_rows = rows;
-        if (p[i].n_cols < 0)
-            p[i].n_cols = cols;
-        total += p[i].n_rows * p[i].n_cols;
-    }
-    const size_t es = backend_elem_size(m->be);
-    int rc = balloc(m, dst, (size_t)total, es);
-    if (rc)
-        return rc;
-    m->weight_bytes += (uint64_t)total * es;
-    int64_t off = 0;
-    for (int i = 0; i < n_parts; i++) {
-        if ((rc = checkpoint_read_cols(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
-                                       p[i].n_cols, stage, m->row_scratch)) ||
-            (rc = backend_upload_f32(m->be, (char *)*dst + (size_t)off * es, stage,
-                                     (size_t)(p[i].n_rows * p[i].n_cols))))
-            return rc;
-        off += p[i].n_rows * p[i].n_cols;
-    }
-    return DERAS_OK;
-}
-
-/* A whole vector. */
-static int load_vector(model_t *m, void **dst, enum ckpt_tensor t, int layer,
-                       const checkpoint_t *ck, float *stage)
-{
-    const part p = {t, 0, -1, 0, -1};
-    return load_vectors(m, dst, &p, 1, layer, ck, stage);
-}
-
-/* A matrix made of the given row slices one after another (a fused weight), extra_rows
- * zero rows at the end. Kept in the dtype the backend keeps for the stored one when every
- * slice is stored in it and the columns are whole blocks: the stored bytes are copied,
- * nothing is dequantized, and the weight takes the file's bytes. Otherwise each slice is
- * dequantized to f32 through the host staging buffer and uploaded in the backend's dtype.
- * Only the slices are read from the checkpoint. */
-static int load_matrix(model_t *m, backend_weight *w, const part *parts, int n_parts, int layer,
-                       const checkpoint_t *ck, float *stage, int extra_rows)
-{
-    part p[4];
-    int64_t rows = 0;
-    const int native = backend_weight_dtype(m->be, DT_F32);
-    const int first = checkpoint_dtype(ck, parts[0].t, layer), blk = dtype_block_elems(first);
-    int dt = backend_weight_dtype(m->be, first);
-    for (int i = 0; i < n_parts; i++) {
-        int64_t r, c;
-        int rc = checkpoint_shape(ck, parts[i].t, layer, &r, &c);
-        if (rc)
-            return rc;
-        p[i] = parts[i];
-        p[i].n_rows = p[i].n_rows < 0 ? r : p[i].n_rows;
-        p[i].n_cols = p[i].n_cols < 0 ? c : p[i].n_cols;
-        if (p[i].n_cols != p[0].n_cols)
-            return deras_fail(DERAS_EINTERNAL, "fusing layer %d tensors of %lld and %lld columns",
-                              layer, (long long)p[0].n_cols, (long long)p[i].n_cols);
-        if (checkpoint_dtype(ck, p[i].t, layer) != first || blk <= 0 || p[i].col0 % blk ||
-            p[i].n_cols % blk)
-            dt = native;
-        rows += p[i].n_rows;
-    }
-    const int64_t cols = p[0].n_cols;
-    const bool stored = dt != native;
-    const size_t row_bytes = stored ? backend_weight_bytes(dt, 1, cols)
-                                    : (size_t)cols * backend_elem_size(m->be);
-    void *data;
-    int rc = balloc(m, &data, (size_t)(rows + extra_rows), row_bytes);
-    if (rc)
-        return rc;
-    *w = (backend_weight){dt, (int)(rows + extra_rows), (int)cols, data};
-    m->weight_bytes += (uint64_t)(rows + extra_rows) * row_bytes;
-    char *at = data;
-    for (int i = 0; i < n_parts; i++) {
-        if (stored)
-            rc = checkpoint_read_stored(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
-                                        cols, stage);
-        else
-            rc = checkpoint_read_cols(ck, p[i].t, layer, p[i].row0, p[i].n_rows, p[i].col0,
-                                      cols, stage, m->row_scratch);
-        if (rc || (rc = stored ? backend_upload(m->be, at, stage, (size_t)p[i].n_rows * row_bytes)
-                               : backend_upload_f32(m->be, at, stage, (size_t)(p[i].n_rows * cols))))
-            return rc;
-        at += (size_t)p[i].n_rows * row_bytes;
-    }
-    return DERAS_OK;
 }
 
 static int alloc_scratch(model_t *m)
@@ -286,15 +187,30 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     if (rc)
         return rc;
     model_t *m = calloc(1, sizeof *m);
-    float *stage = NULL;
     if (!m)
         return deras_fail(DERAS_ENOMEM, "model_new: out of memory");
     m->cfg = *checkpoint_config(ck);
     m->opts = *opts;
     m->be = b;
     const model_config *c = &m->cfg;
+    const int hd = c->head_dim;
     m->tp = opts->tp_size > 1;
-    if ((rc = tp_shard_of(c, m->tp ? opts->tp_rank : 0, m->tp ? opts->tp_size : 1, &m->sh)))
+    /* host staging: rows of the widest tensor at least */
+    size_t widest = (size_t)(c->d_model > c->d_ff ? c->d_model : c->d_ff);
+    widest = widest > (size_t)c->n_heads * hd ? widest : (size_t)c->n_heads * hd;
+    if ((opts->convert_weights && (rc = ws_check_format(b, opts->weight_dtype))) ||
+        (rc = ws_init(&m->ws, b, opts->convert_weights, opts->weight_dtype, 0, widest)))
+        goto fail;
+    /* the row-parallel weights split at their blocks: the largest block any layer keeps */
+    m->out_block = m->down_block = 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        int bo = dtype_block_elems(ws_kept_dtype(&m->ws, checkpoint_dtype(ck, CKPT_ATTN_OUT, l)));
+        int bd = dtype_block_elems(ws_kept_dtype(&m->ws, checkpoint_dtype(ck, CKPT_FFN_DOWN, l)));
+        m->out_block = bo > m->out_block ? bo : m->out_block;
+        m->down_block = bd > m->down_block ? bd : m->down_block;
+    }
+    if ((rc = tp_shard_of_blocks(c, m->tp ? opts->tp_rank : 0, m->tp ? opts->tp_size : 1,
+                                 m->tp ? m->out_block : 1, m->tp ? m->down_block : 1, &m->sh)))
         goto fail;
     if (m->tp && !strcmp(comm_kind(opts->comm), "shm") && strcmp(backend_name(b), "cpu")) {
         rc = deras_fail(DERAS_EUNSUPPORTED, "the shared-memory communicator needs the cpu backend, "
@@ -306,7 +222,6 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     m->n_kv_heads = sh->kv1 - sh->kv0;
     m->d_ff = sh->f1 - sh->f0;
     m->vocab = sh->v1 - sh->v0;
-    const int hd = c->head_dim;
     m->q_dim = m->n_heads * hd;
     m->kv_dim = m->n_kv_heads * hd;
     m->qkv_dim = m->q_dim + 2 * m->kv_dim;
@@ -317,57 +232,51 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     }
 
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    /* Staging holds the largest slice as f32: the embedding or an MLP matrix. */
-    size_t stage_elems = (size_t)m->vocab * c->d_model;
-    size_t mlp = (size_t)m->d_ff * c->d_model, qkv = (size_t)m->qkv_dim * c->d_model;
-    size_t widest = (size_t)(c->d_model > c->d_ff ? c->d_model : c->d_ff);
-    widest = widest > (size_t)c->n_heads * hd ? widest : (size_t)c->n_heads * hd;
-    stage_elems = stage_elems > mlp ? stage_elems : mlp;
-    stage_elems = stage_elems > qkv ? stage_elems : qkv;
-    stage = malloc(stage_elems * sizeof(float));
-    m->row_scratch = malloc(widest * sizeof(float));
-    if (!m->layers || !stage || !m->row_scratch) {
-        rc = deras_fail(DERAS_ENOMEM, "model_new: out of memory for staging");
+    if (!m->layers) {
+        rc = deras_fail(DERAS_ENOMEM, "model_new: out of memory");
         goto fail;
     }
-
+    weight_store *ws = &m->ws;
     const int total = c->n_layers + 2;
     /* vocab-parallel: this rank's rows, then one zero row for every other rank's token */
-    const part embd = {CKPT_TOK_EMBD, sh->v0, m->vocab, 0, -1};
-    if ((rc = load_matrix(m, &m->tok_embd, &embd, 1, 0, ck, stage, m->tp ? 1 : 0)) ||
-        (rc = load_vector(m, &m->out_norm, CKPT_OUTPUT_NORM, 0, ck, stage)))
+    const ws_slice embd = {CKPT_TOK_EMBD, sh->v0, m->vocab, 0, -1};
+    const ws_slice out_norm = {CKPT_OUTPUT_NORM, 0, -1, 0, -1};
+    if ((rc = ws_matrix(ws, &m->tok_embd, &embd, 1, 0, ck, m->tp ? 1 : 0)) ||
+        (rc = ws_vectors(ws, &m->out_norm, &out_norm, 1, 0, ck)))
         goto fail;
     if (opts->progress)
         opts->progress(opts->progress_ctx, 1, total);
-    const part head = {CKPT_OUTPUT, sh->v0, m->vocab, 0, -1};
+    const ws_slice head = {CKPT_OUTPUT, sh->v0, m->vocab, 0, -1};
     if (c->tied_embeddings)
-        m->lm_head = (backend_weight){m->tok_embd.dtype, m->vocab, c->d_model, m->tok_embd.data};
-    else if ((rc = load_matrix(m, &m->lm_head, &head, 1, 0, ck, stage, 0)))
+        m->lm_head = ws_first_rows(&m->tok_embd, m->vocab);
+    else if ((rc = ws_matrix(ws, &m->lm_head, &head, 1, 0, ck, 0)))
         goto fail;
     if (opts->progress)
         opts->progress(opts->progress_ctx, 2, total);
 
     const int64_t q0 = (int64_t)sh->h0 * hd, nq = m->q_dim;
     const int64_t k0 = (int64_t)sh->kv0 * hd, nk = m->kv_dim;
-    const part qkv_parts[] = {{CKPT_ATTN_Q, q0, nq, 0, -1}, {CKPT_ATTN_K, k0, nk, 0, -1},
-                              {CKPT_ATTN_V, k0, nk, 0, -1}};
-    const part qkv_bias_parts[] = {{CKPT_ATTN_Q_BIAS, 0, 1, q0, nq},
-                                   {CKPT_ATTN_K_BIAS, 0, 1, k0, nk},
-                                   {CKPT_ATTN_V_BIAS, 0, 1, k0, nk}};
-    const part wo_part = {CKPT_ATTN_OUT, 0, -1, q0, nq};
-    const part gu_parts[] = {{CKPT_FFN_GATE, sh->f0, m->d_ff, 0, -1},
-                             {CKPT_FFN_UP, sh->f0, m->d_ff, 0, -1}};
-    const part down_part = {CKPT_FFN_DOWN, 0, -1, sh->f0, m->d_ff};
+    const ws_slice qkv[] = {{CKPT_ATTN_Q, q0, nq, 0, -1}, {CKPT_ATTN_K, k0, nk, 0, -1},
+                            {CKPT_ATTN_V, k0, nk, 0, -1}};
+    const ws_slice qkv_bias[] = {{CKPT_ATTN_Q_BIAS, 0, 1, q0, nq},
+                                 {CKPT_ATTN_K_BIAS, 0, 1, k0, nk},
+                                 {CKPT_ATTN_V_BIAS, 0, 1, k0, nk}};
+    const ws_slice wo = {CKPT_ATTN_OUT, 0, -1, q0, nq};
+    const ws_slice gu[] = {{CKPT_FFN_GATE, sh->f0, m->d_ff, 0, -1},
+                           {CKPT_FFN_UP, sh->f0, m->d_ff, 0, -1}};
+    const ws_slice down = {CKPT_FFN_DOWN, 0, -1, sh->f0, m->d_ff};
+    const ws_slice attn_norm = {CKPT_ATTN_NORM, 0, -1, 0, -1};
+    const ws_slice ffn_norm = {CKPT_FFN_NORM, 0, -1, 0, -1};
     size_t es = backend_elem_size(b);
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *L = &m->layers[l];
-        if ((rc = load_vector(m, &L->attn_norm, CKPT_ATTN_NORM, l, ck, stage)) ||
-            (rc = load_matrix(m, &L->wqkv, qkv_parts, 3, l, ck, stage, 0)) ||
-            (c->qkv_bias && (rc = load_vectors(m, &L->bqkv, qkv_bias_parts, 3, l, ck, stage))) ||
-            (rc = load_matrix(m, &L->wo, &wo_part, 1, l, ck, stage, 0)) ||
-            (rc = load_vector(m, &L->ffn_norm, CKPT_FFN_NORM, l, ck, stage)) ||
-            (rc = load_matrix(m, &L->wgu, gu_parts, 2, l, ck, stage, 0)) ||
-            (rc = load_matrix(m, &L->wdown, &down_part, 1, l, ck, stage, 0)))
+        if ((rc = ws_vectors(ws, &L->attn_norm, &attn_norm, 1, l, ck)) ||
+            (rc = ws_matrix(ws, &L->wqkv, qkv, 3, l, ck, 0)) ||
+            (c->qkv_bias && (rc = ws_vectors(ws, &L->bqkv, qkv_bias, 3, l, ck))) ||
+            (rc = ws_matrix(ws, &L->wo, &wo, 1, l, ck, 0)) ||
+            (rc = ws_vectors(ws, &L->ffn_norm, &ffn_norm, 1, l, ck)) ||
+            (rc = ws_matrix(ws, &L->wgu, gu, 2, l, ck, 0)) ||
+            (rc = ws_matrix(ws, &L->wdown, &down, 1, l, ck, 0)))
             goto fail;
         size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
         if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
@@ -378,22 +287,18 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
             opts->progress(opts->progress_ctx, l + 3, total);
     }
 
-    int half = c->head_dim / 2;
-    if ((rc = balloc(m, (void **)&m->inv_freq, (size_t)half, sizeof(float))))
+    float inv_freq[MODEL_MAX_HEAD_DIM / 2];
+    const size_t half = (size_t)c->head_dim / 2;
+    model_config_rope_inv_freq(c, inv_freq);
+    if ((rc = balloc(m, (void **)&m->inv_freq, half, sizeof(float))) ||
+        (rc = backend_upload(b, m->inv_freq, inv_freq, half * sizeof(float))) ||
+        (rc = alloc_scratch(m)))
         goto fail;
-    model_config_rope_inv_freq(c, stage);
-    if ((rc = backend_upload(b, m->inv_freq, stage, (size_t)half * sizeof(float))))
-        goto fail;
-    if ((rc = alloc_scratch(m)))
-        goto fail;
-    free(stage);
-    free(m->row_scratch);
-    m->row_scratch = NULL;
+    ws_done_loading(ws);
     *out = m;
     return DERAS_OK;
 
 fail:
-    free(stage);
     model_destroy(&m);
     return deras_fail_ctx(rc, "loading model from %s: ", checkpoint_path(ck));
 }
@@ -455,21 +360,14 @@ void model_destroy(model_t **mp)
     backend_t *b = m->be;
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
-            layer_weights *L = &m->layers[l];
-            void *bufs[] = {L->attn_norm, (void *)L->wqkv.data, L->bqkv, (void *)L->wo.data,
-                            L->ffn_norm, (void *)L->wgu.data, (void *)L->wdown.data, L->k_cache,
-                            L->v_cache};
-            for (size_t i = m->borrowed ? 7 : 0; i < sizeof bufs / sizeof bufs[0]; i++)
-                backend_free(b, bufs[i]); /* a partial view frees only its own caches */
+            backend_free(b, m->layers[l].k_cache);
+            backend_free(b, m->layers[l].v_cache);
         }
         free(m->layers);
     }
     if (!m->borrowed) {
-        if (m->lm_head.data != m->tok_embd.data)
-            backend_free(b, (void *)m->lm_head.data);
-        void *weights[] = {(void *)m->tok_embd.data, m->out_norm, m->inv_freq};
-        for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
-            backend_free(b, weights[i]);
+        ws_release(&m->ws); /* the weights, the checkpoint reference */
+        backend_free(b, m->inv_freq);
     }
     void *bufs[] = {m->x, m->h, m->qkv, m->att, m->o, m->gu, m->ff, m->lg_x, m->lg, m->cos_sin,
                     m->d_tokens, m->d_positions, m->d_slots, m->d_q_start, m->d_ctx_len,
@@ -479,7 +377,6 @@ void model_destroy(model_t **mp)
     free(m->h_positions);
     free(m->h_slots);
     free(m->h_ids);
-    free(m->row_scratch);
     free(m);
     *mp = NULL;
 }
@@ -594,7 +491,7 @@ static int gather_logits(model_t *m, int NL, float *logits)
         return rc;
     for (int r = 0; r < m->sh.size; r++) {
         tp_shard o;
-        if ((rc = tp_shard_of(c, r, m->sh.size, &o)))
+        if ((rc = tp_shard_of_blocks(c, r, m->sh.size, m->out_block, m->down_block, &o)))
             return rc;
         const int w = o.v1 - o.v0;
         const char *src = (const char *)m->lg_all + (size_t)r * block * es;

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* model.h - a Llama-family model's weights on a backend, and its forward pass.
  *
- * model_new() reads every weight from a checkpoint, fusing Q/K/V into one matrix and
+ * model_new() takes every weight from a checkpoint, fusing Q/K/V into one matrix and
  * gate/up into another so each layer runs three large matrix products and one output
- * projection. A matrix whose parts are stored in a block format the backend keeps
- * (backend_weight_dtype: Q4_1, Q8_0, ... on the CPU) is copied as stored, so it takes the
- * file's bytes; every other weight is dequantized to f32 by the checkpoint and converted to
- * the backend's dtype on upload.
+ * projection. On the CPU backend a weight in a format it computes on (F32, F16, BF16,
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) is used as stored, straight from the
+ * checkpoint's file mapping (the model keeps a checkpoint_retain reference), so weight
+ * memory is the file's tensor bytes; engine/model_weights.h says when it is copied
+ * instead (a tensor-parallel column slice, a misaligned F32 tensor). opts.convert_weights
+ * converts every matrix to another format at load. On CUDA every weight is dequantized to
+ * f32 and converted to the backend's bf16/fp16 at upload.
  * It also owns the paged KV cache (n_kv_blocks blocks of block_size tokens per layer) and
  * the per-step scratch, sized once from the options: a forward pass allocates nothing.
  *
@@ -28,6 +31,7 @@
 #ifndef DERAS_MODEL_H
 #define DERAS_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/checkpoint/checkpoint.h"
@@ -50,6 +54,10 @@ typedef struct model_opts {
     void *progress_ctx;
     int tp_rank, tp_size; /* this rank's shard; tp_size 0 or 1: the whole model */
     comm_t *comm;         /* the group's communicator when tp_size > 1 (not owned) */
+    bool convert_weights; /* every matrix (embedding and LM head included) converted to
+                             weight_dtype at load; false: each kept as stored where the
+                             backend computes on its format */
+    int weight_dtype;     /* enum deras_dtype: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
 } model_opts;
 
 /* One forward step. Tokens of sequence s are rows [q_start[s], q_start[s+1]) and are its
@@ -68,8 +76,11 @@ typedef struct model_batch {
                                     step: copy-on-write of shared blocks */
 } model_batch;
 
-/* Load the model. DERAS_ENOMEM if the weights or cache do not fit; errors from the
- * checkpoint carry its message. Cost: reads and converts every weight once. */
+/* Load the model. DERAS_ENOMEM if the weights or cache do not fit; DERAS_EUNSUPPORTED for
+ * a weight_dtype the backend cannot keep or a tensor-parallel size whose split is not
+ * whole blocks of the weights' format; DERAS_EFORMAT for a conversion whose rows are not
+ * whole blocks; errors from the checkpoint carry its message. Cost: pages in (mapped) or
+ * reads and converts every weight once. */
 int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, model_t **out);
 void model_destroy(model_t **m);
 
@@ -86,8 +97,10 @@ const model_opts *model_get_opts(const model_t *m);
 /* This rank's shard (the whole model when not tensor-parallel). */
 const tp_shard *model_get_shard(const model_t *m);
 
-/* Bytes of weights resident on the backend (this rank's shard), and of the KV cache. */
+/* Bytes of weights this rank's shard uses (mapped from the file or in backend memory),
+ * of those the part used in place from the file mapping, and of the KV cache. */
 uint64_t model_weight_bytes(const model_t *m);
+uint64_t model_mapped_bytes(const model_t *m);
 uint64_t model_kv_bytes(const model_t *m);
 
 /* Run one step; logits (n_logits, vocab) f32 host memory (rank 0; NULL on other ranks).

@@ -11,8 +11,13 @@
  * - Embedding and LM head vocab-parallel: rows [v0, v1) of the vocabulary. Embedding rows
  *   of other ranks' tokens are zero, so an all-reduce gives every rank the embeddings;
  *   the logits are all-gathered.
- * A layout is impossible when a rank would get nothing: tp > n_heads, tp > d_ff or
- * tp > vocab size.
+ * - Quantized weights split only at their blocks (tp_shard_of_blocks): the attention
+ *   output's columns are whole heads, rounded to whole blocks of its format (Q4_K's 256
+ *   columns are two heads of 128), and the MLP split points are multiples of the down
+ *   projection's block (32 or 256), so every rank's slice is whole blocks and stays in
+ *   the file's format. The units are then split as evenly as possible, as above.
+ * A layout is impossible when a rank would get nothing: tp > n_heads (or its units),
+ * tp > d_ff (or its units) or tp > vocab size.
  *
  * For SmolLM2-135M (9 query heads, 3 KV heads, groups of 3): tp 1: heads 0-8, KV 0-2;
  * tp 2: heads 0-3 + KV 0-1 | heads 4-8 + KV 1-2 (KV head 1 on both); tp 3: one group per
@@ -33,9 +38,16 @@ typedef struct tp_shard {
 } tp_shard;
 
 /* Rank `rank`'s shard of a model with config c split `size` ways. DERAS_EINVAL for a
- * rank outside [0, size) or size < 1; DERAS_EUNSUPPORTED, with the numbers, when the
- * layout is impossible. O(1). */
+ * rank outside [0, size) or size < 1; DERAS_EUNSUPPORTED, with the numbers and the
+ * largest size that works, when the layout is impossible. O(1). */
 int tp_shard_of(const model_config *c, int rank, int size, tp_shard *out);
+
+/* The same with the row-parallel weights' columns split only at whole blocks: out_block
+ * and down_block are the elements per block of the format the attention output and the
+ * MLP down projection are kept in (1 for F32/F16/BF16: tp_shard_of). DERAS_EUNSUPPORTED
+ * also when n_heads * head_dim or d_ff is not whole blocks. O(size). */
+int tp_shard_of_blocks(const model_config *c, int rank, int size, int out_block, int down_block,
+                       tp_shard *out);
 
 /* "heads 0-3, KV heads 0-1 (KV 1 shared), ffn 0-767, vocab 0-24575" for logs. */
 void tp_shard_describe(const tp_shard *s, const model_config *c, char *buf, size_t cap);

@@ -123,6 +123,17 @@ int backend_weight_dtype(const backend_t *b, int stored)
     return b && b->ops->keeps && b->ops->keeps(stored) ? stored : b ? b->dtype : DT_F32;
 }
 
+bool backend_can_map(const backend_t *b, int dtype, const void *p)
+{
+    return b && p && b->ops->can_map && b->ops->keeps && b->ops->keeps(dtype) &&
+           b->ops->can_map(dtype, p);
+}
+
+bool backend_takes_parts(const backend_t *b)
+{
+    return b && b->ops->matmul_q;
+}
+
 size_t backend_weight_bytes(int dtype, int64_t rows, int64_t cols)
 {
     const int64_t blk = dtype_block_elems(dtype);
@@ -131,23 +142,54 @@ size_t backend_weight_bytes(int dtype, int64_t rows, int64_t cols)
     return (size_t)rows * (size_t)(cols / blk) * dtype_block_bytes(dtype);
 }
 
-/* A descriptor the backend can compute with: its own dtype, or one it keeps. */
+static bool kept(const backend_t *b, int dtype)
+{
+    return dtype == b->dtype || (b->ops->keeps && b->ops->keeps(dtype));
+}
+
+/* A descriptor the backend can compute with: its own dtype, or one it keeps; parts only
+ * where the backend takes them, adding up to the matrix, each whole blocks. */
 static int check_weight(const backend_t *b, const backend_weight *w, const char *op)
 {
-    if (w->dtype != b->dtype && !(b->ops->keeps && b->ops->keeps(w->dtype)))
-        return deras_fail(DERAS_EUNSUPPORTED, "%s on %s: weights of dtype %s are not kept by "
-                          "this backend", op, b->name, dtype_name(w->dtype));
+    if (w->n_parts < 0 || w->n_parts > BACKEND_WEIGHT_MAX_PARTS || (!w->n_parts && !w->data))
+        return deras_fail(DERAS_EINVAL, "%s: a weight of %d parts, data %p", op, w->n_parts,
+                          w->data);
+    if (!w->n_parts) {
+        if (!kept(b, w->dtype))
+            return deras_fail(DERAS_EUNSUPPORTED, "%s on %s: weights of dtype %s are not kept by "
+                              "this backend", op, b->name, dtype_name(w->dtype));
+        return DERAS_OK;
+    }
+    if (!backend_takes_parts(b))
+        return deras_fail(DERAS_EUNSUPPORTED, "%s on %s: weights made of parts are not taken by "
+                          "this backend", op, b->name);
+    int64_t rows = 0;
+    for (int i = 0; i < w->n_parts; i++) {
+        const backend_weight_part *p = &w->parts[i];
+        if (!kept(b, p->dtype))
+            return deras_fail(DERAS_EUNSUPPORTED, "%s on %s: part %d of dtype %s is not kept by "
+                              "this backend", op, b->name, i, dtype_name(p->dtype));
+        const int hd = p->qk_perm_hd;
+        if (!p->data || p->rows <= 0 || w->cols % dtype_block_elems(p->dtype) || hd < 0 ||
+            hd > BACKEND_WEIGHT_MAX_PERM_HD || hd % 2 || (hd && p->rows % hd))
+            return deras_fail(DERAS_EINVAL, "%s: part %d (%d rows of %d columns, %s, data %p, "
+                              "qk_perm_hd %d) is not one", op, i, p->rows, w->cols,
+                              dtype_name(p->dtype), p->data, hd);
+        rows += p->rows;
+    }
+    if (rows != w->rows)
+        return deras_fail(DERAS_EINVAL, "%s: parts of %lld rows for a matrix of %d", op,
+                          (long long)rows, w->rows);
     return DERAS_OK;
 }
 
 int backend_embed(backend_t *b, void *out, const backend_weight *table, const int32_t *ids, int n)
 {
-    CHECK(b && out && table && table->data && ids && n > 0 && table->rows > 0 && table->cols > 0,
-          "embed");
+    CHECK(b && out && table && ids && n > 0 && table->rows > 0 && table->cols > 0, "embed");
     int rc = check_weight(b, table, "embed");
     if (rc)
         return rc;
-    if (table->dtype != b->dtype)
+    if (table->n_parts || table->dtype != b->dtype)
         return b->ops->embed_q(b, out, table, ids, n);
     return b->ops->embed(b, out, table->data, ids, n, table->cols, table->rows);
 }
@@ -168,11 +210,11 @@ int backend_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, 
 int backend_matmul(backend_t *b, void *y, const void *x, const backend_weight *w,
                    const void *bias, int n)
 {
-    CHECK(b && y && x && w && w->data && n > 0 && w->rows > 0 && w->cols > 0 && y != x, "matmul");
+    CHECK(b && y && x && w && n > 0 && w->rows > 0 && w->cols > 0 && y != x, "matmul");
     int rc = check_weight(b, w, "matmul");
     if (rc)
         return rc;
-    if (w->dtype != b->dtype)
+    if (w->n_parts || w->dtype != b->dtype)
         return b->ops->matmul_q(b, y, x, w, bias, n);
     return b->ops->matmul(b, y, x, w->data, bias, n, w->rows, w->cols);
 }

@@ -24,6 +24,7 @@
 #ifndef DERAS_BACKEND_H
 #define DERAS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,20 +46,49 @@ size_t backend_elem_size(const backend_t *b);  /* bytes per activation/weight el
 
 /* A matrix (rows, cols) = (n_out, n_in) or an embedding table (vocab, d) in backend
  * memory: `dtype` (enum deras_dtype) is the backend's own (backend_weight_dtype(b,
- * DT_F32)) or a block format the backend computes on, rows of whole blocks one after
- * another. A value the caller embeds; it owns nothing. */
+ * DT_F32)) or a format the backend computes on, rows of whole blocks one after another.
+ *
+ * Or, with n_parts > 0, the matrix is its parts' rows one after another, each part
+ * stored where it is (a tensor in a mapped checkpoint file, backend_can_map) and in its
+ * own dtype: a fused Q/K/V or gate/up matrix made of the file's tensors without copying
+ * them. A part with qk_perm_hd > 0 holds its rows in the order GGUF's llama files store
+ * Q and K (convert_hf_to_gguf.py's permutation for interleaved RoPE): within each group
+ * of qk_perm_hd rows, matrix row j * hd/2 + i is stored at 2 i + j (j = 0, 1); the
+ * backend computes the matrix's own rows, in its order. Then `data` is NULL and `dtype`
+ * is parts[0]'s. Only backends whose matmul_q takes parts (the CPU) accept them.
+ * A value the caller embeds; it owns nothing. */
+#define BACKEND_WEIGHT_MAX_PARTS 4
+#define BACKEND_WEIGHT_MAX_PERM_HD 1024
+
+typedef struct backend_weight_part {
+    int dtype;          /* enum deras_dtype */
+    int rows;
+    const void *data;   /* (rows, cols) in dtype, any alignment backend_can_map accepts */
+    int qk_perm_hd;     /* 0, or the head size of the GGUF Q/K row order (even, divides rows) */
+} backend_weight_part;
+
 typedef struct backend_weight {
     int dtype;
     int rows, cols;
     const void *data;
+    int n_parts;        /* 0: data holds the matrix; 1..BACKEND_WEIGHT_MAX_PARTS: parts */
+    backend_weight_part parts[BACKEND_WEIGHT_MAX_PARTS];
 } backend_weight;
 
 /* The dtype in which this backend keeps a weight stored as `stored` (enum deras_dtype):
- * the CPU backend keeps the block formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and
- * Q6_K as they are (kernels/cpu/qmatmul.h computes on them) and anything else (F16, BF16
- * included, for now) as F32; CUDA keeps its activation dtype (DT_BF16 or DT_F16) whatever
- * the file holds. O(1). */
+ * the CPU backend keeps every format kernels/cpu/qmatmul.h computes on as it is (F32,
+ * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); CUDA keeps its activation
+ * dtype (DT_BF16 or DT_F16) whatever the file holds. O(1). */
 int backend_weight_dtype(const backend_t *b, int stored);
+
+/* True when the backend can compute on a weight of `dtype` lying at host address p as it
+ * is, without copying it into memory of its own: p is in a file mapping, say. The CPU
+ * backend can for every dtype it keeps, F32 at a 4-byte aligned address (OpenBLAS reads
+ * floats), the others at any address (qmatmul.h reads blocks unaligned). CUDA never. O(1). */
+bool backend_can_map(const backend_t *b, int dtype, const void *p);
+
+/* True when the backend takes weights made of parts (the CPU). O(1). */
+bool backend_takes_parts(const backend_t *b);
 
 /* Bytes of a weight of that dtype and shape; 0 for a dtype or shape that is not one
  * (cols not a whole number of blocks). */
@@ -73,7 +103,8 @@ int backend_download_f32(backend_t *b, float *dst, const void *src, size_t n_ele
 int backend_sync(backend_t *b);
 
 /* out (n, table.cols) = table rows ids[i] (dequantized); ids (n) int32 buffer, checked
- * against table.rows. DERAS_EUNSUPPORTED for a table dtype the backend does not keep. */
+ * against table.rows; a table of parts reads each row from its part. DERAS_EUNSUPPORTED
+ * for a table dtype the backend does not keep. */
 int backend_embed(backend_t *b, void *out, const backend_weight *table, const int32_t *ids,
                   int n);
 
@@ -87,8 +118,11 @@ int backend_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, 
 
 /* y (n, w.rows) = x (n, w.cols) * w^T + bias, bias (w.rows) or NULL. A block-format w
  * is computed in exact mode (f32 activations against the stored weights: the math of the
- * dequantized weights up to f32 summation order, kernels/cpu/qmatmul.h).
- * DERAS_EUNSUPPORTED for a w dtype the backend does not keep. */
+ * dequantized weights up to f32 summation order, kernels/cpu/qmatmul.h). Each part of a w
+ * of parts is one product into its columns of y; a part's row order is undone in y, so
+ * every output is the same dot product as with the rows in place. DERAS_EUNSUPPORTED for
+ * a w dtype the backend does not keep, or parts on a backend that takes none; DERAS_EINVAL
+ * for parts that do not add up to w.rows or a bad qk_perm_hd. */
 int backend_matmul(backend_t *b, void *y, const void *x, const backend_weight *w,
                    const void *bias, int n);
 

@@ -38,13 +38,16 @@ struct backend_ops {
     int (*attention)(backend_t *b, const attn_args *a);
     int (*silu_mul)(backend_t *b, void *out, const void *gu, int n, int d_ff);
     int (*copy_blocks)(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems);
-    /* Weights in a block format (w->dtype other than the backend's own); NULL where the
-     * backend keeps only its own dtype (backend_weight_dtype). */
+    /* Weights in another format than the backend's own, or made of parts (backend.h);
+     * NULL where the backend keeps only its own dtype (backend_weight_dtype). backend.c
+     * has checked every part's dtype with keeps, the parts' rows and qk_perm_hd. */
     bool (*keeps)(int dtype);
     int (*matmul_q)(backend_t *b, void *y, const void *x, const backend_weight *w,
                     const void *bias, int n);
     int (*embed_q)(backend_t *b, void *out, const backend_weight *table, const int32_t *ids,
                    int n);
+    /* backend_can_map; NULL: never. */
+    bool (*can_map)(int dtype, const void *p);
 };
 
 struct backend {

@@ -34,6 +34,7 @@ typedef struct gen_args {
     const char *prompt;
     const char *system;
     const char *device;
+    const char *weight_format; /* NULL: as stored */
     bool chat;
     int threads, block_size;
     req_params params;    /* one sample; the sampling flags come from the table */
@@ -71,6 +72,9 @@ static void usage(FILE *f)
           "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
           "  --threads N             CPU threads (default: all cores)\n"
           "  --device DEV            cpu (default)\n"
+          "  --weight-format F       as-stored (default: the file's formats, used in place on\n"
+          "                          the CPU) or f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1:\n"
+          "                          every matrix converted at load\n"
           "  --block-size N          KV block size in tokens (default 16)\n",
           f);
     gen_args d;
@@ -81,7 +85,7 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, gen_args *a)
 {
     enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_SEED, O_STOP, O_STOPID,
-           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_HELP };
+           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_WEIGHTS, O_HELP };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"prompt", required_argument, 0, O_PROMPT},
@@ -95,6 +99,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE},
         {"block-size", required_argument, 0, O_BLOCK},
+        {"weight-format", required_argument, 0, O_WEIGHTS},
         {"help", no_argument, 0, O_HELP},
     };
     struct option opts[MAX_OPTIONS];
@@ -146,6 +151,13 @@ static int parse_args(int argc, char **argv, gen_args *a)
             a->threads = (int)l;
             break;
         case O_DEVICE: a->device = optarg; break;
+        case O_WEIGHTS:
+            if (loader_weight_format(optarg, NULL, NULL)) {
+                fprintf(stderr, "generate: %s\n", deras_errmsg());
+                return 2;
+            }
+            a->weight_format = optarg;
+            break;
         case O_BLOCK:
             if (cli_int("--block-size", optarg, 1, 256, &l)) return 2;
             a->block_size = (int)l;
@@ -294,7 +306,8 @@ static int generate(const gen_args *a)
     loader_opts lo = {.model = a->model, .device = a->device, .threads = a->threads,
                       .block_size = a->block_size, .max_seqs = 1,
                       .max_batch_tokens = PREFILL_CHUNK, .max_live_seqs = 1,
-                      .progress = cli_progress, .progress_ctx = &progress_last};
+                      .progress = cli_progress, .progress_ctx = &progress_last,
+                      .weight_format = a->weight_format};
     if ((rc = loader_open(&lo, &l)) || (rc = loader_tokenizer(l, &tok)) ||
         (rc = tokenize_prompt(a, tok, &ids, &n_prompt)))
         goto fail;

@@ -31,6 +31,7 @@
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
 #include "common/wire/endpoints.h"
+#include "engine/loader.h"
 #include "tools/commands.h"
 
 #define MAX_WORKERS 16
@@ -53,6 +54,7 @@ typedef struct serve_args {
     const char *device;    /* force every worker onto this device kind ("cpu") */
     int threads;
     const char *kv_memory;
+    const char *weight_format; /* --weight-format for every worker, or NULL: theirs */
     int drain_timeout;
     const char *router_args[MAX_PASS];
     int n_router_args;
@@ -83,6 +85,8 @@ static void usage(FILE *f)
           "  --device cpu            run workers on the CPU even where GPUs exist\n"
           "  --threads N             CPU threads per worker (default: cores / workers)\n"
           "  --kv-cache-memory SPEC  per worker: a size (4GiB) or a fraction of free memory\n"
+          "  --weight-format F       as-stored (default) or f32, f16, bf16, q8_0, q4_0, q4_1,\n"
+          "                          q5_0, q5_1: the format workers keep the weights in\n"
           "  --drain-timeout S       seconds in-flight requests get at shutdown (default 30)\n"
           "  --chat-template FILE    render chats with this Jinja template instead of the\n"
           "                          model's (e.g. one that knows tools; vLLM's option)\n"
@@ -96,7 +100,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, serve_args *a)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_NWORKERS, O_ADMIN, O_METRICS, O_DEVICE, O_THREADS,
-           O_KV, O_DRAIN, O_RARG, O_WARG, O_HELP, O_TEMPLATE, O_TOOLS };
+           O_KV, O_DRAIN, O_RARG, O_WARG, O_WEIGHTS, O_HELP, O_TEMPLATE, O_TOOLS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},   {"listen", required_argument, 0, O_LISTEN},
         {"workers", required_argument, 0, O_WORKERS},
@@ -106,6 +110,7 @@ static int parse(int argc, char **argv, serve_args *a)
         {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS}, {"kv-cache-memory", required_argument, 0, O_KV},
         {"drain-timeout", required_argument, 0, O_DRAIN},
+        {"weight-format", required_argument, 0, O_WEIGHTS},
         {"router-arg", required_argument, 0, O_RARG}, {"worker-arg", required_argument, 0, O_WARG},
         {"chat-template", required_argument, 0, O_TEMPLATE},
         {"tool-call-parser", required_argument, 0, O_TOOLS},
@@ -144,6 +149,13 @@ static int parse(int argc, char **argv, serve_args *a)
             a->threads = (int)l;
             break;
         case O_KV: a->kv_memory = optarg; break;
+        case O_WEIGHTS:
+            if (loader_weight_format(optarg, NULL, NULL)) {
+                fprintf(stderr, "serve: %s\n", deras_errmsg());
+                return 2;
+            }
+            a->weight_format = optarg;
+            break;
         case O_DRAIN:
             if (cli_int("--drain-timeout", optarg, 0, 3600, &l)) return 2;
             a->drain_timeout = (int)l;
@@ -284,6 +296,10 @@ static pid_t start_worker(serve_state *s, child *w)
     if (s->a->kv_memory) {
         argv[n++] = "--kv-cache-memory";
         argv[n++] = s->a->kv_memory;
+    }
+    if (s->a->weight_format) {
+        argv[n++] = "--weight-format";
+        argv[n++] = s->a->weight_format;
     }
     for (int i = 0; i < s->a->n_worker_args; i++)
         argv[n++] = s->a->worker_args[i];

@@ -28,9 +28,11 @@ int worker_follower_run(const worker_opts *o)
     /* the leader ends the group; a signal to every rank must not cut its steps short */
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
-    /* the step limits and the cache come from the leader (group_model_opts) */
+    /* the step limits, the cache and the weight format come from the leader
+     * (group_model_opts) */
     loader_opts lo = {.model = o->model, .device = o->device, .threads = o->threads,
-                      .max_seqs = 1, .max_batch_tokens = 1, .model_only = true};
+                      .max_seqs = 1, .max_batch_tokens = 1, .model_only = true,
+                      .weight_format = o->weight_format};
     if ((rc = loader_open(&lo, &l)))
         goto done;
     group_opts go = {.name = o->name, .rank = o->tp_rank, .size = o->tp_size,
@@ -43,8 +45,9 @@ int worker_follower_run(const worker_opts *o)
     if ((rc = loader_build_model(l)))
         goto done;
     model_t *m = loader_model(l);
-    log_info("rank %d: shard loaded, %.1f MiB of weights, %.1f MiB of KV cache", o->tp_rank,
-             model_weight_bytes(m) / 1048576.0, model_kv_bytes(m) / 1048576.0);
+    log_info("rank %d: shard loaded, %.1f MiB of weights (%.1f MiB in place from the file "
+             "mapping), %.1f MiB of KV cache", o->tp_rank, model_weight_bytes(m) / 1048576.0,
+             model_mapped_bytes(m) / 1048576.0, model_kv_bytes(m) / 1048576.0);
     group_set_loaded(g);
     rc = group_follow(g, m);
 done:

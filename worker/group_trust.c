@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/base/quantize.h"
 #include "common/base/status.h"
 #include "common/wire/endpoints.h"
 
@@ -77,6 +78,10 @@ int group_hdr_check(const group_hdr *h, size_t bytes)
                           "copies %d)", (int)h->max_batch_tokens, (int)h->max_seqs,
                           (int)h->max_logits, (int)h->block_size, (int)h->n_kv_blocks,
                           (int)h->max_blocks_per_seq, (int)h->max_copies);
+    if ((h->convert_weights != 0 && h->convert_weights != 1) ||
+        (h->convert_weights && !dtype_can_quantize(h->weight_dtype)))
+        return deras_fail(DERAS_EFORMAT, "segment: weight format %d/%d", (int)h->convert_weights,
+                          (int)h->weight_dtype);
     return DERAS_OK;
 }
 

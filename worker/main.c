@@ -81,6 +81,10 @@ static void usage(FILE *f)
             "  --name NAME              unique worker name, the routing id (default w<pid>)\n"
             "  --device DEV             cpu or cuda:N (default cpu)\n"
             "  --threads N              CPU threads, 0 = all cores (default 0)\n"
+            "  --weight-format F        as-stored (default: every weight in the format the file\n"
+            "                           holds, used in place from the file mapping on the CPU),\n"
+            "                           or f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1: every\n"
+            "                           matrix converted at load (the cpu device)\n"
             "  --kv-cache-memory SPEC   KV cache budget: a size (4GiB, 512MB) or a fraction of\n"
             "                           the memory available after the weights (default 0.4)\n"
             "  --max-seqs N             sequences per step (default 64)\n"
@@ -124,7 +128,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
            O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_CURVE, O_CURVE_KEY,
-           O_VERSION, O_HELP };
+           O_WEIGHTS, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
@@ -149,6 +153,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"log-format", required_argument, 0, O_LOGFMT},
         {"curve-server-key", required_argument, 0, O_CURVE},
         {"curve-client-key", required_argument, 0, O_CURVE_KEY},
+        {"weight-format", required_argument, 0, O_WEIGHTS},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
@@ -171,6 +176,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         case O_KV: o->kv_cache_memory = optarg; break;
         case O_NOPREFIX: o->prefix_caching = false; break;
         case O_SPEC: o->spec_proposer = optarg; break;
+        case O_WEIGHTS: o->weight_format = optarg; break;
         case O_CURVE: o->curve_server_key = optarg; break;
         case O_CURVE_KEY: key_file = optarg; break;
 #define INT_OPT(code, name, lo, hi, field)           \

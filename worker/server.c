@@ -497,7 +497,7 @@ static int load_engine(worker_server_t *s, const spec_opts *so)
                       .max_batch_tokens = s->o.max_batch_tokens,
                       .max_live_seqs = s->o.max_live_seqs, .prefix_caching = s->o.prefix_caching,
                       .spec = *so, .log = true, .progress = progress_log,
-                      .progress_ctx = &progress_last};
+                      .progress_ctx = &progress_last, .weight_format = s->o.weight_format};
     int rc;
     if ((rc = loader_open(&lo, &s->ld)) || (rc = loader_size_budget(s->ld, s->kv_spec)))
         return rc;
@@ -516,9 +516,9 @@ static int load_engine(worker_server_t *s, const spec_opts *so)
     if ((rc = loader_build_model(s->ld)) || (s->group && (rc = group_wait_ready(s->group))))
         return rc;
     model_t *m = loader_model(s->ld);
-    if (s->group)
-        log_info("rank 0: %.1f MiB of weights, %.1f MiB of KV cache",
-                 model_weight_bytes(m) / 1048576.0, model_kv_bytes(m) / 1048576.0);
+    log_info("%s%.1f MiB of weights (%.1f MiB used in place from the file mapping), %.1f MiB "
+             "of KV cache", s->group ? "rank 0: " : "", model_weight_bytes(m) / 1048576.0,
+             model_mapped_bytes(m) / 1048576.0, model_kv_bytes(m) / 1048576.0);
     engine_callbacks cb = {on_token, on_finish, s};
     if ((rc = loader_build_engine(s->ld, &cb, s->group ? group_publish : NULL, s->group)))
         return rc;

@@ -8,6 +8,7 @@
 #include "common/base/status.h"
 #include "common/wire/worker_proto.h"
 #include "engine/kv_sizing.h"
+#include "engine/loader.h"
 #include "engine/speculative.h"
 
 void worker_opts_default(worker_opts *o)
@@ -100,6 +101,8 @@ int worker_opts_check(const worker_opts *o)
     int rc = kv_sizing_check_spec(o->kv_cache_memory);
     if (rc)
         return deras_fail_ctx(DERAS_EINVAL, "--kv-cache-memory: ");
+    if ((rc = loader_weight_format(o->weight_format, NULL, NULL)))
+        return rc;
     if (strlen(o->kv_cache_memory) >= 64)
         return deras_fail(DERAS_EINVAL, "--kv-cache-memory: longer than 63 bytes");
     if (o->max_seqs < 1 || o->max_seqs > 4096)

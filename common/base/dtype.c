@@ -18,6 +18,7 @@
 #include "dtype.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include "common/base/status.h"
 
@@ -337,6 +338,18 @@ const char *dtype_name(int dtype)
 {
     const struct dtype_info *t = dtype_lookup(dtype);
     return t ? t->name : "unknown";
+}
+
+int dtype_parse(const char *name, int *out)
+{
+    for (size_t i = 0; name && i < sizeof dtype_table / sizeof dtype_table[0]; i++)
+        if (!strcasecmp(name, dtype_table[i].name)) {
+            if (out)
+                *out = dtype_table[i].id;
+            return DERAS_OK;
+        }
+    return deras_fail(DERAS_EINVAL, "'%.32s' is not a tensor type (F32, F16, BF16, Q8_0, Q4_0, "
+                      "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", name ? name : "(null)");
 }
 
 int dtype_block_elems(int dtype)

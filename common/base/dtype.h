@@ -36,6 +36,10 @@ bool dtype_supported(int dtype);
 /* "F32", "Q4_K", ...; "unknown" for anything else. Never NULL. */
 const char *dtype_name(int dtype);
 
+/* The inverse of dtype_name, ignoring case ("q8_0", "BF16"). DERAS_EINVAL naming the
+ * string and the accepted names for anything else (NULL included); out may be NULL. */
+int dtype_parse(const char *name, int *out);
+
 /* Elements per block (1 for F32/F16/BF16, 32 or 256 for quantized types) and bytes per
  * block; 0 for unsupported types. */
 int dtype_block_elems(int dtype);

@@ -23,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 #include "common/base/status.h"
@@ -37,6 +39,7 @@ struct entry {
 };
 
 struct checkpoint {
+    int refs;          /* references: checkpoint_open's and checkpoint_retain's (atomic) */
     char *path;
     model_config cfg;
     gguf_t *gguf;
@@ -409,6 +412,7 @@ int checkpoint_open(const char *path, checkpoint_t **out)
     int rc = DERAS_ENOMEM;
     if (!c)
         return deras_fail(rc, "%s: out of memory", path);
+    c->refs = 1;
     c->path = strdup(path);
     if (!c->path) {
         deras_fail(rc, "%s: out of memory", path);
@@ -428,6 +432,9 @@ void checkpoint_destroy(checkpoint_t **cp)
     if (!cp || !*cp)
         return;
     struct checkpoint *c = *cp;
+    *cp = NULL;
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
     gguf_destroy(&c->gguf);
     for (int i = 0; i < c->n_shards; i++)
         st_destroy(&c->shards[i]);
@@ -436,12 +443,24 @@ void checkpoint_destroy(checkpoint_t **cp)
     free(c->hf_dir);
     free(c->path);
     free(c);
-    *cp = NULL;
+}
+
+checkpoint_t *checkpoint_retain(const checkpoint_t *c)
+{
+    struct checkpoint *m = (struct checkpoint *)c; /* the count is the one mutable field */
+    if (m)
+        __atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
+    return m;
 }
 
 const model_config *checkpoint_config(const checkpoint_t *c)
 {
     return c ? &c->cfg : NULL;
+}
+
+const char *checkpoint_role_name(enum ckpt_tensor t)
+{
+    return role_name(t);
 }
 
 const char *checkpoint_path(const checkpoint_t *c)
@@ -608,6 +627,34 @@ int checkpoint_read_stored(const checkpoint_t *c, enum ckpt_tensor t, int layer,
                len);
     }
     return DERAS_OK;
+}
+
+int checkpoint_stored_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer,
+                           const void **data, size_t *row_bytes, int *qk_perm_hd)
+{
+    const struct entry *e;
+    int rc = lookup(c, t, layer, &e);
+    if (rc)
+        return rc;
+    if (data)
+        *data = e->v.data;
+    if (row_bytes)
+        *row_bytes = e->row_bytes;
+    if (qk_perm_hd)
+        *qk_perm_hd = c->permuted_qk && (t == CKPT_ATTN_Q || t == CKPT_ATTN_K) ? c->cfg.head_dim
+                                                                              : 0;
+    return DERAS_OK;
+}
+
+void checkpoint_prefetch(const void *p, size_t n)
+{
+    if (!p || !n)
+        return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = (uintptr_t)p & ~(page - 1), hi = (uintptr_t)p + n;
+    madvise((void *)lo, hi - lo, MADV_WILLNEED); /* advice: a failure changes nothing */
+    for (uintptr_t a = (uintptr_t)p; a < hi; a = (a & ~(page - 1)) + page)
+        (void)*(const volatile unsigned char *)a;
 }
 
 uint64_t checkpoint_file_bytes(const checkpoint_t *c)

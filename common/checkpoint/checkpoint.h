@@ -4,7 +4,9 @@
  * A checkpoint is either a single .gguf file or a directory holding config.json and
  * model.safetensors, or shards listed in model.safetensors.index.json. The model asks for
  * tensors by role and layer (CKPT_ATTN_Q of layer 3), never by file-specific name, and gets
- * them as f32 in Hugging Face layout: a linear weight is (out_features, in_features) and
+ * them as f32 in Hugging Face layout (or, for a backend that computes on the stored
+ * formats, as stored: checkpoint_read_stored copies, checkpoint_stored_rows points into
+ * the mapping): a linear weight is (out_features, in_features) and
  * Q/K rows are in Hugging Face head order (GGUF's llama files store Q and K permuted for
  * interleaved RoPE; that permutation is undone here, so the model uses one RoPE
  * convention: rotate-half). Reading a row range reads and dequantizes only those rows, so
@@ -54,10 +56,19 @@ enum ckpt_tensor {
  * unreadable), DERAS_ENOTFOUND (no config.json / weights / tensor), DERAS_EFORMAT,
  * DERAS_EUNSUPPORTED, from the readers and the config loaders. O(header sizes + tensors). */
 int checkpoint_open(const char *path, checkpoint_t **out);
-/* Unmap everything and free; sets *c to NULL. NULL-safe. */
+/* Drop the caller's reference; the last one unmaps everything and frees. Sets *c to NULL.
+ * NULL-safe. */
 void checkpoint_destroy(checkpoint_t **c);
 
+/* Another reference to c, for an object that computes on the mapped tensor data in place
+ * (a model's weights, checkpoint_stored_rows): the mapping lives until every reference
+ * is given back with checkpoint_destroy. Thread-safe (an atomic count), O(1). */
+checkpoint_t *checkpoint_retain(const checkpoint_t *c);
+
 const model_config *checkpoint_config(const checkpoint_t *c);
+
+/* "attention q", "ffn down", ... for messages; "?" outside the enum. */
+const char *checkpoint_role_name(enum ckpt_tensor t);
 const char *checkpoint_path(const checkpoint_t *c);
 
 /* The GGUF file for a .gguf checkpoint (its metadata carries the tokenizer), else NULL. */
@@ -105,6 +116,22 @@ int checkpoint_dtype(const checkpoint_t *c, enum ckpt_tensor t, int layer);
  * O(bytes copied); allocates nothing. */
 int checkpoint_read_stored(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
                            int64_t n_rows, int64_t col0, int64_t n_cols, void *dst);
+
+/* Where a tensor's rows lie in the file mapping, for a caller that computes on them in
+ * place (and holds a checkpoint_retain reference while it does): stored row s of the
+ * tensor is row_bytes bytes at data + s * row_bytes, in checkpoint_dtype's format, with no
+ * alignment promised. Stored order is Hugging Face order except for the Q and K of GGUF
+ * llama files: there *qk_perm_hd is head_dim and HF row h*hd + j*hd/2 + i (j = 0, 1) is
+ * stored at h*hd + 2i + j; otherwise *qk_perm_hd is 0. A range of whole heads is the same
+ * range of rows in both orders. Any out-pointer may be NULL. DERAS_ENOTFOUND, DERAS_ERANGE
+ * and DERAS_EINVAL as checkpoint_shape. O(1). */
+int checkpoint_stored_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer,
+                           const void **data, size_t *row_bytes, int *qk_perm_hd);
+
+/* Ask for bytes [p, p + n) of the mapping now (the kernel reads ahead), then touch one
+ * byte of each page, so that a model using its weights in place has them resident when it
+ * is ready, not at its first request. Harmless on any other readable memory. O(n / page). */
+void checkpoint_prefetch(const void *p, size_t n);
 
 /* Bytes of the mapped tensor data the model uses (what reading every role of every layer
  * would touch); unused tensors (a tied config's lm_head, rope_freqs) are not counted. */

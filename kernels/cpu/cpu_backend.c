@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_backend.c - the CPU reference backend: f32 activations, OpenBLAS for matrix products
- * on f32 weights, kernels/cpu/qmatmul.h (exact mode) on weights kept in their GGUF block
- * format.
+ * on f32 weights, kernels/cpu/qmatmul.h (exact mode) on weights kept in their GGUF format
+ * (F16, BF16 and the block formats), wherever they lie: in its memory or in a checkpoint's
+ * file mapping (backend_can_map), whole or as parts (backend.h).
  *
  * This is the semantics every other backend is tested against, so it stays simple: plain
  * loops over rows, OpenMP across rows, `omp simd` reductions inside a row. OpenBLAS is the
@@ -11,6 +12,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -157,21 +159,69 @@ static int cpu_matmul(backend_t *b, void *y, const void *x, const void *w, const
     return DERAS_OK;
 }
 
-/* The block formats qmatmul.h computes on. F16 and BF16 weights are still widened to F32
- * at load (OpenBLAS), so the same values stored as F16 or F32 give bit-identical results;
- * keeping them 16-bit is the next step (docs/engine.md). */
+/* Every format qmatmul.h computes on stays as stored: F32 goes to OpenBLAS, the others
+ * to qmatmul.h (F16 and BF16 included, so a 16-bit checkpoint takes 2 bytes a weight). */
 static bool cpu_keeps(int dtype)
 {
-    return dtype_block_elems(dtype) > 1 && qmm_computes(dtype);
+    return qmm_computes(dtype);
 }
 
-/* Block-format weights: qmatmul.h in exact mode (no scratch), on the backend's threads. */
+/* OpenBLAS reads F32 weights as floats; qmatmul.h reads any address. */
+static bool cpu_can_map(int dtype, const void *p)
+{
+    return dtype != DT_F32 || ((uintptr_t)p & (sizeof(float) - 1)) == 0;
+}
+
+/* y (n, rows), rows ldy floats apart, = x (n, cols) W^T for one matrix or part W. */
+static int product(const cpu_backend *cb, float *y, int ldy, const float *x, int dtype,
+                   const void *w, int rows, int cols, int n)
+{
+    if (dtype == DT_F32) {
+        if (n == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w, cols, x, 1, 0.0f, y, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, w,
+                        cols, 0.0f, y, ldy);
+        return DERAS_OK;
+    }
+    const qmm_args a = {.y = y, .x = x, .w = w, .dtype = dtype, .n = n, .n_out = rows,
+                        .n_in = cols, .mode = QMM_EXACT, .n_threads = cb->n_threads, .ldy = ldy};
+    return qmm_matmul(&a);
+}
+
+/* A part stored in GGUF's Q/K row order gave y its outputs in that order: put them in the
+ * matrix's (stored 2i + j is row j hd/2 + i of each head). O(n rows). */
+static void unpermute(float *y, int ldy, int n, int rows, int hd)
+{
+    const int half = hd / 2;
+    float tmp[BACKEND_WEIGHT_MAX_PERM_HD];
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < rows; h += hd) {
+            float *s = y + (size_t)r * ldy + h;
+            memcpy(tmp, s, (size_t)hd * sizeof(float));
+            for (int i = 0; i < half; i++) {
+                s[i] = tmp[2 * i];
+                s[half + i] = tmp[2 * i + 1];
+            }
+        }
+}
+
+/* Weights in a format other than f32, or made of parts: qmatmul.h in exact mode (no
+ * scratch), on the backend's threads; each part is one product into its columns. */
 static int cpu_matmul_q(backend_t *b, void *y, const void *x, const backend_weight *w,
                         const void *bias, int n)
 {
-    const qmm_args a = {y, x, w->data, w->dtype, n, w->rows, w->cols, QMM_EXACT,
-                        ((cpu_backend *)b)->n_threads, NULL, 0};
-    int rc = qmm_matmul(&a);
+    const cpu_backend *cb = (const cpu_backend *)b;
+    int rc = DERAS_OK;
+    if (!w->n_parts)
+        rc = product(cb, y, w->rows, x, w->dtype, w->data, w->rows, w->cols, n);
+    for (int i = 0, off = 0; !rc && i < w->n_parts; off += w->parts[i++].rows) {
+        const backend_weight_part *p = &w->parts[i];
+        float *yp = (float *)y + off;
+        if (!(rc = product(cb, yp, w->rows, x, p->dtype, p->data, p->rows, w->cols, n)) &&
+            p->qk_perm_hd)
+            unpermute(yp, w->rows, n, p->rows, p->qk_perm_hd);
+    }
     if (!rc && bias)
         add_bias(y, bias, n, w->rows);
     return rc;
@@ -184,8 +234,20 @@ static int cpu_embed_q(backend_t *b, void *out, const backend_weight *t, const i
             return deras_fail(DERAS_ERANGE, "embed: token id %d at row %d is outside [0, %d)",
                               ids[i], i, t->rows);
     for (int i = 0; i < n; i++) {
-        int rc = qmm_embed_row((float *)out + (size_t)i * t->cols, t->data, t->dtype, t->rows,
-                               t->cols, ids[i]);
+        backend_weight_part p = {t->dtype, t->rows, t->data, 0};
+        int64_t row = ids[i];
+        for (int k = 0; k < t->n_parts; k++) { /* the part holding the row, and its index there */
+            p = t->parts[k];
+            if (row < p.rows)
+                break;
+            row -= p.rows;
+        }
+        if (p.qk_perm_hd) {
+            const int64_t hd = p.qk_perm_hd, half = hd / 2, w = row % hd;
+            row = row - w + 2 * (w % half) + w / half;
+        }
+        int rc = qmm_embed_row((float *)out + (size_t)i * t->cols, p.data, p.dtype, p.rows,
+                               t->cols, row);
         if (rc)
             return rc;
     }
@@ -303,6 +365,7 @@ static const struct backend_ops cpu_ops = {
     .keeps = cpu_keeps,
     .matmul_q = cpu_matmul_q,
     .embed_q = cpu_embed_q,
+    .can_map = cpu_can_map,
 };
 
 int backend_cpu_new(int n_threads, backend_t **out)

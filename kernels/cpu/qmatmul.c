@@ -99,6 +99,7 @@ typedef struct job {
     const uint8_t *xa;   /* activation rows (x itself, or the scratch) */
     size_t xa_row, w_row;
     int rows;            /* weight rows per chunk */
+    size_t ldy;          /* y's row stride */
 } job;
 
 /* Chunk c of weight rows against every activation row. */
@@ -135,7 +136,7 @@ static void run_chunk(const job *j, int c)
             k->fn(&t);
             for (int r = 0; r < nr; r++)
                 for (int i = 0; i < no; i++)
-                    a->y[(size_t)(r0 + r) * a->n_out + o + i] = t.res[i][r];
+                    a->y[(size_t)(r0 + r) * j->ldy + o + i] = t.res[i][r];
         }
         r0 += nr;
     }
@@ -150,6 +151,8 @@ int qmm_matmul(const qmm_args *a)
         return rc;
     if (!a->y || !a->x || !a->w)
         return deras_fail(DERAS_EINVAL, "qmm_matmul: NULL y, x or w");
+    if (a->ldy && a->ldy < a->n_out)
+        return deras_fail(DERAS_EINVAL, "qmm_matmul: ldy %d below n_out %d", a->ldy, a->n_out);
     const int fmt = qmm_fmt_of(a->dtype), act = qmm_act_of(fmt, a->mode == QMM_Q8);
     size_t need;
     if ((rc = qmm_scratch_bytes(a->dtype, a->mode, a->n, a->n_in, &need)))
@@ -182,7 +185,8 @@ int qmm_matmul(const qmm_args *a)
     for (long i = 0; convert_here && i < n_units; i++)
         convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
                      (int)(i % units));
-    const job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows};
+    const job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows,
+                   (size_t)(a->ldy ? a->ldy : a->n_out)};
     if (nt == 1) {
         for (int c = 0; c < n_chunks; c++)
             run_chunk(&j, c);

@@ -55,10 +55,12 @@ typedef struct qmm_args {
     int n_threads;       /* OpenMP threads at most; 0: omp_get_max_threads() */
     void *scratch;       /* qmm_scratch_bytes() bytes, 64-byte aligned; NULL if that is 0 */
     size_t scratch_bytes;
+    int ldy;             /* y's rows are ldy floats apart (>= n_out); 0: n_out. A matrix of
+                            several weights fills its columns one product at a time */
 } qmm_args;
 
 /* y = x W^T as described above. DERAS_EINVAL for NULL pointers, non-positive sizes, an
- * unknown mode or scratch too small or misaligned; DERAS_EFORMAT when n_in is not a whole
+ * unknown mode, ldy below n_out or scratch too small or misaligned; DERAS_EFORMAT when n_in is not a whole
  * number of blocks; DERAS_EUNSUPPORTED for a dtype outside the list, or when the path
  * named by $DERAS_CPU_ISA is unknown or missing on this CPU. Allocates nothing. Cost:
  * above; the Q8 mode first quantizes x (O(n * n_in), in the same parallel region). */

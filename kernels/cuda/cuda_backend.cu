@@ -193,6 +193,7 @@ static const struct backend_ops cuda_ops = {
     .keeps = nullptr, /* weights in the activation dtype only: the loader dequantizes */
     .matmul_q = nullptr,
     .embed_q = nullptr,
+    .can_map = nullptr, /* weights are copied to the device at load, never used in place */
 };
 
 /* The part of creation that can fail after the struct exists; cleanup is the caller's. */

@@ -102,8 +102,9 @@ static void matmul_matches_cpu_with_and_without_bias(void **state)
                 dual x = dual_new(cpu, g, xh, (size_t)n * ni), w = dual_new(cpu, g, wh, (size_t)no * ni);
                 dual bias = dual_new(cpu, g, bh, (size_t)no), y = dual_new(cpu, g, NULL, (size_t)n * no);
                 gpu_poison(g, y.g, y.n * 2);
-                const backend_weight wc = {DT_F32, no, ni, w.c};
-                const backend_weight wg = {backend_weight_dtype(g, DT_F32), no, ni, w.g};
+                const backend_weight wc = {.dtype = DT_F32, .rows = no, .cols = ni, .data = w.c};
+                const backend_weight wg = {.dtype = backend_weight_dtype(g, DT_F32), .rows = no,
+                                           .cols = ni, .data = w.g};
                 GPU_OK(backend_matmul(cpu, y.c, x.c, &wc, with_bias ? bias.c : NULL, n));
                 GPU_OK(backend_matmul(g, y.g, x.g, &wg, with_bias ? bias.g : NULL, n));
                 float *want, *got;
@@ -153,8 +154,9 @@ static void embed_and_gather_copy_rows_exactly(void **state)
             dual t = dual_new(cpu, g, th, (size_t)vocab * d), id = dual_i32(cpu, g, ids, (size_t)n);
             dual out = dual_new(cpu, g, NULL, (size_t)n * d);
             gpu_poison(g, out.g, out.n * 2);
-            const backend_weight tc = {DT_F32, vocab, d, t.c};
-            const backend_weight tg = {backend_weight_dtype(g, DT_F32), vocab, d, t.g};
+            const backend_weight tc = {.dtype = DT_F32, .rows = vocab, .cols = d, .data = t.c};
+            const backend_weight tg = {.dtype = backend_weight_dtype(g, DT_F32), .rows = vocab,
+                                       .cols = d, .data = t.g};
             GPU_OK(backend_embed(cpu, out.c, &tc, id.c, n));
             GPU_OK(backend_embed(g, out.g, &tg, id.g, n));
             float *want, *got;
@@ -195,7 +197,8 @@ static void embed_token_outside_vocab_fails_at_sync_with_erange(void **state)
     GPU_OK(backend_alloc(g, (size_t)n * d * 2, &out));
     GPU_OK(backend_alloc(g, sizeof ids, &id));
     GPU_OK(backend_upload(g, id, ids, sizeof ids));
-    const backend_weight t = {backend_weight_dtype(g, DT_F32), vocab, d, table};
+    const backend_weight t = {.dtype = backend_weight_dtype(g, DT_F32), .rows = vocab, .cols = d,
+                              .data = table};
     GPU_OK(backend_embed(g, out, &t, id, n));
     int rc = backend_sync(g);
     if (rc != DERAS_ERANGE)

@@ -273,6 +273,59 @@ static void stored_slices_are_the_dequantized_rows(void **state)
     free(p);
 }
 
+/* The stored rows in place: checkpoint_stored_rows points at the mapping, in stored order
+ * (GGUF llama Q/K permuted, qk_perm_hd = head_dim; HF files and V not), and a reference
+ * taken with checkpoint_retain keeps the mapping readable after the opener's destroy. */
+static void stored_rows_point_into_the_mapping_and_outlive_the_opener(void **state)
+{
+    (void)state;
+    char *p = data("tiny/llama-gqa-q8_0.gguf");
+    checkpoint_t *c = open_ok(p);
+    const void *q, *v;
+    size_t rb, rbv;
+    int perm = -1, permv = -1;
+    int64_t rows, cols;
+    assert_int_equal(checkpoint_shape(c, CKPT_ATTN_Q, 0, &rows, &cols), DERAS_OK);
+    assert_int_equal(checkpoint_stored_rows(c, CKPT_ATTN_Q, 0, &q, &rb, &perm), DERAS_OK);
+    assert_int_equal(checkpoint_stored_rows(c, CKPT_ATTN_V, 1, &v, &rbv, &permv), DERAS_OK);
+    const int hd = checkpoint_config(c)->head_dim;
+    assert_int_equal(perm, hd);
+    assert_int_equal(permv, 0);
+    assert_int_equal(rb, (size_t)cols / 32 * 34);
+    /* HF row h*hd + j*hd/2 + i is the stored row h*hd + 2i + j */
+    uint8_t *row = malloc(rb);
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t h = r / hd, w = r % hd, s = h * hd + 2 * (w % (hd / 2)) + w / (hd / 2);
+        assert_int_equal(checkpoint_read_stored(c, CKPT_ATTN_Q, 0, r, 1, 0, cols, row), DERAS_OK);
+        if (memcmp(row, (const uint8_t *)q + (size_t)s * rb, rb))
+            fail_msg("HF row %lld is not stored row %lld", (long long)r, (long long)s);
+    }
+    checkpoint_t *ref = checkpoint_retain(c);
+    assert_ptr_equal(ref, c);
+    checkpoint_destroy(&c);
+    assert_null(c);
+    /* the mapping is still there: read it (the sanitizers would catch an unmapped read) */
+    uint8_t sum = 0;
+    for (size_t i = 0; i < rbv; i++)
+        sum ^= ((const uint8_t *)v)[i];
+    (void)sum;
+    checkpoint_prefetch(v, rbv);
+    checkpoint_prefetch(NULL, 0);
+    assert_int_equal(checkpoint_stored_rows(ref, CKPT_ATTN_Q, 0, NULL, NULL, NULL), DERAS_OK);
+    assert_int_equal(checkpoint_stored_rows(ref, CKPT_OUTPUT, 0, &q, &rb, &perm), DERAS_ENOTFOUND);
+    checkpoint_destroy(&ref);
+    assert_null(checkpoint_retain(NULL));
+    free(row);
+    free(p);
+
+    p = data("tiny/llama-gqa"); /* safetensors: HF order */
+    c = open_ok(p);
+    assert_int_equal(checkpoint_stored_rows(c, CKPT_ATTN_K, 0, &q, &rb, &perm), DERAS_OK);
+    assert_int_equal(perm, 0);
+    checkpoint_destroy(&c);
+    free(p);
+}
+
 static void row_ranges_roles_and_layers_are_checked(void **state)
 {
     (void)state;
@@ -485,6 +538,7 @@ int main(void)
         cmocka_unit_test(qwen2_gguf_and_hf_dir_give_identical_rows_with_biases),
         cmocka_unit_test(gguf_llama_q_k_rows_are_unpermuted_and_qwen2_not),
         cmocka_unit_test(stored_slices_are_the_dequantized_rows),
+        cmocka_unit_test(stored_rows_point_into_the_mapping_and_outlive_the_opener),
         cmocka_unit_test(row_ranges_roles_and_layers_are_checked),
         cmocka_unit_test(gguf_checkpoint_errors_name_file_and_tensor),
         cmocka_unit_test(hf_checkpoint_errors_name_file_and_tensor),

@@ -13,10 +13,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "kernels/backend.h"
+#include "qmm_ref.h"
 #include "test_util.h"
 
 static backend_t *be;
@@ -69,7 +71,7 @@ static void matmul_matches_reference_with_and_without_bias(void **state)
                         acc += (double)x[i * ni + k] * w[(size_t)j * ni + k];
                     ref[(size_t)i * no + j] = acc;
                 }
-            const backend_weight wd = {DT_F32, no, ni, w};
+            const backend_weight wd = {.dtype = DT_F32, .rows = no, .cols = ni, .data = w};
             assert_int_equal(backend_matmul(be, y, x, &wd, bias, n), DERAS_OK);
             expect_close("matmul", y, ref, (size_t)n * no);
             free(x), free(w), free(bias), free(y), free(ref);
@@ -156,7 +158,7 @@ static void silu_mul_embed_and_gather(void **state)
 
     float *table = rnd((size_t)vocab * d, &seed, 1), *emb = malloc((size_t)3 * d * sizeof(float));
     int32_t ids[3] = {10, 0, 4};
-    const backend_weight td = {DT_F32, vocab, d, table};
+    const backend_weight td = {.dtype = DT_F32, .rows = vocab, .cols = d, .data = table};
     assert_int_equal(backend_embed(be, emb, &td, ids, 3), DERAS_OK);
     for (int i = 0; i < 3; i++)
         assert_memory_equal(emb + i * d, table + ids[i] * d, d * sizeof(float));
@@ -196,7 +198,8 @@ static void block_format_weights_match_their_f32_dequantization(void **state)
     float *bias = rnd(NO, &seed, 1), *yq = malloc(sizeof(float) * N * NO);
     float *yf = malloc(sizeof(float) * N * NO), *eq = malloc(sizeof(float) * 2 * NI);
     assert_int_equal(dtype_to_f32(DT_Q8_0, q, wf, (int64_t)NO * NI), DERAS_OK);
-    const backend_weight wq = {DT_Q8_0, NO, NI, q}, wd = {DT_F32, NO, NI, wf};
+    const backend_weight wq = {.dtype = DT_Q8_0, .rows = NO, .cols = NI, .data = q},
+                         wd = {.dtype = DT_F32, .rows = NO, .cols = NI, .data = wf};
     assert_int_equal(backend_matmul(be, yq, x, &wq, bias, N), DERAS_OK);
     assert_int_equal(backend_matmul(be, yf, x, &wd, bias, N), DERAS_OK);
     for (int i = 0; i < N * NO; i++) {
@@ -215,11 +218,141 @@ static void block_format_weights_match_their_f32_dequantization(void **state)
     free(q), free(wf), free(x), free(bias), free(yq), free(yf), free(eq);
 }
 
+/* A fused matrix of parts, each in its own format and place, some in GGUF's Q/K row
+ * order: y must be, element for element, the product of each part computed alone (rows
+ * unpermuted), so a file's tensors fused without copying give the arithmetic of the
+ * tensors themselves; and close to the double product of the whole matrix in HF order. */
+enum { PNI = 256, PHD = 8 };
+
+typedef struct part_spec { int dtype, rows, perm; } part_spec;
+
+static const part_spec PARTS[] = {{DT_Q4_K, 16, PHD}, {DT_Q6_K, 16, PHD}, {DT_F32, 5, 0},
+                                  {DT_F16, 7, 0}};
+#define N_PARTS ((int)(sizeof PARTS / sizeof PARTS[0]))
+
+/* Stored-order row s of a part holding HF rows in GGUF's order: HF row of stored s. */
+static int hf_row(int s, int perm)
+{
+    if (!perm)
+        return s;
+    const int h = s / perm, w = s % perm;
+    return h * perm + (w % 2) * (perm / 2) + w / 2;
+}
+
+static void parts_multiply_as_their_tensors_do(void **state)
+{
+    (void)state;
+    uint64_t seed = (uint64_t)time(NULL) | 1;
+    printf("parts seed %llu\n", (unsigned long long)seed);
+    int rows = 0;
+    uint8_t *data[N_PARTS];
+    float *wf = malloc(sizeof(float) * 64 * PNI), *wmin = malloc(sizeof(float) * 64 * PNI);
+    float *whf = malloc(sizeof(float) * 64 * PNI); /* the whole matrix, HF order */
+    backend_weight w = {.dtype = PARTS[0].dtype, .cols = PNI, .n_parts = N_PARTS};
+    for (int p = 0; p < N_PARTS; p++) {
+        const int r = PARTS[p].rows, dt = PARTS[p].dtype;
+        data[p] = malloc(qref_row_bytes(dt, PNI) * (size_t)r + 1);
+        qref_weights(dt, r, PNI, &seed, data[p]);
+        qref_dequant(dt, data[p], r, PNI, wf, wmin);
+        for (int s = 0; s < r; s++)
+            memcpy(whf + (size_t)(rows + hf_row(s, PARTS[p].perm)) * PNI, wf + (size_t)s * PNI,
+                   PNI * sizeof(float));
+        w.parts[p] = (backend_weight_part){dt, r, data[p], PARTS[p].perm};
+        rows += r;
+    }
+    w.rows = rows;
+    for (int n = 1; n <= 3; n += 2) {
+        float *x = malloc(sizeof(float) * n * PNI), *bias = malloc(sizeof(float) * rows);
+        float *y = malloc(sizeof(float) * n * rows), *yp = malloc(sizeof(float) * n * 32);
+        qref_activations(x, (size_t)n * PNI, &seed);
+        qref_activations(bias, (size_t)rows, &seed);
+        assert_int_equal(backend_matmul(be, y, x, &w, bias, n), DERAS_OK);
+        for (int i = 0; i < n * rows; i++) { /* the whole matrix in double */
+            const int r = i / rows, o = i % rows;
+            double want = bias[o], mag = fabs(bias[o]);
+            for (int k = 0; k < PNI; k++) {
+                want += (double)x[r * PNI + k] * whf[(size_t)o * PNI + k];
+                mag += fabs((double)x[r * PNI + k] * whf[(size_t)o * PNI + k]);
+            }
+            if (!(fabs(y[i] - want) <= 2 * (PNI + 16) * 0x1p-24 * 1.01 * mag))
+                fail_msg("parts n %d row %d out %d: %.9g, double %.9g", n, r, o, y[i], want);
+        }
+        for (int p = 0, off = 0; p < N_PARTS; off += PARTS[p++].rows) { /* each part alone */
+            const backend_weight one = {.dtype = PARTS[p].dtype, .rows = PARTS[p].rows,
+                                        .cols = PNI, .data = data[p]};
+            assert_int_equal(backend_matmul(be, yp, x, &one, NULL, n), DERAS_OK);
+            for (int r = 0; r < n; r++)
+                for (int s = 0; s < PARTS[p].rows; s++) {
+                    const int o = off + hf_row(s, PARTS[p].perm);
+                    const float got = y[r * rows + o] - bias[o];
+                    if (y[r * rows + o] != yp[r * PARTS[p].rows + s] + bias[o])
+                        fail_msg("part %d (%s) n %d row %d stored row %d: %.9g in the fused "
+                                 "product, %.9g alone", p, dtype_name(PARTS[p].dtype), n, r, s,
+                                 got, yp[r * PARTS[p].rows + s]);
+                }
+        }
+        free(x), free(bias), free(y), free(yp);
+    }
+    /* embedding lookups read each row from its part, in HF order, exactly */
+    float *e = malloc(sizeof(float) * PNI);
+    for (int id = 0; id < rows; id++) {
+        const int32_t ids[1] = {id};
+        assert_int_equal(backend_embed(be, e, &w, ids, 1), DERAS_OK);
+        if (memcmp(e, whf + (size_t)id * PNI, PNI * sizeof(float)))
+            fail_msg("embedding row %d of the parts differs from the matrix's", id);
+    }
+    free(e);
+    for (int p = 0; p < N_PARTS; p++)
+        free(data[p]);
+    free(wf), free(wmin), free(whf);
+}
+
+static void parts_that_do_not_make_a_matrix_are_refused(void **state)
+{
+    (void)state;
+    static uint8_t q[4 * 2 * 144], f[64 * 4];
+    float x[256] = {1}, y[64];
+    const backend_weight ok = {.dtype = DT_Q4_K, .rows = 8, .cols = 256, .n_parts = 2,
+                               .parts = {{DT_Q4_K, 4, q, 0}, {DT_Q4_K, 4, q + 4 * 144, 4}}};
+    assert_int_equal(backend_matmul(be, y, x, &ok, NULL, 1), DERAS_OK);
+    backend_weight w = ok;
+    w.rows = 9; /* parts of 8 rows */
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    w = ok, w.n_parts = BACKEND_WEIGHT_MAX_PARTS + 1;
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    w = ok, w.n_parts = -1;
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    w = ok, w.parts[1].qk_perm_hd = 3; /* odd */
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    w = ok, w.parts[1].qk_perm_hd = 8; /* does not divide 4 rows */
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    w = ok, w.parts[1].qk_perm_hd = BACKEND_WEIGHT_MAX_PERM_HD + 2;
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    w = ok, w.parts[0].data = NULL;
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    w = ok, w.parts[0].dtype = 10; /* Q2_K: not computed here */
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EUNSUPPORTED);
+    w = ok, w.cols = 96, w.parts[1].dtype = DT_F32, w.parts[1].data = f; /* Q4_K of 96 */
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, 1), DERAS_EINVAL);
+    const int32_t id[1] = {8};
+    assert_int_equal(backend_embed(be, y, &ok, id, 1), DERAS_ERANGE);
+    /* what the CPU computes on in place: F32 needs float alignment, the rest reads any */
+    assert_true(backend_can_map(be, DT_F32, f));
+    assert_false(backend_can_map(be, DT_F32, f + 2));
+    assert_true(backend_can_map(be, DT_Q8_0, q + 1));
+    assert_true(backend_can_map(be, DT_BF16, q + 1));
+    assert_false(backend_can_map(be, 10, q));
+    assert_false(backend_can_map(be, DT_Q8_0, NULL));
+    assert_int_equal(backend_weight_dtype(be, DT_F16), DT_F16);
+    assert_int_equal(backend_weight_dtype(be, DT_BF16), DT_BF16);
+}
+
 static void ops_reject_invalid_arguments(void **state)
 {
     (void)state;
     float buf[16] = {1};
-    const backend_weight w1 = {DT_F32, 1, 1, buf}, q2k = {10 /* Q2_K */, 1, 256, buf};
+    const backend_weight w1 = {.dtype = DT_F32, .rows = 1, .cols = 1, .data = buf},
+                         q2k = {.dtype = 10 /* Q2_K */, .rows = 1, .cols = 256, .data = buf};
     assert_int_equal(backend_matmul(be, buf, buf, &w1, NULL, 1), DERAS_EINVAL);
     assert_int_equal(backend_matmul(be, buf + 8, buf, &q2k, NULL, 1), DERAS_EUNSUPPORTED);
     assert_int_equal(backend_rmsnorm(be, buf, buf, buf, 0, 4, 1e-5f), DERAS_EINVAL);
@@ -237,6 +370,8 @@ int main(void)
         cmocka_unit_test(rope_rotates_half_pairs_by_position),
         cmocka_unit_test(silu_mul_embed_and_gather),
         cmocka_unit_test(block_format_weights_match_their_f32_dequantization),
+        cmocka_unit_test(parts_multiply_as_their_tensors_do),
+        cmocka_unit_test(parts_that_do_not_make_a_matrix_are_refused),
         cmocka_unit_test(ops_reject_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

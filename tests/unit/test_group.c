@@ -196,7 +196,8 @@ static model_config tiny_cfg(void)
 static model_opts tiny_opts(void)
 {
     model_opts mo = {.max_batch_tokens = 32, .max_seqs = 4, .max_logits = 4, .block_size = 4,
-                     .n_kv_blocks = 17, .max_blocks_per_seq = 8, .max_copies = 4};
+                     .n_kv_blocks = 17, .max_blocks_per_seq = 8, .max_copies = 4,
+                     .convert_weights = true, .weight_dtype = 8 /* Q8_0 */};
     return mo;
 }
 
@@ -228,7 +229,7 @@ static void child_follower(const char *name)
     model_opts mo;
     group_model_opts(g, &mo);
     if (mo.n_kv_blocks != 17 || mo.max_blocks_per_seq != 8 || mo.tp_rank != 1 || mo.tp_size != 2 ||
-        !mo.comm)
+        !mo.comm || !mo.convert_weights || mo.weight_dtype != 8) /* the leader's format too */
         _exit(12);
     c.d_ff = 97;
     if (group_check_config(g, &c) != DERAS_EINVAL)

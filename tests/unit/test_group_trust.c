@@ -144,6 +144,13 @@ static void offsets_outside_the_segment_are_refused(void **state)
     h->timeout_s = 0.0 / 0.0;
     assert_int_equal(group_hdr_check(h, bytes), DERAS_EFORMAT);
     h->timeout_s = 5;
+    h->convert_weights = 1, h->weight_dtype = 12; /* Q4_K: never a conversion target */
+    assert_int_equal(group_hdr_check(h, bytes), DERAS_EFORMAT);
+    h->convert_weights = 2, h->weight_dtype = 8;
+    assert_int_equal(group_hdr_check(h, bytes), DERAS_EFORMAT);
+    h->convert_weights = 1;
+    assert_int_equal(group_hdr_check(h, bytes), DERAS_OK);
+    h->convert_weights = 0;
     assert_int_equal(group_hdr_check(h, sizeof *h - 1), DERAS_EFORMAT);
     unforge(name, h, bytes, fd);
 }

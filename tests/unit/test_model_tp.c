@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "common/checkpoint/checkpoint.h"
+#include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "test_util.h"
 #include "worker/comm_shm.h"
@@ -45,6 +46,8 @@ typedef struct run_spec {
     const int32_t *prompt[2];
     int n_prompt[2];
     int n_gen;
+    bool convert;   /* model_opts.convert_weights / weight_dtype */
+    int dtype;
 } run_spec;
 
 typedef struct run_out {
@@ -98,7 +101,8 @@ static void *rank_main(void *p)
     }
     model_opts mo = {.max_batch_tokens = cap, .max_seqs = 2, .max_logits = 2, .block_size = BS,
                      .n_kv_blocks = 2 * nb + 1, .max_blocks_per_seq = per_seq,
-                     .tp_rank = a->rank, .tp_size = a->size, .comm = comm};
+                     .tp_rank = a->rank, .tp_size = a->size, .comm = comm,
+                     .convert_weights = sp->convert, .weight_dtype = sp->dtype};
     if (!rc)
         rc = model_new(sp->ck, be, &mo, &m);
     if (!rc)
@@ -245,14 +249,20 @@ static checkpoint_t *open_ck(const char *path)
     return ck;
 }
 
+/* convert: -1 as stored, else every matrix converted to that dtype (TP 1 too). */
 static void tp_runs_match_tp1(const char *path, const int32_t *p0, int n0, const int32_t *p1,
-                              int n1, const int *sizes, int n_sizes, double max_share_slack)
+                              int n1, const int *sizes, int n_sizes, double max_share_slack,
+                              int convert)
 {
     checkpoint_t *ck = open_ck(path);
-    run_spec sp = {.ck = ck, .prompt = {p0, p1}, .n_prompt = {n0, n1}, .n_gen = N_GEN};
+    run_spec sp = {.ck = ck, .prompt = {p0, p1}, .n_prompt = {n0, n1}, .n_gen = N_GEN,
+                   .convert = convert >= 0, .dtype = convert};
     run_out ref;
     run_tp(&sp, 1, &ref);
-    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char name[128];
+    snprintf(name, sizeof name, "%s%s%s", base, convert >= 0 ? " as " : "",
+             convert >= 0 ? dtype_name(convert) : "");
     for (int i = 0; i < n_sizes; i++)
         check_equivalence(name, &sp, &ref, sizes[i], max_share_slack);
     free_out(&ref);
@@ -270,32 +280,41 @@ static void tiny_prompts(int vocab, int32_t *a, int na, int32_t *b, int nb)
 static void tiny_models_match_tp1_at_tp_2_3_4(void **state)
 {
     (void)state;
-    static const char *models[] = {"tiny/llama-gqa-q4_1.gguf", "tiny/llama-gqa-q8_0.gguf",
-                                   "tiny/llama3-mqa.gguf", "tiny/qwen2-bias",
-                                   "tiny/llama-mha-linear", "tiny/mistral-swa"};
+    /* Weights as stored: the quantized tiny files (8 heads of 8, d_ff 96, blocks of 32)
+     * split whole blocks only in two (heads 4 + 4, MLP columns 32 + 64); TP 3 and 4 are
+     * refused (an_impossible_layout_is_refused_at_load) and run here converted to F32,
+     * which splits anywhere, and to BF16 (BF16 tiny models split anywhere as stored). */
+    static const struct { const char *path; int n_sizes, convert; } models[] = {
+        {"tiny/llama-gqa-q4_1.gguf", 1, -1}, {"tiny/llama-gqa-q8_0.gguf", 1, -1},
+        {"tiny/llama-gqa-q4_1.gguf", 3, DT_F32}, {"tiny/llama-gqa-q8_0.gguf", 3, DT_BF16},
+        {"tiny/llama-gqa.gguf", 1, DT_Q8_0}, {"tiny/llama3-mqa.gguf", 3, -1},
+        {"tiny/qwen2-bias", 3, -1}, {"tiny/llama-mha-linear", 3, -1},
+        {"tiny/mistral-swa", 3, -1}};
     const int sizes[] = {2, 3, 4};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-        char *path = test_data_path(models[i]);
+        char *path = test_data_path(models[i].path);
         checkpoint_t *ck = open_ck(path);
         int vocab = checkpoint_config(ck)->vocab_size;
         checkpoint_destroy(&ck);
         int32_t a[19], b[7];
         tiny_prompts(vocab, a, 19, b, 7);
-        tp_runs_match_tp1(path, a, 19, b, 7, sizes, 3, 0);
+        tp_runs_match_tp1(path, a, 19, b, 7, sizes, models[i].n_sizes, 0, models[i].convert);
         free(path);
     }
 }
 
-static void test_model_matches_tp1_at_tp_2_and_4(void **state)
+static void test_model_matches_tp1_at_tp_2_3_and_4(void **state)
 {
     (void)state;
     const char *path = test_model_path();
     /* two of the reference prompts (tests/data/smollm2/reference.json) */
     static const int32_t p0[] = {504, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 4521, 314};
     static const int32_t p1[] = {1780, 314, 260, 3575, 282, 4649, 47};
-    const int sizes[] = {2, 4};
-    /* KV heads replicated at TP 2 and 4 and the norms on every rank: 10% over 1/N */
-    tp_runs_match_tp1(path, p0, 12, p1, 7, sizes, 2, 0.10);
+    const int sizes[] = {2, 3, 4};
+    /* Q4_1 as stored (Q8_0 embedding): heads of 64 are whole blocks, d_ff 1536 is 48
+     * blocks, so TP 2, 3 and 4 all split quantized. KV heads replicated at TP 2 and 4 and
+     * the norms on every rank: 10% over 1/N */
+    tp_runs_match_tp1(path, p0, 12, p1, 7, sizes, 3, 0.10, -1);
 }
 
 /* ---- layout and shard reading ---- */
@@ -326,6 +345,48 @@ static void layout_splits_heads_and_replicates_straddled_kv_heads(void **state)
     char buf[256];
     tp_shard_describe(&s, &c, buf, sizeof buf);
     assert_non_null(strstr(buf, "query heads 6-8"));
+}
+
+static void quantized_layouts_split_at_whole_blocks(void **state)
+{
+    (void)state;
+    /* Llama-3-8B in Q4_K: heads of 128, blocks of 256 = units of 2 heads; d_ff 14336 = 56
+     * blocks. TP 3: 5, 5, 6 units of heads (10, 10, 12) and 18, 19, 19 blocks of MLP. */
+    model_config c = {.n_layers = 32, .d_model = 4096, .n_heads = 32, .n_kv_heads = 8,
+                      .head_dim = 128, .d_ff = 14336, .vocab_size = 128256};
+    static const int want[3][4] = {{0, 10, 0, 4608}, {10, 20, 4608, 9472}, {20, 32, 9472, 14336}};
+    for (int r = 0; r < 3; r++) {
+        tp_shard s;
+        assert_int_equal(tp_shard_of_blocks(&c, r, 3, 256, 256, &s), DERAS_OK);
+        int got[4] = {s.h0, s.h1, s.f0, s.f1};
+        for (int k = 0; k < 4; k++)
+            if (got[k] != want[r][k])
+                fail_msg("8B Q4_K TP 3 rank %d field %d: expected %d, got %d", r, k, want[r][k],
+                         got[k]);
+        assert_true(s.kv0 == s.h0 / 4 && s.kv1 == (s.h1 - 1) / 4 + 1);
+    }
+    /* every split of every size is whole blocks, ranks cover everything once */
+    for (int size = 1; size <= 16; size++) {
+        int h = 0, f = 0;
+        for (int r = 0; r < size; r++) {
+            tp_shard s;
+            assert_int_equal(tp_shard_of_blocks(&c, r, size, 256, 32, &s), DERAS_OK);
+            assert_true(s.h0 == h && s.f0 == f && s.h1 > s.h0 && s.f1 > s.f0);
+            assert_true((s.h0 * 128) % 256 == 0 && s.f0 % 32 == 0 && s.f1 % 32 == 0);
+            h = s.h1, f = s.f1;
+        }
+        assert_true(h == 32 && f == 14336);
+    }
+    tp_shard s;
+    assert_int_equal(tp_shard_of_blocks(&c, 0, 17, 256, 256, &s), DERAS_EUNSUPPORTED);
+    assert_non_null(strstr(deras_errmsg(), "--tp-size 16 or less"));
+    /* blocks of 1 are tp_shard_of */
+    tp_shard a, b;
+    assert_int_equal(tp_shard_of_blocks(&c, 2, 5, 1, 1, &a), DERAS_OK);
+    assert_int_equal(tp_shard_of(&c, 2, 5, &b), DERAS_OK);
+    assert_memory_equal(&a, &b, sizeof a);
+    /* a row that is not whole blocks cannot be split at them */
+    assert_int_equal(tp_shard_of_blocks(&c, 0, 2, 256, 4096 * 3, &s), DERAS_EUNSUPPORTED);
 }
 
 static void an_impossible_layout_is_refused_at_load(void **state)
@@ -359,6 +420,30 @@ static void an_impossible_layout_is_refused_at_load(void **state)
     mo.tp_size = 2;
     assert_int_equal(model_new(ck, be, &mo, &m), DERAS_EINVAL);
     assert_null(m);
+    checkpoint_destroy(&ck);
+    free(path);
+    /* Q4_1 weights of 8 heads of 8 (blocks of 32 = 4 heads) and d_ff 96 (3 blocks): TP 3
+     * cannot give every rank whole blocks of the attention output; in F32 it can */
+    path = test_data_path("tiny/llama-gqa-q4_1.gguf");
+    ck = open_ck(path);
+    size_t bytes3 = comm_shm_bytes(3, 64);
+    void *region3 = calloc(1, bytes3);
+    comm_t *comm3 = NULL;
+    assert_int_equal(comm_shm_init(region3, bytes3, 3, 64), DERAS_OK);
+    assert_int_equal(comm_shm_new(region3, bytes3, 0, 3, &co, &comm3), DERAS_OK);
+    mo.tp_size = 3;
+    mo.comm = comm3;
+    rc = model_new(ck, be, &mo, &m);
+    if (rc != DERAS_EUNSUPPORTED || !strstr(deras_errmsg(), "whole blocks") ||
+        !strstr(deras_errmsg(), "--tp-size 2 or less") || !strstr(deras_errmsg(), "--weight-format"))
+        fail_msg("TP 3 of Q4_1 heads in units of 4: expected unsupported naming --tp-size 2 and "
+                 "--weight-format, got %s: %s", deras_status_name(rc), deras_errmsg());
+    mo.convert_weights = true;
+    mo.weight_dtype = DT_F32;
+    assert_int_equal(model_new(ck, be, &mo, &m), DERAS_OK);
+    model_destroy(&m);
+    comm_destroy(&comm3);
+    free(region3);
     comm_destroy(&comm);
     free(region);
     backend_destroy(&be);
@@ -412,12 +497,13 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "model")) {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_model_matches_tp1_at_tp_2_and_4),
+            cmocka_unit_test(test_model_matches_tp1_at_tp_2_3_and_4),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layout_splits_heads_and_replicates_straddled_kv_heads),
+        cmocka_unit_test(quantized_layouts_split_at_whole_blocks),
         cmocka_unit_test(an_impossible_layout_is_refused_at_load),
         cmocka_unit_test(column_slices_equal_the_same_columns_of_whole_rows),
         cmocka_unit_test(tiny_models_match_tp1_at_tp_2_3_4),
