@@ -7,8 +7,9 @@
  * (backend_weight_dtype: Q4_1, Q8_0, ... on the CPU) is copied as stored, so it takes the
  * file's bytes; every other weight is dequantized to f32 by the checkpoint and converted to
  * the backend's dtype on upload.
- * It also owns the paged KV cache (n_kv_blocks blocks of block_size tokens per layer) and
- * the per-step scratch, sized once from the options: a forward pass allocates nothing.
+ * It also owns the paged KV cache (n_kv_blocks blocks of block_size tokens per layer, in
+ * opts.kv_dtype) and the per-step scratch, sized once from the options: a forward pass
+ * allocates nothing.
  *
  * model_forward() runs one step over a batch of sequences (model_batch): any mix of
  * prompt chunks, single decode tokens and multi-token verification spans. New tokens' K/V
@@ -44,6 +45,8 @@ typedef struct model_opts {
     int max_logits;       /* most logit rows one forward pass may ask for */
     int block_size;       /* tokens per KV block */
     int n_kv_blocks;      /* KV cache capacity in blocks (per layer) */
+    int kv_dtype;         /* KV cache element type, enum deras_dtype: one the backend keeps
+                             (backend_kv_dtype; DT_F32 is 0, the CPU default) */
     int max_blocks_per_seq; /* width of a block table row */
     int max_copies;       /* most copy-on-write block copies one step may carry */
     void (*progress)(void *ctx, int done, int total); /* weight loading progress, or NULL */
@@ -68,8 +71,8 @@ typedef struct model_batch {
                                     step: copy-on-write of shared blocks */
 } model_batch;
 
-/* Load the model. DERAS_ENOMEM if the weights or cache do not fit; errors from the
- * checkpoint carry its message. Cost: reads and converts every weight once. */
+/* Load the model. DERAS_ENOMEM if the weights or cache do not fit; DERAS_EUNSUPPORTED for
+ * a kv_dtype the backend does not keep; errors from the checkpoint carry its message. Cost: reads and converts every weight once. */
 int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, model_t **out);
 void model_destroy(model_t **m);
 
@@ -86,7 +89,9 @@ const model_opts *model_get_opts(const model_t *m);
 /* This rank's shard (the whole model when not tensor-parallel). */
 const tp_shard *model_get_shard(const model_t *m);
 
-/* Bytes of weights resident on the backend (this rank's shard), and of the KV cache. */
+/* Bytes of weights resident on the backend (this rank's shard), and of the KV cache:
+ * 2 x n_layers x n_kv_blocks x block_size x the rank's KV heads x head_dim x the kv_dtype's
+ * size, the arithmetic of kv_math.h's kvmath_token_bytes (test_kv_dtype checks both). */
 uint64_t model_weight_bytes(const model_t *m);
 uint64_t model_kv_bytes(const model_t *m);
 

@@ -34,6 +34,7 @@ typedef struct gen_args {
     const char *prompt;
     const char *system;
     const char *device;
+    const char *kv_dtype; /* NULL: the device's default */
     bool chat;
     int threads, block_size;
     req_params params;    /* one sample; the sampling flags come from the table */
@@ -71,6 +72,7 @@ static void usage(FILE *f)
           "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
           "  --threads N             CPU threads (default: all cores)\n"
           "  --device DEV            cpu (default)\n"
+          "  --kv-dtype T            KV cache element type: f32 (default on the CPU), f16, bf16\n"
           "  --block-size N          KV block size in tokens (default 16)\n",
           f);
     gen_args d;
@@ -81,7 +83,7 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, gen_args *a)
 {
     enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_SEED, O_STOP, O_STOPID,
-           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_HELP };
+           O_IGNEOS, O_THREADS, O_DEVICE, O_KVDTYPE, O_BLOCK, O_HELP };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"prompt", required_argument, 0, O_PROMPT},
@@ -94,6 +96,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"ignore-eos", no_argument, 0, O_IGNEOS},
         {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"block-size", required_argument, 0, O_BLOCK},
         {"help", no_argument, 0, O_HELP},
     };
@@ -146,6 +149,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
             a->threads = (int)l;
             break;
         case O_DEVICE: a->device = optarg; break;
+        case O_KVDTYPE: a->kv_dtype = optarg; break;
         case O_BLOCK:
             if (cli_int("--block-size", optarg, 1, 256, &l)) return 2;
             a->block_size = (int)l;
@@ -156,6 +160,11 @@ static int parse_args(int argc, char **argv, gen_args *a)
     }
     if (optind < argc) {
         fprintf(stderr, "generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    int kv_dtype;
+    if (kv_sizing_dtype(a->device, a->kv_dtype, &kv_dtype)) {
+        fprintf(stderr, "--kv-dtype: %s\n", deras_errmsg());
         return 2;
     }
     if (!a->prompt) {
@@ -292,7 +301,7 @@ static int generate(const gen_args *a)
     int n_prompt = 0, rc;
     int progress_last = -100;
     loader_opts lo = {.model = a->model, .device = a->device, .threads = a->threads,
-                      .block_size = a->block_size, .max_seqs = 1,
+                      .block_size = a->block_size, .kv_dtype = a->kv_dtype, .max_seqs = 1,
                       .max_batch_tokens = PREFILL_CHUNK, .max_live_seqs = 1,
                       .progress = cli_progress, .progress_ctx = &progress_last};
     if ((rc = loader_open(&lo, &l)) || (rc = loader_tokenizer(l, &tok)) ||

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/base/status.h"
+#include "common/checkpoint/kv_math.h"
 #include "common/cli/cli_util.h"
 #include "common/wire/endpoints.h"
 #include "tools/commands.h"
@@ -53,6 +54,7 @@ typedef struct serve_args {
     const char *device;    /* force every worker onto this device kind ("cpu") */
     int threads;
     const char *kv_memory;
+    const char *kv_dtype;  /* every worker's --kv-dtype, or NULL: the device's default */
     int drain_timeout;
     const char *router_args[MAX_PASS];
     int n_router_args;
@@ -83,6 +85,8 @@ static void usage(FILE *f)
           "  --device cpu            run workers on the CPU even where GPUs exist\n"
           "  --threads N             CPU threads per worker (default: cores / workers)\n"
           "  --kv-cache-memory SPEC  per worker: a size (4GiB) or a fraction of free memory\n"
+          "  --kv-dtype T            KV cache element type: f32 (CPU default), f16 or bf16\n"
+          "                          (half the bytes per token); GPUs keep their own type\n"
           "  --drain-timeout S       seconds in-flight requests get at shutdown (default 30)\n"
           "  --router-arg ARG        pass ARG to deras-router (repeatable)\n"
           "  --worker-arg ARG        pass ARG to every deras-worker (repeatable)\n",
@@ -92,7 +96,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, serve_args *a)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_NWORKERS, O_ADMIN, O_METRICS, O_DEVICE, O_THREADS,
-           O_KV, O_DRAIN, O_RARG, O_WARG, O_HELP };
+           O_KV, O_KVDTYPE, O_DRAIN, O_RARG, O_WARG, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},   {"listen", required_argument, 0, O_LISTEN},
         {"workers", required_argument, 0, O_WORKERS},
@@ -101,6 +105,7 @@ static int parse(int argc, char **argv, serve_args *a)
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS}, {"kv-cache-memory", required_argument, 0, O_KV},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"drain-timeout", required_argument, 0, O_DRAIN},
         {"router-arg", required_argument, 0, O_RARG}, {"worker-arg", required_argument, 0, O_WARG},
         {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0},
@@ -138,6 +143,15 @@ static int parse(int argc, char **argv, serve_args *a)
             a->threads = (int)l;
             break;
         case O_KV: a->kv_memory = optarg; break;
+        case O_KVDTYPE: {
+            enum kvmath_dtype dt;
+            if (kvmath_dtype_parse(optarg, &dt)) {
+                fprintf(stderr, "--kv-dtype: %s\n", deras_errmsg());
+                return 2;
+            }
+            a->kv_dtype = optarg;
+            break;
+        }
         case O_DRAIN:
             if (cli_int("--drain-timeout", optarg, 0, 3600, &l)) return 2;
             a->drain_timeout = (int)l;
@@ -268,6 +282,10 @@ static pid_t start_worker(serve_state *s, child *w)
     if (s->a->kv_memory) {
         argv[n++] = "--kv-cache-memory";
         argv[n++] = s->a->kv_memory;
+    }
+    if (s->a->kv_dtype) {
+        argv[n++] = "--kv-dtype";
+        argv[n++] = s->a->kv_dtype;
     }
     for (int i = 0; i < s->a->n_worker_args; i++)
         argv[n++] = s->a->worker_args[i];

@@ -282,6 +282,7 @@ int group_lead(const group_opts *o, const model_config *cfg, const model_opts *m
     h->n_kv_blocks = mo->n_kv_blocks;
     h->max_blocks_per_seq = mo->max_blocks_per_seq;
     h->max_copies = mo->max_copies;
+    h->kv_dtype = mo->kv_dtype;
     shm_flag_init(&h->abort, 0);
     for (int r = 0; r < GROUP_MAX; r++) {
         shm_flag_init(&h->loaded[r], 0);
@@ -451,6 +452,7 @@ void group_model_opts(const group_t *g, model_opts *mo)
     mo->n_kv_blocks = h->n_kv_blocks;
     mo->max_blocks_per_seq = h->max_blocks_per_seq;
     mo->max_copies = h->max_copies;
+    mo->kv_dtype = h->kv_dtype;
     mo->tp_rank = g->rank;
     mo->tp_size = g->size;
     mo->comm = g->comm;

@@ -21,7 +21,7 @@
 #include "worker/shm_sync.h"
 
 #define GROUP_MAGIC 0x50524744u /* "DGRP" */
-#define GROUP_VERSION 2         /* 2: the secret */
+#define GROUP_VERSION 3         /* 2: the secret; 3: the KV cache dtype */
 #define GROUP_MAX 64
 #define GROUP_SECRET_BYTES 32
 #define GROUP_ALIGN64(x) (((x) + 63u) & ~(size_t)63u)
@@ -36,6 +36,7 @@ typedef struct group_hdr {
     model_config cfg;
     int32_t max_batch_tokens, max_seqs, max_logits, block_size, n_kv_blocks,
         max_blocks_per_seq, max_copies;
+    int32_t kv_dtype;  /* enum deras_dtype of every rank's KV cache: F32, F16 or BF16 */
     int32_t comm_nccl; /* 0: shared memory; 1: NCCL with nccl_id */
     unsigned char nccl_id[COMM_NCCL_ID_BYTES];
     unsigned char secret[GROUP_SECRET_BYTES]; /* equal to the key file's */

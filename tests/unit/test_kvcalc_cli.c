@@ -138,21 +138,59 @@ static void test_configs_from_files(void **state)
     struct stat st;
     if (stat(cfg, &st) || stat(gguf, &st) || stat(dir, &st))
         test_skip("test data missing under %s", getenv("DERAS_TEST_DATA"));
-    run(r, "--config", cfg, "--seq-len", "1", NULL);
+    run(r, "--config", cfg, "--seq-len", "1", NULL); /* --device cpu: fp32 by default */
     expect_status(r, 0, "--config mistral");
-    expect_in(r->out, "(131072 bytes)", "mistral per token");
+    expect_in(r->out, "(262144 bytes)", "mistral per token");
     expect_in(r->out, "sliding window 4096", "mistral window note");
     run(r, "--model", cfg, "--seq-len", "17", "--block-size", "16", NULL);
     expect_status(r, 0, "--model config.json");
     expect_in(r->out, "17 tokens = 2 blocks (rounded up to 32 token slots)", "rounding");
-    run(r, "--model", gguf, NULL); /* 2 layers, 2 KV heads x 8, ctx 128 */
+    run(r, "--model", gguf, NULL); /* 2 layers, 2 KV heads x 8, ctx 128; fp32 */
     expect_status(r, 0, "--model .gguf");
-    expect_in(r->out, "= 128 B", "gguf per token");
+    expect_in(r->out, "= 256 B", "gguf per token");
     expect_in(r->out, "128 tokens = 8 blocks", "gguf default seq-len = context length");
     run(r, "--model", dir, "--tp", "2", NULL);
     expect_status(r, 0, "--model HF directory");
     expect_in(r->out, "1 KV head per rank", "qwen2 tp 2");
     free(cfg), free(gguf), free(dir), free(r);
+}
+
+/* The KV dtype follows the device rule deras-worker applies (engine/kv_sizing.h): cpu
+ * keeps fp32 by default and fp16/bf16 on request, a CUDA device its activation type;
+ * --device any is the rule-free what-if (fp8 too, fp16 by default). */
+static void test_kv_dtype_follows_the_device(void **state)
+{
+    static const struct {
+        const char *args[4];
+        const char *dtype;
+        json_int_t per_token; /* llama-2-7b: 2 x 32 x 32 x 128 x bytes */
+    } cases[] = {
+        {{NULL}, "fp32", 1048576},
+        {{"--kv-dtype", "f16"}, "fp16", 524288},
+        {{"--dtype", "bf16", "--device", "cpu"}, "bf16", 524288},
+        {{"--device", "cuda:0"}, "bf16", 524288},
+        {{"--device", "cuda:1:fp16"}, "fp16", 524288},
+        {{"--device", "any"}, "fp16", 524288},
+        {{"--device", "any", "--kv-dtype", "fp8"}, "fp8", 262144},
+    };
+    run_result *r = malloc(sizeof *r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *const *a = cases[i].args;
+        run(r, "--preset", "llama-2-7b", "--seq-len", "16", "--json", a[0], a[1], a[2], a[3],
+            NULL);
+        expect_status(r, 0, cases[i].dtype);
+        json_t *o = json_loads(r->out, 0, NULL);
+        const char *dtype = NULL;
+        json_int_t per_token = -1;
+        if (!o || json_unpack(o, "{s:{s:s, s:I}}", "kv_cache", "dtype", &dtype, "bytes_per_token",
+                              &per_token))
+            fail_msg("case %zu: no kv_cache dtype / bytes_per_token in:\n%s", i, r->out);
+        if (strcmp(dtype, cases[i].dtype) || per_token != cases[i].per_token)
+            fail_msg("case %zu: %s, %lld B/token; expected %s, %lld", i, dtype,
+                     (long long)per_token, cases[i].dtype, (long long)cases[i].per_token);
+        json_decref(o);
+    }
+    free(r);
 }
 
 static void test_bad_input_exits_2_naming_the_option(void **state)
@@ -165,6 +203,9 @@ static void test_bad_input_exits_2_naming_the_option(void **state)
         {{"--preset", "llama-2-7b", "--seq-len", "abc"}, "--seq-len"},
         {{"--preset", "llama-2-7b", "--seq-len", "0"}, "--seq-len"},
         {{"--preset", "llama-2-7b", "--dtype", "int4"}, "int4"},
+        {{"--preset", "llama-2-7b", "--kv-dtype", "fp8"}, "fp8"}, /* not on cpu */
+        {{"--preset", "llama-2-7b", "--device", "cuda:0", "--kv-dtype", "fp32"}, "cuda:0"},
+        {{"--preset", "llama-2-7b", "--device", "tpu"}, "tpu"},
         {{"--preset", "llama-2-7b", "--weight-dtype", "q4"}, "--weight-dtype"},
         {{"--preset", "llama-2-7b", "--device-memory", "80G"}, "80G"},
         {{"--preset", "llama-2-7b", "--device-memory", "0"}, "--device-memory"},
@@ -231,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_llama2_7b_sequence_of_4096_is_2_GiB),
         cmocka_unit_test(test_json_carries_the_same_numbers),
         cmocka_unit_test(test_configs_from_files),
+        cmocka_unit_test(test_kv_dtype_follows_the_device),
         cmocka_unit_test(test_bad_input_exits_2_naming_the_option),
         cmocka_unit_test(test_unreadable_model_exits_1),
         cmocka_unit_test(test_help_and_list_presets),
