@@ -1,29 +1,31 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* bench_attention.c - the CPU attention alone (kernels/cpu/cpu_attention.c): prefill and
- * decode per kernel path and KV cache dtype, the scalar path (the kernel deras ran
- * before the SIMD ones, kept as the reference) timed in the same run.
+ * decode per kernel path and KV cache dtype against the kernel deras ran before (the
+ * scalar path, kept as the reference, on an f32 cache), timed in the same run.
  *
- *   bench_attention [--shapes smollm2,llama8b] [--dtypes f32,f16,bf16]
- *                   [--paths scalar,avx2,avx512] [--prefill 128,512,2048]
- *                   [--decode-ctx 128,512,2048,8192] [--decode-batch 1,16] [--threads N]
- *                   [--rounds 5] [--min-time 0.05]
+ *   bench_attention [--shapes smollm2,llama8b] [--dtypes f32,f16,bf16] [--paths avx2,avx512]
+ *                   [--prefill 128,512,2048] [--decode-ctx 128,512,2048] [--decode-batch 1,16]
+ *                   [--threads N] [--rounds 5] [--min-time 0.05] [--scalar-16]
  *
  * One call = one layer's attention. Prefill L: one sequence of L new tokens over its own L
  * keys (causal); decode: a batch of B sequences, one query each, over C cached tokens.
  * Shapes: the test model's (SmolLM2-135M: 9 query heads, 3 KV heads of 64, block 16) and
- * Llama-3-8B's (32 / 8 of 128). The cache is written through backend_kv_write from random
- * K/V (never zeros) with shuffled block tables, as the engine's are.
+ * Llama-3-8B's (32 / 8 of 128). The caches are written through backend_kv_write from the
+ * same random K/V (never zeros) with shuffled block tables, as the engine's are.
  *
- * Interleaving: the machine may be shared, so for each configuration every path runs
- * once per round, rounds alternating, and the figure kept is each path's best round (a
- * round repeats calls for at least --min-time seconds and takes their mean): interference
- * only ever adds time, and old and new see the same machine. JSON lines on stdout:
- * {"bench":"attention", shape, op, tokens or ctx and batch, dtype, path, threads, us per
- * call, GFLOP/s (4 x heads x head_dim per query-key pair), KV GB/s read (decode), the
- * speedup over the scalar path of the same configuration}; progress on stderr.
+ * Each configuration runs "old" (scalar path, f32 cache: the previous kernel) and every
+ * (SIMD path, dtype) pair; --scalar-16 adds the scalar path on 16-bit caches (the
+ * reference widens every element per use: slow). The machine may be shared, so the runs
+ * are interleaved: every round runs each once, and the figure kept is each run's best
+ * round (a round repeats calls for at least --min-time seconds and takes their mean);
+ * interference only ever adds time, and old and new see the same machine. JSON lines on
+ * stdout: {"bench":"attention", shape, op, tokens or ctx and batch, dtype, path, threads,
+ * us per call, GFLOP/s (4 x heads x head_dim per query-key pair), KV GB/s read (decode),
+ * speedup_vs_old}; progress on stderr.
  */
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,64 +185,73 @@ typedef struct opts {
     list shapes, dtypes, paths, prefill, decode_ctx, decode_batch;
     int threads, rounds;
     double min_time;
+    bool scalar_16;
 } opts;
 
-/* Every path of one configuration, interleaved over the rounds; one JSON line per path. */
-static int run_config(const opts *o, const shape *sh, int dt, int n_seqs, int ctx, int n_q)
+#define MAX_RUNS 16
+
+/* One configuration: "old" (scalar, f32) and each (path, dtype), interleaved over the
+ * rounds; one JSON line per run. */
+static int run_config(const opts *o, const shape *sh, int n_seqs, int ctx, int n_q)
 {
-    setup s;
-    int rc = make(&s, sh, dtype_ids[dt], n_seqs, ctx, n_q);
-    if (rc) {
-        unmake(&s);
-        return rc;
-    }
-    double best[MAX_LIST];
-    for (int p = 0; p < o->paths.n; p++)
-        best[p] = INFINITY;
-    for (int r = 0; r < o->rounds; r++)
+    struct run {
+        int path, dt; /* dt: index into dtype_ids */
+        double best;
+    } runs[MAX_RUNS];
+    int n_runs = 0;
+    runs[n_runs++] = (struct run){QMM_ISA_SCALAR, 0, INFINITY};
+    setup s[3];
+    bool made[3] = {false, true, false};
+    for (int d = 0; d < o->dtypes.n; d++)
         for (int p = 0; p < o->paths.n; p++) {
+            const int path = o->paths.v[p], dt = o->dtypes.v[d];
+            if ((path == QMM_ISA_SCALAR && (dt == 0 || !o->scalar_16)) || n_runs == MAX_RUNS)
+                continue;
+            runs[n_runs++] = (struct run){path, dt, INFINITY};
+            made[dt] = true;
+        }
+    made[0] = true; /* the old kernel's f32 cache */
+    int rc = DERAS_OK;
+    for (int d = 0; d < 3 && !rc; d++)
+        if (made[d] && (rc = make(&s[d], sh, dtype_ids[d], n_seqs, ctx, n_q)))
+            made[d] = false, unmake(&s[d]);
+    for (int r = 0; r < o->rounds && !rc; r++)
+        for (int k = 0; k < n_runs && !rc; k++) {
             double sec;
-            if ((rc = sample(&s, o->paths.v[p], o->min_time, &sec))) {
-                unmake(&s);
-                return rc;
-            }
-            best[p] = sec < best[p] ? sec : best[p];
+            if (!(rc = sample(&s[runs[k].dt], runs[k].path, o->min_time, &sec)))
+                runs[k].best = sec < runs[k].best ? sec : runs[k].best;
         }
     /* query-key pairs: causal prefill L(L+1)/2, decode n_seqs x ctx */
     const double pairs = n_q > 1 ? (double)n_q * (n_q + 1) / 2 : (double)n_seqs * ctx;
     const double flops = 4.0 * pairs * sh->n_heads * sh->head_dim;
-    const double kv_bytes = 2.0 * n_seqs * ctx * sh->n_kv_heads * sh->head_dim *
-                            (double)dtype_block_bytes(dtype_ids[dt]);
-    double scalar = INFINITY;
-    for (int p = 0; p < o->paths.n; p++)
-        if (o->paths.v[p] == QMM_ISA_SCALAR)
-            scalar = best[p];
-    for (int p = 0; p < o->paths.n; p++) {
+    for (int k = 0; k < n_runs && !rc; k++) {
+        const double kv_bytes = 2.0 * n_seqs * ctx * sh->n_kv_heads * sh->head_dim *
+                                (double)dtype_block_bytes(dtype_ids[runs[k].dt]);
         printf("{\"bench\":\"attention\",\"shape\":\"%s\",\"op\":\"%s\",", sh->name,
                n_q > 1 ? "prefill" : "decode");
         if (n_q > 1)
             printf("\"tokens\":%d,", n_q);
         else
             printf("\"ctx\":%d,\"batch\":%d,", ctx, n_seqs);
-        printf("\"dtype\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"us\":%.1f,\"GFLOPs\":%.2f",
-               dtype_names[dt], path_names[o->paths.v[p]], o->threads, best[p] * 1e6,
-               flops / best[p] / 1e9);
+        printf("\"dtype\":\"%s\",\"path\":\"%s\",\"old\":%s,\"threads\":%d,\"us\":%.1f,"
+               "\"GFLOPs\":%.2f", dtype_names[runs[k].dt], path_names[runs[k].path],
+               k == 0 ? "true" : "false", o->threads, runs[k].best * 1e6, flops / runs[k].best / 1e9);
         if (n_q == 1)
-            printf(",\"kv_GBps\":%.2f", kv_bytes / best[p] / 1e9);
-        if (isfinite(scalar))
-            printf(",\"speedup_vs_scalar\":%.2f", scalar / best[p]);
-        printf("}\n");
+            printf(",\"kv_GBps\":%.2f", kv_bytes / runs[k].best / 1e9);
+        printf(",\"speedup_vs_old\":%.2f}\n", runs[0].best / runs[k].best);
     }
     fflush(stdout);
-    unmake(&s);
-    return DERAS_OK;
+    for (int d = 0; d < 3; d++)
+        if (made[d])
+            unmake(&s[d]);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
     opts o = {.threads = 0, .rounds = 5, .min_time = 0.05};
     const char *a_shapes = "smollm2,llama8b", *a_dtypes = "f32,f16,bf16", *a_paths = NULL,
-               *a_prefill = "128,512,2048", *a_ctx = "128,512,2048,8192", *a_batch = "1,16";
+               *a_prefill = "128,512,2048", *a_ctx = "128,512,2048", *a_batch = "1,16";
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
@@ -258,15 +269,17 @@ int main(int argc, char **argv)
             o.rounds = (int)l;
         } else if (v && !strcmp(argv[i], "--min-time")) {
             if (cli_float("--min-time", argv[++i], 0, 60, &o.min_time)) return 2;
+        } else if (!strcmp(argv[i], "--scalar-16")) {
+            o.scalar_16 = true;
         } else {
             fprintf(stderr, "usage: bench_attention [--shapes smollm2,llama8b] [--dtypes f32,f16,bf16] "
-                            "[--paths scalar,avx2,avx512] [--prefill 128,512,2048] "
-                            "[--decode-ctx 128,512,2048,8192] [--decode-batch 1,16] [--threads N] "
-                            "[--rounds 5] [--min-time 0.05]\n");
+                            "[--paths avx2,avx512] [--prefill 128,512,2048] "
+                            "[--decode-ctx 128,512,2048] [--decode-batch 1,16] [--threads N] "
+                            "[--rounds 5] [--min-time 0.05] [--scalar-16]\n");
             return 2;
         }
     }
-    char paths_all[64] = "scalar";
+    char paths_all[64] = "scalar"; /* scalar: only with --scalar-16 beyond the old run */
     for (int i = QMM_ISA_AVX2; i <= qmm_isa_best(); i++)
         snprintf(paths_all + strlen(paths_all), sizeof paths_all - strlen(paths_all), ",%s",
                  qmm_isa_name(i));
@@ -302,19 +315,16 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int si = 0; si < o.shapes.n && !rc; si++) {
         const shape *sh = &shapes[o.shapes.v[si]];
-        for (int d = 0; d < o.dtypes.n && !rc; d++) {
-            for (int i = 0; i < o.prefill.n && !rc; i++) {
-                fprintf(stderr, "%s %s prefill %d\n", sh->name, dtype_names[o.dtypes.v[d]],
-                        o.prefill.v[i]);
-                rc = run_config(&o, sh, o.dtypes.v[d], 1, o.prefill.v[i], o.prefill.v[i]);
-            }
-            for (int b = 0; b < o.decode_batch.n && !rc; b++)
-                for (int i = 0; i < o.decode_ctx.n && !rc; i++) {
-                    fprintf(stderr, "%s %s decode batch %d ctx %d\n", sh->name,
-                            dtype_names[o.dtypes.v[d]], o.decode_batch.v[b], o.decode_ctx.v[i]);
-                    rc = run_config(&o, sh, o.dtypes.v[d], o.decode_batch.v[b], o.decode_ctx.v[i], 1);
-                }
+        for (int i = 0; i < o.prefill.n && !rc; i++) {
+            fprintf(stderr, "%s prefill %d\n", sh->name, o.prefill.v[i]);
+            rc = run_config(&o, sh, 1, o.prefill.v[i], o.prefill.v[i]);
         }
+        for (int b = 0; b < o.decode_batch.n && !rc; b++)
+            for (int i = 0; i < o.decode_ctx.n && !rc; i++) {
+                fprintf(stderr, "%s decode batch %d ctx %d\n", sh->name, o.decode_batch.v[b],
+                        o.decode_ctx.v[i]);
+                rc = run_config(&o, sh, o.decode_batch.v[b], o.decode_ctx.v[i], 1);
+            }
     }
     if (rc)
         fprintf(stderr, "bench_attention: %s\n", deras_errmsg());

@@ -39,8 +39,16 @@ ATTN_TARGET static void ATTN_TILE_NAME(const attn_tile *t)
     }
 
     const int last = t->pos0 + t->n_rows - 1;
+    const size_t es = t->kv_dtype == DT_F32 ? 4 : 2, blk_bytes = (size_t)bs * hd * es;
     for (int blk = attn_lo(t->pos0, t->window) / bs; blk <= last / bs; blk++) {
         const size_t base = attn_block_base(t, blk);
+        if (blk < last / bs) { /* the next block is elsewhere: fetch it while this one runs */
+            const size_t next = attn_block_base(t, blk + 1) * es;
+            for (size_t off = 0; off < blk_bytes; off += 64) {
+                __builtin_prefetch((const char *)t->k_cache + next + off);
+                __builtin_prefetch((const char *)t->v_cache + next + off);
+            }
+        }
         for (int g0 = 0; g0 < bs; g0 += ATTN_W) {
             const int key0 = blk * bs + g0, gn = bs - g0 < ATTN_W ? bs - g0 : ATTN_W;
             /* rows ra .. rb - 1 see some key of the group (lo and pos grow with the row) */

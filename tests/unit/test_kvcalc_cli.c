@@ -4,7 +4,9 @@
  * Runs $DERAS_BUILD_DIR/tools/deras as a child process (skips when it is absent) and checks
  * what a user sees: the 2 GiB line for Llama-2-7B at 4096 tokens, the same numbers in
  * --json (parsed), configs read from files, and exit 2 / 1 with a message naming the bad
- * option or file for usage errors and unreadable models.
+ * option or file for usage errors and unreadable models. And that kvcalc's bytes are a
+ * worker's: for each KV dtype the engine a deras-worker builds (engine/loader.h, the
+ * worker's own path) allocates exactly kvcalc's bytes per token for every cache slot.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/base/dtype.h"
+#include "common/base/status.h"
+#include "engine/loader.h"
+#include "engine/model.h"
 #include "test_util.h"
 
 static char deras_bin[4096];
@@ -260,6 +266,73 @@ static void test_help_and_list_presets(void **state)
     free(r);
 }
 
+/* kvcalc's JSON bytes per token (and dtype name) for `model` on the CPU with `kv` (NULL:
+ * the default). */
+static json_int_t kvcalc_token_bytes(run_result *r, const char *model, const char *kv,
+                                     char *dtype, size_t cap)
+{
+    if (kv)
+        run(r, "--model", model, "--device", "cpu", "--kv-dtype", kv, "--json", NULL);
+    else
+        run(r, "--model", model, "--json", NULL);
+    expect_status(r, 0, kv ? kv : "default dtype");
+    json_t *o = json_loads(r->out, 0, NULL);
+    const char *name = NULL;
+    json_int_t bytes = -1;
+    if (!o || json_unpack(o, "{s:{s:s, s:I}}", "kv_cache", "dtype", &name, "bytes_per_token", &bytes))
+        fail_msg("kvcalc --json: no kv_cache dtype / bytes_per_token in:\n%s", r->out);
+    snprintf(dtype, cap, "%s", name);
+    json_decref(o);
+    return bytes;
+}
+
+/* The engine a worker builds (loader: open, size from a budget, model, engine) holds
+ * model_kv_bytes = kvcalc's bytes per token x every slot of its blocks. */
+static void check_worker_allocation(run_result *r, const char *model, const char *kv)
+{
+    char dtype[16];
+    const json_int_t per_token = kvcalc_token_bytes(r, model, kv, dtype, sizeof dtype);
+    loader_opts lo = {.model = model, .device = "cpu", .threads = 1, .kv_dtype = kv,
+                      .max_seqs = 2, .max_batch_tokens = 16, .model_only = true};
+    loader_t *l = NULL;
+    if (loader_open(&lo, &l) || loader_size_budget(l, "2MiB") || loader_build_model(l) ||
+        loader_build_engine(l, &(engine_callbacks){0}, NULL, NULL))
+        fail_msg("%s, --kv-dtype %s: %s", model, kv ? kv : "(default)", deras_errmsg());
+    const kv_sizing *kvs = loader_kv(l);
+    const model_opts *mo = model_get_opts(loader_model(l));
+    const uint64_t slots = (uint64_t)mo->n_kv_blocks * (uint64_t)mo->block_size;
+    const uint64_t got = model_kv_bytes(loader_model(l));
+    printf("%s --kv-dtype %-9s kvcalc %s %lld B/token; the worker's engine: %s, %llu bytes for "
+           "%llu slots = %llu B/token\n", strrchr(model, '/') + 1, kv ? kv : "(default)",
+           dtype, (long long)per_token, dtype_name(mo->kv_dtype), (unsigned long long)got,
+           (unsigned long long)slots, (unsigned long long)(got / slots));
+    if (got != (uint64_t)per_token * slots || kvs->token_bytes != (uint64_t)per_token ||
+        (uint64_t)mo->n_kv_blocks * kvs->block_bytes != got)
+        fail_msg("%s, --kv-dtype %s: kvcalc says %lld B/token, the engine allocated %llu bytes "
+                 "for %llu slots (its sizing said %llu B/token)", model, kv ? kv : "(default)",
+                 (long long)per_token, (unsigned long long)got, (unsigned long long)slots,
+                 (unsigned long long)kvs->token_bytes);
+    loader_destroy(&l);
+}
+
+static void test_worker_allocates_what_kvcalc_says(void **state)
+{
+    static const char *const kvs[] = {NULL, "f32", "f16", "bf16"};
+    run_result *r = malloc(sizeof *r);
+    char *gguf = test_data_path("ckpt/llama.gguf");
+    struct stat st;
+    if (stat(gguf, &st))
+        test_skip("test data missing under %s", getenv("DERAS_TEST_DATA"));
+    for (size_t i = 0; i < sizeof kvs / sizeof kvs[0]; i++)
+        check_worker_allocation(r, gguf, kvs[i]);
+    /* the test model (46,080 B/token in f32, 23,040 in 16 bits), where it is cached */
+    const char *m = getenv("DERAS_TEST_MODEL");
+    if (m && !stat(m, &st))
+        for (size_t i = 0; i < sizeof kvs / sizeof kvs[0]; i += 2)
+            check_worker_allocation(r, m, kvs[i]);
+    free(gguf), free(r);
+}
+
 int main(void)
 {
     const char *dir = getenv("DERAS_BUILD_DIR");
@@ -273,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_json_carries_the_same_numbers),
         cmocka_unit_test(test_configs_from_files),
         cmocka_unit_test(test_kv_dtype_follows_the_device),
+        cmocka_unit_test(test_worker_allocates_what_kvcalc_says),
         cmocka_unit_test(test_bad_input_exits_2_naming_the_option),
         cmocka_unit_test(test_unreadable_model_exits_1),
         cmocka_unit_test(test_help_and_list_presets),
