@@ -38,8 +38,7 @@ int cpu_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, cons
 #endif
         cvt = kv_dtype == DT_F16 ? p->to_f16 : p->to_bf16;
     }
-#pragma omp parallel for if ((long)n * n_kv_heads * head_dim > 65536)
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* serial: a parallel region costs more than the copy */
         const size_t block = (size_t)slots[i] / (size_t)block_size;
         const size_t off = (size_t)slots[i] % (size_t)block_size;
         for (int g = 0; g < n_kv_heads; g++) {
