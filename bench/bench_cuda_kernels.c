@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_ops.h"
 
 static backend_t *be;
+static int kv_dt; /* the backend's KV cache dtype (its activation type) */
 static cudaStream_t st;
 static int reps = 20;
 static double copy_gbps, gemm_tflops;
@@ -232,6 +233,7 @@ static void bench_attention(const char *kernel, int n_seqs, int ctx, int n_q, in
     a->scale = 1.0f / sqrtf((float)hd);
     a->max_q_len = n_q;
     a->max_ctx_len = ctx;
+    a->kv_dtype = kv_dt;
     char shape[160];
     snprintf(shape, sizeof shape, "batch %d ctx %d q %d heads %d/%d hd %d bf16", n_seqs, ctx, n_q,
              n_heads, n_kv, hd);
@@ -297,7 +299,7 @@ static void run_op(void *p)
     case OP_ROPE: OK(backend_rope(be, c->a, c->b, c->n, 32 + 8, 128, 48 * 128)); break;
     case OP_KV_WRITE:
         OK(backend_kv_write(be, c->a, c->b, c->c, (char *)c->c + 8 * 128 * 2, 48 * 128, c->d,
-                            c->n, 8, 128, 16));
+                            c->n, 8, 128, 16, kv_dt));
         break;
     case OP_EMBED: {
         const backend_weight t = {.dtype = backend_weight_dtype(be, DT_F32), .rows = 128256,
@@ -441,6 +443,7 @@ int main(int argc, char **argv)
         return 77;
     }
     OK(backend_new(device, 0, &be));
+    OK(backend_kv_dtype(device, BACKEND_KV_DEFAULT, &kv_dt));
     st = (cudaStream_t)backend_cuda_stream(be);
     char name[256];
     int n_sms;

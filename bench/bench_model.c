@@ -4,7 +4,7 @@
  *
  *   bench_model [--model PATH] [--threads N] [--prompt-lens 16,128,512]
  *               [--decode-tokens 128] [--repeat 3]
- *               [--device cuda:0 --bandwidth GBPS --flops TFLOPS]
+ *               [--device cuda:0 --bandwidth GBPS --flops TFLOPS] [--kv-dtype f16]
  *
  * Prefill: a prompt of L random (fixed-seed) token ids in one forward pass, logits for the
  * last position; tokens/s = L / time. Decode: after a 128-token prompt, one token per
@@ -19,7 +19,9 @@
  * (tools/gpu_check passes the copy bandwidth, read + write, and the cuBLAS bf16 rate that
  * bench_cuda_kernels measured in the same run); the weight bytes are then the device's
  * (bf16: 2 per parameter). Decode timing includes the logits' download and the host
- * argmax, as the engine's step does. Results are JSON lines on stdout, progress on stderr.
+ * argmax, as the engine's step does. --kv-dtype: the KV cache's element type, as
+ * deras-worker's (default: the device's). Results are JSON lines on stdout, progress on
+ * stderr.
  */
 #include <cblas.h>
 #include <stdbool.h>
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
 #include "engine/loader.h"
@@ -117,7 +120,7 @@ int main(int argc, char **argv)
     char model_path[4096];
     cli_default_model(model_path, sizeof model_path);
     int threads = 0, lens[MAX_LENS] = {16, 128, 512}, n_lens = 3, decode_tokens = 128, repeat = 3;
-    const char *device = "cpu";
+    const char *device = "cpu", *kv_dtype = NULL;
     double given_bw = 0, given_flops = 0;
     for (int i = 1; i < argc; i += 2) {
         long v;
@@ -125,7 +128,7 @@ int main(int argc, char **argv)
         if (!val) {
             fprintf(stderr, "usage: bench_model [--model PATH] [--threads N] "
                             "[--prompt-lens a,b,c] [--decode-tokens N] [--repeat N] "
-                            "[--device SPEC --bandwidth GBPS --flops TFLOPS]\n");
+                            "[--device SPEC --bandwidth GBPS --flops TFLOPS] [--kv-dtype T]\n");
             return 2;
         }
         if (!strcmp(arg, "--model"))
@@ -140,6 +143,8 @@ int main(int argc, char **argv)
             repeat = (int)v;
         else if (!strcmp(arg, "--device"))
             device = val;
+        else if (!strcmp(arg, "--kv-dtype"))
+            kv_dtype = val;
         else if (!strcmp(arg, "--bandwidth") && (given_bw = atof(val)) > 0)
             given_bw *= 1e9;
         else if (!strcmp(arg, "--flops") && (given_flops = atof(val)) > 0)
@@ -161,7 +166,8 @@ int main(int argc, char **argv)
         max_len = lens[i] > max_len ? lens[i] : max_len;
     int ctx_cap = max_len > 128 + decode_tokens ? max_len : 128 + decode_tokens;
     int progress_last = -100;
-    loader_opts lo = {.model = model_path, .device = device, .threads = threads, .max_seqs = 1,
+    loader_opts lo = {.model = model_path, .device = device, .threads = threads,
+                      .kv_dtype = kv_dtype, .max_seqs = 1,
                       .max_batch_tokens = max_len, .model_only = true, .progress = cli_progress,
                       .progress_ctx = &progress_last};
     loader_t *l = NULL;
@@ -196,8 +202,9 @@ int main(int argc, char **argv)
                             (double)c->n_heads * c->head_dim * c->d_model +
                             3.0 * c->d_model * c->d_ff);
     printf("{\"bench\":\"machine\",\"device\":\"%s\",\"threads\":%d,\"read_bandwidth_GBps\":%.2f,"
-           "\"sgemm_GFLOPs\":%.2f,\"weight_bytes\":%llu,\"matmul_params\":%.0f}\n",
-           device, threads, bw / 1e9, flops / 1e9, (unsigned long long)wbytes, mm_params);
+           "\"sgemm_GFLOPs\":%.2f,\"weight_bytes\":%llu,\"matmul_params\":%.0f,\"kv_dtype\":\"%s\"}\n",
+           device, threads, bw / 1e9, flops / 1e9, (unsigned long long)wbytes, mm_params,
+           dtype_name(loader_kv_dtype(l)));
     fflush(stdout);
 
     for (int li = 0; li < n_lens; li++) {

@@ -9,22 +9,38 @@
 #include <string.h>
 
 #include "common/checkpoint/kv_math.h"
+#include "common/base/dtype.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "engine/host_memory.h"
+#include "kernels/backend.h"
 
 #define MAX_BLOCKS (1 << 30)
 
-static int token_and_block_bytes(const model_config *c, size_t elem_size, int block_size,
+int kv_sizing_dtype(const char *device, const char *name, int *out)
+{
+    int requested = BACKEND_KV_DEFAULT;
+    if (name && *name) {
+        enum kvmath_dtype dt;
+        int rc = kvmath_dtype_parse(name, &dt);
+        if (rc || (rc = kvmath_dtype_to_deras(dt, &requested)))
+            return rc;
+    }
+    return backend_kv_dtype(device ? device : "cpu", requested, out);
+}
+
+static int token_and_block_bytes(const model_config *c, int kv_dtype, int block_size,
                                  kv_sizing *out)
 {
-    if (!c || !out || block_size < 1 || (elem_size != 1 && elem_size != 2 && elem_size != 4))
+    enum kvmath_dtype dt;
+    if (!c || !out || block_size < 1)
         return deras_fail(DERAS_EINVAL, "kv sizing: bad arguments");
     memset(out, 0, sizeof *out);
-    enum kvmath_dtype dt = elem_size == 4 ? KVMATH_FP32 : elem_size == 2 ? KVMATH_FP16 : KVMATH_FP8;
-    int rc = kvmath_token_bytes(c, 1, dt, &out->token_bytes);
-    if (rc || (rc = kvmath_block_bytes(out->token_bytes, block_size, &out->block_bytes)))
+    int rc = kvmath_dtype_from_deras(kv_dtype, &dt);
+    if (rc || (rc = kvmath_token_bytes(c, 1, dt, &out->token_bytes)) ||
+        (rc = kvmath_block_bytes(out->token_bytes, block_size, &out->block_bytes)))
         return rc;
+    out->kv_dtype = kv_dtype;
     out->block_size = block_size;
     return DERAS_OK;
 }
@@ -71,10 +87,10 @@ int kv_sizing_check_spec(const char *spec)
     return rc ? deras_fail_ctx(rc, "KV budget: ") : DERAS_OK;
 }
 
-int kv_sizing_from_budget_before(const model_config *c, size_t elem_size, int block_size,
+int kv_sizing_from_budget_before(const model_config *c, int kv_dtype, int block_size,
                                  const char *spec, uint64_t pending_bytes, kv_sizing *out)
 {
-    int rc = token_and_block_bytes(c, elem_size, block_size, out);
+    int rc = token_and_block_bytes(c, kv_dtype, block_size, out);
     if (rc || (rc = kv_sizing_check_spec(spec)))
         return rc;
     double frac;
@@ -101,16 +117,16 @@ int kv_sizing_from_budget_before(const model_config *c, size_t elem_size, int bl
     return finish(out, bytes);
 }
 
-int kv_sizing_from_budget(const model_config *c, size_t elem_size, int block_size,
+int kv_sizing_from_budget(const model_config *c, int kv_dtype, int block_size,
                           const char *spec, kv_sizing *out)
 {
-    return kv_sizing_from_budget_before(c, elem_size, block_size, spec, 0, out);
+    return kv_sizing_from_budget_before(c, kv_dtype, block_size, spec, 0, out);
 }
 
-int kv_sizing_for_tokens(const model_config *c, size_t elem_size, int block_size,
+int kv_sizing_for_tokens(const model_config *c, int kv_dtype, int block_size,
                          int64_t n_tokens, kv_sizing *out)
 {
-    int rc = token_and_block_bytes(c, elem_size, block_size, out);
+    int rc = token_and_block_bytes(c, kv_dtype, block_size, out);
     if (rc)
         return rc;
     if (n_tokens < 1 || n_tokens > (int64_t)(MAX_BLOCKS - 1) * block_size)
@@ -130,8 +146,8 @@ void kv_sizing_log(const kv_sizing *s)
         kvmath_format_bytes(s->mem_available, bytes, sizeof bytes);
         snprintf(avail, sizeof avail, ", a share of %s available (%s)", bytes, s->mem_source);
     }
-    log_info("KV cache: %llu B/token, %d blocks x %d tokens = %lld tokens (block 0 reserved), "
-             "%s, %.1f%% of the %s budget%s",
+    log_info("KV cache: %s, %llu B/token, %d blocks x %d tokens = %lld tokens (block 0 "
+             "reserved), %s, %.1f%% of the %s budget%s", dtype_name(s->kv_dtype),
              (unsigned long long)s->token_bytes, s->n_blocks, s->block_size,
              (long long)s->n_tokens, kv, 100.0 * s->budget_used, budget, avail);
 }

@@ -29,6 +29,7 @@ struct loader {
     bool convert;             /* opts.weight_format converts, to weight_dtype */
     int weight_dtype;
     bool sized;
+    int kv_dtype;             /* enum deras_dtype of the KV cache */
     kv_sizing kvs;
     model_opts mo;
     int max_model_len;
@@ -70,17 +71,20 @@ int loader_open(const loader_opts *o, loader_t **out)
                           "(>= 0)",
                           o->max_seqs, o->max_batch_tokens, o->max_live_seqs, o->block_size,
                           o->max_model_len, o->threads);
+    int kv_dtype, rc = kv_sizing_dtype(o->device ? o->device : "cpu", o->kv_dtype, &kv_dtype);
+    if (rc)
+        return deras_fail_ctx(rc, "KV cache dtype: ");
     loader_t *l = calloc(1, sizeof *l);
     if (!l)
         return deras_fail(DERAS_ENOMEM, "out of memory");
     l->o = *o;
+    l->kv_dtype = kv_dtype;
     if (!l->o.device)
         l->o.device = "cpu";
     if (!l->o.block_size)
         l->o.block_size = DEFAULT_BLOCK_SIZE;
     if (!l->o.max_live_seqs)
         l->o.max_live_seqs = 4 * l->o.max_seqs;
-    int rc;
     if ((rc = loader_weight_format(l->o.weight_format, &l->convert, &l->weight_dtype)) ||
         (rc = backend_new(l->o.device, l->o.threads, &l->be)) ||
         (l->convert && (rc = ws_check_format(l->be, l->weight_dtype))) ||
@@ -133,7 +137,7 @@ static void plan_model(loader_t *l, int64_t per_seq_tokens)
     l->max_model_len = l->o.max_model_len ? l->o.max_model_len : (int)seq_len;
     l->mo = (model_opts){.max_batch_tokens = l->o.max_batch_tokens, .max_seqs = l->o.max_seqs,
                          .max_logits = l->o.max_seqs * rows, .block_size = bs,
-                         .n_kv_blocks = l->kvs.n_blocks,
+                         .n_kv_blocks = l->kvs.n_blocks, .kv_dtype = l->kv_dtype,
                          .max_blocks_per_seq = (int)((seq_len + bs - 1) / bs),
                          .max_copies = l->o.max_seqs, .progress = l->o.progress,
                          .progress_ctx = l->o.progress_ctx, .convert_weights = l->convert,
@@ -148,8 +152,7 @@ int loader_size_budget(loader_t *l, const char *spec)
     if (!l || !l->ck)
         return deras_fail(DERAS_EINVAL, "loader_size_budget: not open, or already built");
     const model_config *c = checkpoint_config(l->ck);
-    size_t elem = backend_elem_size(l->be);
-    int rc = kv_sizing_from_budget_before(c, elem, l->o.block_size, spec, weight_bytes(l),
+    int rc = kv_sizing_from_budget_before(c, l->kv_dtype, l->o.block_size, spec, weight_bytes(l),
                                           &l->kvs);
     if (rc)
         return rc;
@@ -166,7 +169,7 @@ int loader_size_seqs(loader_t *l, int n_seqs, int64_t tokens_per_seq)
                           (long long)tokens_per_seq);
     const int bs = l->o.block_size;
     int64_t per_seq = (tokens_per_seq + bs - 1) / bs;
-    int rc = kv_sizing_for_tokens(checkpoint_config(l->ck), backend_elem_size(l->be), bs,
+    int rc = kv_sizing_for_tokens(checkpoint_config(l->ck), l->kv_dtype, bs,
                                   per_seq * bs * n_seqs, &l->kvs);
     if (rc)
         return rc;
@@ -277,6 +280,11 @@ backend_t *loader_backend(const loader_t *l)
 const model_config *loader_config(const loader_t *l)
 {
     return !l ? NULL : l->m ? model_get_config(l->m) : l->ck ? checkpoint_config(l->ck) : NULL;
+}
+
+int loader_kv_dtype(const loader_t *l)
+{
+    return l ? l->kv_dtype : DT_F32;
 }
 
 const kv_sizing *loader_kv(const loader_t *l)

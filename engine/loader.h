@@ -37,6 +37,8 @@ typedef struct loader_opts {
     const char *device;       /* backend_new spec ("cpu", "cuda:0", ...); NULL: "cpu" */
     int threads;              /* CPU threads; 0: every core */
     int block_size;           /* KV block size in tokens; 0: 16 */
+    const char *kv_dtype;     /* KV cache element type as --kv-dtype spells it (f32, f16,
+                                 bf16); NULL: the device's default (kv_sizing_dtype) */
     int max_seqs;             /* sequences per step, >= 1 */
     int max_batch_tokens;     /* tokens per step, >= max_seqs */
     int max_live_seqs;        /* queued + running; 0: 4 x max_seqs */
@@ -66,7 +68,8 @@ int loader_weight_format(const char *s, bool *convert, int *dtype);
 typedef struct loader loader_t;
 
 /* The backend and the checkpoint. DERAS_EINVAL for options out of range (naming the
- * field); backend and checkpoint errors carry their messages. The options are copied
+ * field), DERAS_EINVAL / DERAS_EUNSUPPORTED for a kv_dtype the device does not keep
+ * (kv_sizing_dtype); backend and checkpoint errors carry their messages. The options are copied
  * (their strings must outlive the loader). */
 int loader_open(const loader_opts *o, loader_t **out);
 
@@ -110,6 +113,7 @@ int loader_tokenizer(loader_t *l, const tokenizer_t **out);
 backend_t *loader_backend(const loader_t *l);
 const model_config *loader_config(const loader_t *l); /* the checkpoint's, then the model's */
 const kv_sizing *loader_kv(const loader_t *l);
+int loader_kv_dtype(const loader_t *l);               /* enum deras_dtype, after loader_open */
 model_t *loader_model(const loader_t *l);
 engine_t *loader_engine(const loader_t *l);
 int loader_max_model_len(const loader_t *l);

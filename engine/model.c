@@ -127,6 +127,19 @@ static int balloc(model_t *m, void **out, size_t n_elems, size_t elem)
     return backend_alloc(m->be, n_elems * elem, out);
 }
 
+/* Bytes of one KV cache block of one layer (K or V): block_size tokens of this rank's KV
+ * heads in opts.kv_dtype. */
+static size_t kv_block_bytes(const model_t *m)
+{
+    return (size_t)m->opts.block_size * (size_t)m->kv_dim * dtype_block_bytes(m->opts.kv_dtype);
+}
+
+/* Bytes of one layer's K (or V) cache. */
+static size_t kv_cache_bytes(const model_t *m)
+{
+    return (size_t)m->opts.n_kv_blocks * kv_block_bytes(m);
+}
+
 static int alloc_scratch(model_t *m)
 {
     const model_config *c = &m->cfg;
@@ -159,7 +172,7 @@ static int alloc_scratch(model_t *m)
     return DERAS_OK;
 }
 
-static int check_opts(const model_opts *o)
+static int check_opts(const model_opts *o, const backend_t *b)
 {
     if (o->max_batch_tokens <= 0 || o->max_seqs <= 0 || o->max_logits <= 0 || o->block_size <= 0 ||
         o->n_kv_blocks <= 0 || o->max_blocks_per_seq <= 0 || o->max_copies < 0)
@@ -168,6 +181,9 @@ static int check_opts(const model_opts *o)
                           "logits %d, block %d, blocks %d, blocks/seq %d)",
                           o->max_batch_tokens, o->max_seqs, o->max_logits, o->block_size,
                           o->n_kv_blocks, o->max_blocks_per_seq);
+    if (!backend_keeps_kv(b, o->kv_dtype))
+        return deras_fail(DERAS_EUNSUPPORTED, "model options: backend %s keeps no KV cache of "
+                          "dtype %s", backend_name(b), dtype_name(o->kv_dtype));
     if (o->tp_size > 1 && !o->comm)
         return deras_fail(DERAS_EINVAL, "model options: tp_size %d without a communicator",
                           o->tp_size);
@@ -183,7 +199,7 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     if (!ck || !b || !opts || !out)
         return deras_fail(DERAS_EINVAL, "model_new: NULL argument");
     *out = NULL;
-    int rc = check_opts(opts);
+    int rc = check_opts(opts, b);
     if (rc)
         return rc;
     model_t *m = calloc(1, sizeof *m);
@@ -267,7 +283,7 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     const ws_slice down = {CKPT_FFN_DOWN, 0, -1, sh->f0, m->d_ff};
     const ws_slice attn_norm = {CKPT_ATTN_NORM, 0, -1, 0, -1};
     const ws_slice ffn_norm = {CKPT_FFN_NORM, 0, -1, 0, -1};
-    size_t es = backend_elem_size(b);
+    const size_t cache_bytes = kv_cache_bytes(m);
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *L = &m->layers[l];
         if ((rc = ws_vectors(ws, &L->attn_norm, &attn_norm, 1, l, ck)) ||
@@ -278,11 +294,10 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
             (rc = ws_matrix(ws, &L->wgu, gu, 2, l, ck, 0)) ||
             (rc = ws_matrix(ws, &L->wdown, &down, 1, l, ck, 0)))
             goto fail;
-        size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
-        if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
-            (rc = balloc(m, &L->v_cache, cache_elems, es)))
+        if ((rc = balloc(m, &L->k_cache, cache_bytes, 1)) ||
+            (rc = balloc(m, &L->v_cache, cache_bytes, 1)))
             goto fail;
-        m->kv_bytes += 2 * cache_elems * es;
+        m->kv_bytes += 2 * cache_bytes;
         if (opts->progress)
             opts->progress(opts->progress_ctx, l + 3, total);
     }
@@ -314,7 +329,7 @@ int model_new_partial(const model_t *base, int n_layers, const model_opts *opts,
     if (base->tp)
         return deras_fail(DERAS_EUNSUPPORTED, "a self-draft of a tensor-parallel shard is not "
                           "supported (its passes would need the other ranks)");
-    int rc = check_opts(opts);
+    int rc = check_opts(opts, base->be);
     if (rc)
         return rc;
     model_t *m = calloc(1, sizeof *m);
@@ -332,16 +347,15 @@ int model_new_partial(const model_t *base, int n_layers, const model_opts *opts,
         rc = deras_fail(DERAS_ENOMEM, "model_new_partial: out of memory");
         goto fail;
     }
-    size_t cache_elems = (size_t)opts->n_kv_blocks * opts->block_size * m->kv_dim;
-    size_t es = backend_elem_size(m->be);
+    const size_t cache_bytes = kv_cache_bytes(m);
     for (int l = 0; l < n_layers; l++) {
         layer_weights *L = &m->layers[l];
         *L = base->layers[l];
         L->k_cache = L->v_cache = NULL;
-        if ((rc = balloc(m, &L->k_cache, cache_elems, es)) ||
-            (rc = balloc(m, &L->v_cache, cache_elems, es)))
+        if ((rc = balloc(m, &L->k_cache, cache_bytes, 1)) ||
+            (rc = balloc(m, &L->v_cache, cache_bytes, 1)))
             goto fail;
-        m->kv_bytes += 2 * cache_elems * es;
+        m->kv_bytes += 2 * cache_bytes;
     }
     if ((rc = alloc_scratch(m)))
         goto fail;
@@ -516,10 +530,10 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
         return rc;
 
     /* copy-on-write: shared blocks are copied in every layer before anything is written */
-    const size_t block_elems = (size_t)m->opts.block_size * m->kv_dim;
+    const size_t block_bytes = kv_block_bytes(m);
     for (int l = 0; l < c->n_layers && bt->n_copies; l++)
-        if ((rc = backend_copy_blocks(b, m->layers[l].k_cache, m->d_copies, bt->n_copies, block_elems)) ||
-            (rc = backend_copy_blocks(b, m->layers[l].v_cache, m->d_copies, bt->n_copies, block_elems)))
+        if ((rc = backend_copy_blocks(b, m->layers[l].k_cache, m->d_copies, bt->n_copies, block_bytes)) ||
+            (rc = backend_copy_blocks(b, m->layers[l].v_cache, m->d_copies, bt->n_copies, block_bytes)))
             return rc;
 
     /* x (T, D) = embeddings; cos_sin (T, hd) for this step's positions */
@@ -537,6 +551,7 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
         .block_size = m->opts.block_size, .window = c->sliding_window,
         .scale = 1.0f / sqrtf((float)hd), .max_q_len = max_q, .max_ctx_len = max_ctx,
         .q_head0 = m->tp ? m->sh.h0 : 0, .q_per_kv = m->tp ? c->n_heads / c->n_kv_heads : 0,
+        .kv_dtype = m->opts.kv_dtype,
     };
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *L = &m->layers[l];
@@ -552,7 +567,7 @@ int model_forward(model_t *m, const model_batch *bt, float *logits)
         if ((rc = backend_rope(b, q, m->cos_sin, T, m->n_heads, hd, m->qkv_dim)) ||
             (rc = backend_rope(b, k, m->cos_sin, T, m->n_kv_heads, hd, m->qkv_dim)) ||
             (rc = backend_kv_write(b, L->k_cache, L->v_cache, k, v, m->qkv_dim, m->d_slots, T,
-                                   m->n_kv_heads, hd, m->opts.block_size)))
+                                   m->n_kv_heads, hd, m->opts.block_size, m->opts.kv_dtype)))
             return rc;
         /* att (T, q_dim) */
         aa.k_cache = L->k_cache;

@@ -10,8 +10,9 @@
  * instead (a tensor-parallel column slice, a misaligned F32 tensor). opts.convert_weights
  * converts every matrix to another format at load. On CUDA every weight is dequantized to
  * f32 and converted to the backend's bf16/fp16 at upload.
- * It also owns the paged KV cache (n_kv_blocks blocks of block_size tokens per layer) and
- * the per-step scratch, sized once from the options: a forward pass allocates nothing.
+ * It also owns the paged KV cache (n_kv_blocks blocks of block_size tokens per layer, in
+ * opts.kv_dtype) and the per-step scratch, sized once from the options: a forward pass
+ * allocates nothing.
  *
  * model_forward() runs one step over a batch of sequences (model_batch): any mix of
  * prompt chunks, single decode tokens and multi-token verification spans. New tokens' K/V
@@ -48,6 +49,8 @@ typedef struct model_opts {
     int max_logits;       /* most logit rows one forward pass may ask for */
     int block_size;       /* tokens per KV block */
     int n_kv_blocks;      /* KV cache capacity in blocks (per layer) */
+    int kv_dtype;         /* KV cache element type, enum deras_dtype: one the backend keeps
+                             (backend_kv_dtype; DT_F32 is 0, the CPU default) */
     int max_blocks_per_seq; /* width of a block table row */
     int max_copies;       /* most copy-on-write block copies one step may carry */
     void (*progress)(void *ctx, int done, int total); /* weight loading progress, or NULL */
@@ -77,7 +80,7 @@ typedef struct model_batch {
 } model_batch;
 
 /* Load the model. DERAS_ENOMEM if the weights or cache do not fit; DERAS_EUNSUPPORTED for
- * a weight_dtype the backend cannot keep or a tensor-parallel size whose split is not
+ * a weight_dtype or kv_dtype the backend cannot keep or a tensor-parallel size whose split is not
  * whole blocks of the weights' format; DERAS_EFORMAT for a conversion whose rows are not
  * whole blocks; errors from the checkpoint carry its message. Cost: pages in (mapped) or
  * reads and converts every weight once. */
@@ -98,7 +101,9 @@ const model_opts *model_get_opts(const model_t *m);
 const tp_shard *model_get_shard(const model_t *m);
 
 /* Bytes of weights this rank's shard uses (mapped from the file or in backend memory),
- * of those the part used in place from the file mapping, and of the KV cache. */
+ * of those the part used in place from the file mapping, and of the KV cache:
+ * 2 x n_layers x n_kv_blocks x block_size x the rank's KV heads x head_dim x the kv_dtype's
+ * size, the arithmetic of kv_math.h's kvmath_token_bytes (test_kv_dtype checks both). */
 uint64_t model_weight_bytes(const model_t *m);
 uint64_t model_mapped_bytes(const model_t *m);
 uint64_t model_kv_bytes(const model_t *m);

@@ -203,7 +203,7 @@ int spec_drafter_load(const spec_opts *o, model_t *target, backend_t *be, model_
     model_opts mo = {.max_batch_tokens = to->max_batch_tokens, .max_seqs = to->max_seqs,
                      .max_logits = to->max_seqs, .block_size = to->block_size,
                      .n_kv_blocks = to->n_kv_blocks, .max_blocks_per_seq = to->max_blocks_per_seq,
-                     .max_copies = 0};
+                     .max_copies = 0, .kv_dtype = to->kv_dtype};
     if (o->kind == SPEC_SELF)
         return model_new_partial(target, o->self_layers, &mo, out);
     if (o->kind != SPEC_DRAFT || !o->draft_path || !be)

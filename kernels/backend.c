@@ -58,6 +58,39 @@ int backend_new(const char *device, int n_threads, backend_t **out)
     return deras_fail(DERAS_EINVAL, "unknown device '%s' (expected cpu or cuda:N)", device);
 }
 
+int backend_kv_dtype(const char *device, int requested, int *out)
+{
+    if (!device || !out)
+        return deras_fail(DERAS_EINVAL, "backend_kv_dtype: NULL argument");
+    int def, id, cuda_dtype;
+    if (!strcmp(device, "cpu"))
+        def = DT_F32;
+    else if (!strncmp(device, "cuda:", 5) && !parse_cuda_spec(device + 5, &id, &cuda_dtype))
+        def = cuda_dtype == CUDA_DTYPE_BF16 ? DT_BF16 : DT_F16;
+    else
+        return deras_fail(DERAS_EINVAL, "unknown device '%s' (expected cpu, cuda:N, cuda:N:bf16 "
+                          "or cuda:N:fp16)", device);
+    if (requested == BACKEND_KV_DEFAULT || requested == def) {
+        *out = def;
+        return DERAS_OK;
+    }
+    if (def == DT_F32 && (requested == DT_F16 || requested == DT_BF16)) {
+        *out = requested;
+        return DERAS_OK;
+    }
+    if (def == DT_F32)
+        return deras_fail(DERAS_EUNSUPPORTED, "device %s keeps its KV cache in F32, F16 or BF16, "
+                          "not %s", device, dtype_name(requested));
+    return deras_fail(DERAS_EUNSUPPORTED, "device %s keeps its KV cache in %s (its activation "
+                      "type; cuda:N:bf16 or cuda:N:fp16 picks it), not %s", device,
+                      dtype_name(def), dtype_name(requested));
+}
+
+bool backend_keeps_kv(const backend_t *b, int dtype)
+{
+    return b && (dtype == b->dtype || (b->ops->keeps_kv && b->ops->keeps_kv(dtype)));
+}
+
 void backend_destroy(backend_t **b)
 {
     if (b && *b) {
@@ -242,15 +275,25 @@ int backend_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads
     return b->ops->rope(b, x, cos_sin, n, n_heads, head_dim, row_stride);
 }
 
+/* A cache dtype the backend keeps. */
+static int check_kv(const backend_t *b, int kv_dtype, const char *op)
+{
+    if (!backend_keeps_kv(b, kv_dtype))
+        return deras_fail(DERAS_EUNSUPPORTED, "%s on %s: no KV cache of dtype %s", op, b->name,
+                          dtype_name(kv_dtype));
+    return DERAS_OK;
+}
+
 int backend_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
                      int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
-                     int block_size)
+                     int block_size, int kv_dtype)
 {
     CHECK(b && k_cache && v_cache && k && v && slots && n > 0 && n_kv_heads > 0 &&
               head_dim > 0 && block_size > 0 && row_stride >= n_kv_heads * head_dim,
           "kv_write");
-    return b->ops->kv_write(b, k_cache, v_cache, k, v, row_stride, slots, n, n_kv_heads, head_dim,
-                            block_size);
+    int rc = check_kv(b, kv_dtype, "kv_write");
+    return rc ? rc : b->ops->kv_write(b, k_cache, v_cache, k, v, row_stride, slots, n, n_kv_heads,
+                                      head_dim, block_size, kv_dtype);
 }
 
 int backend_attention(backend_t *b, const attn_args *a)
@@ -270,7 +313,8 @@ int backend_attention(backend_t *b, const attn_args *a)
                   (a->q_head0 + a->n_heads - 1) / a->q_per_kv - a->q_head0 / a->q_per_kv + 1 ==
                       a->n_kv_heads,
               "attention");
-    return b->ops->attention(b, a);
+    int rc = check_kv(b, a->kv_dtype, "attention");
+    return rc ? rc : b->ops->attention(b, a);
 }
 
 int backend_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
@@ -279,8 +323,8 @@ int backend_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
     return b->ops->silu_mul(b, out, gu, n, d_ff);
 }
 
-int backend_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems)
+int backend_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_bytes)
 {
-    CHECK(b && cache && pairs && n > 0 && block_elems > 0, "copy_blocks");
-    return b->ops->copy_blocks(b, cache, pairs, n, block_elems);
+    CHECK(b && cache && pairs && n > 0 && block_bytes > 0, "copy_blocks");
+    return b->ops->copy_blocks(b, cache, pairs, n, block_bytes);
 }

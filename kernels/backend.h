@@ -19,7 +19,11 @@
  *
  * Paged KV cache layout, per layer: k_cache and v_cache are (n_blocks, n_kv_heads,
  * block_size, head_dim). Token t of a sequence lives in block block_table[t / block_size]
- * at offset t % block_size; its "slot" is block * block_size + offset.
+ * at offset t % block_size; its "slot" is block * block_size + offset. The cache's element
+ * type (enum deras_dtype) is the caller's choice among those the backend keeps
+ * (backend_keeps_kv): the CPU backend keeps F32, F16 and BF16 (K/V rounded to nearest
+ * even on write, widened exactly on read, the arithmetic f32 either way); CUDA keeps its
+ * activation dtype only. Every op that touches a cache is told its dtype.
  */
 #ifndef DERAS_BACKEND_H
 #define DERAS_BACKEND_H
@@ -38,6 +42,19 @@ int backend_new(const char *device, int n_threads, backend_t **out);
 void backend_destroy(backend_t **b);
 
 const char *backend_name(const backend_t *b);  /* "cpu", "cuda:0" */
+
+/* The KV cache dtype (enum deras_dtype) a backend made from `device` keeps for `requested`:
+ * BACKEND_KV_DEFAULT gives the device's default - F32 on "cpu" (the activations' own type:
+ * exact against the f32 reference, docs/engine.md), BF16 on "cuda:N" and "cuda:N:bf16",
+ * F16 on "cuda:N:fp16" - and any other value is checked. A pure function of its
+ * arguments (no backend is made), so the workers and `deras kvcalc` size the cache by the
+ * same rule. DERAS_EINVAL for a malformed device spec or a NULL out; DERAS_EUNSUPPORTED,
+ * naming the device and what it keeps, for a dtype it does not keep. O(1). */
+#define BACKEND_KV_DEFAULT (-1)
+int backend_kv_dtype(const char *device, int requested, int *out);
+
+/* True when this backend keeps a KV cache of `dtype` (backend_kv_dtype's rule). O(1). */
+bool backend_keeps_kv(const backend_t *b, int dtype);
 
 /* One line on the CUDA backend for --version: "plugin loaded, 2 devices", or why there is
  * none here (the plugin or a CUDA library missing, no device). Loads the plugin. */
@@ -141,11 +158,13 @@ int backend_rope_table(backend_t *b, float *cos_sin, const int32_t *positions,
 int backend_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, int head_dim,
                  int row_stride);
 
-/* Write each token's K and V heads into its cache slot. k, v: n rows of row_stride elements,
- * n_kv_heads * head_dim values each; slots (n) int32 buffer, slot < n_blocks * block_size. */
+/* Write each token's K and V heads into its cache slot, converted to the cache's kv_dtype
+ * (round to nearest even). k, v: n rows of row_stride activation elements, n_kv_heads *
+ * head_dim values each; slots (n) int32 buffer, slot < n_blocks * block_size.
+ * DERAS_EUNSUPPORTED for a kv_dtype the backend does not keep. */
 int backend_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
                      int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
-                     int block_size);
+                     int block_size, int kv_dtype);
 
 /* Causal attention over the paged cache for a batch of sequences. Sequence s owns query
  * rows [q_start[s], q_start[s+1]); they are its last n_q = q_start[s+1] - q_start[s]
@@ -165,6 +184,7 @@ typedef struct attn_args {
     int q_stride;
     const void *k_cache;         /* (n_blocks, n_kv_heads, block_size, head_dim) */
     const void *v_cache;
+    int kv_dtype;                /* the caches' enum deras_dtype (backend_keeps_kv) */
     const int32_t *q_start;      /* (n_seqs + 1) buffer */
     const int32_t *ctx_len;      /* (n_seqs) buffer */
     const int32_t *block_tables; /* (n_seqs, max_blocks) buffer */
@@ -176,12 +196,18 @@ typedef struct attn_args {
     int q_head0, q_per_kv;       /* tensor-parallel slice of the heads; 0, 0: all of them */
 } attn_args;
 
+/* DERAS_EINVAL for inconsistent arguments, DERAS_EUNSUPPORTED for a kv_dtype the backend
+ * does not keep or a shape its kernels do not take (CPU: head_dim and block_size up to 256).
+ * On the CPU a query row's output depends only on its own q row, its sequence's cached
+ * keys and values and the kernel path (kernels/cpu/cpu_attention.c), never on the other
+ * rows of the batch, the tile it falls in or the thread count. */
 int backend_attention(backend_t *b, const attn_args *a);
 
 /* Copy whole cache blocks: for each i, block pairs[2i+1] = block pairs[2i] in `cache`
- * (n_blocks, block_elems). pairs (2 n) int32 buffer; a destination never equals any
- * source of the same call. Used for copy-on-write of shared KV blocks. */
-int backend_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems);
+ * (n_blocks, block_bytes), whatever its element type. pairs (2 n) int32 buffer; a
+ * destination never equals any source of the same call. Used for copy-on-write of shared
+ * KV blocks. */
+int backend_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_bytes);
 
 /* SwiGLU: out (n, d_ff) = silu(gu[:, :d_ff]) * gu[:, d_ff:], gu (n, 2 * d_ff). */
 int backend_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff);

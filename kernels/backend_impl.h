@@ -34,10 +34,12 @@ struct backend_ops {
                 int row_stride);
     int (*kv_write)(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
                     int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
-                    int block_size);
+                    int block_size, int kv_dtype);
     int (*attention)(backend_t *b, const attn_args *a);
     int (*silu_mul)(backend_t *b, void *out, const void *gu, int n, int d_ff);
-    int (*copy_blocks)(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems);
+    int (*copy_blocks)(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_bytes);
+    /* KV cache dtypes besides the backend's own; NULL: its own only (backend_keeps_kv). */
+    bool (*keeps_kv)(int dtype);
     /* Weights in another format than the backend's own, or made of parts (backend.h);
      * NULL where the backend keeps only its own dtype (backend_weight_dtype). backend.c
      * has checked every part's dtype with keeps, the parts' rows and qk_perm_hd. */

@@ -35,6 +35,7 @@ typedef struct gen_args {
     const char *system;
     const char *device;
     const char *weight_format; /* NULL: as stored */
+    const char *kv_dtype; /* NULL: the device's default */
     bool chat;
     int threads, block_size;
     req_params params;    /* one sample; the sampling flags come from the table */
@@ -75,6 +76,7 @@ static void usage(FILE *f)
           "  --weight-format F       as-stored (default: the file's formats, used in place on\n"
           "                          the CPU) or f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1:\n"
           "                          every matrix converted at load\n"
+          "  --kv-dtype T            KV cache element type: f32 (default on the CPU), f16, bf16\n"
           "  --block-size N          KV block size in tokens (default 16)\n",
           f);
     gen_args d;
@@ -85,7 +87,7 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, gen_args *a)
 {
     enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_SEED, O_STOP, O_STOPID,
-           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_WEIGHTS, O_HELP };
+           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_WEIGHTS, O_KVDTYPE, O_HELP };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"prompt", required_argument, 0, O_PROMPT},
@@ -98,6 +100,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"ignore-eos", no_argument, 0, O_IGNEOS},
         {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"block-size", required_argument, 0, O_BLOCK},
         {"weight-format", required_argument, 0, O_WEIGHTS},
         {"help", no_argument, 0, O_HELP},
@@ -158,6 +161,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
             }
             a->weight_format = optarg;
             break;
+        case O_KVDTYPE: a->kv_dtype = optarg; break;
         case O_BLOCK:
             if (cli_int("--block-size", optarg, 1, 256, &l)) return 2;
             a->block_size = (int)l;
@@ -168,6 +172,11 @@ static int parse_args(int argc, char **argv, gen_args *a)
     }
     if (optind < argc) {
         fprintf(stderr, "generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    int kv_dtype;
+    if (kv_sizing_dtype(a->device, a->kv_dtype, &kv_dtype)) {
+        fprintf(stderr, "--kv-dtype: %s\n", deras_errmsg());
         return 2;
     }
     if (!a->prompt) {
@@ -304,7 +313,7 @@ static int generate(const gen_args *a)
     int n_prompt = 0, rc;
     int progress_last = -100;
     loader_opts lo = {.model = a->model, .device = a->device, .threads = a->threads,
-                      .block_size = a->block_size, .max_seqs = 1,
+                      .block_size = a->block_size, .kv_dtype = a->kv_dtype, .max_seqs = 1,
                       .max_batch_tokens = PREFILL_CHUNK, .max_live_seqs = 1,
                       .progress = cli_progress, .progress_ctx = &progress_last,
                       .weight_format = a->weight_format};

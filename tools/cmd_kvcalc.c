@@ -9,7 +9,13 @@
  * tensor-parallel rank and, given --device-memory, the KV budget left after the weights
  * and how many blocks, tokens and sequences it holds. --json prints the same numbers as
  * one JSON object. The arithmetic is common/checkpoint/kv_math.c; this file parses, composes and
- * prints. Exit status: 0 done, 1 a model that cannot be read, 2 a bad option or value.
+ * prints. The KV element type follows the rule the workers apply (engine/kv_sizing.h's
+ * kv_sizing_dtype): --device cpu (the default, as deras-worker's) keeps f32 unless
+ * --kv-dtype says f16 or bf16, a CUDA device its activation type; so the bytes printed
+ * are those a worker with the same --device and --kv-dtype allocates (test_kv_dtype
+ * checks it). --device any drops the rule (fp8 too, default fp16) for what-if sizing of
+ * other servers. Exit status: 0 done, 1 a model that cannot be read, 2 a bad option or
+ * value.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -25,6 +31,7 @@
 #include "common/checkpoint/model_config.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "engine/kv_sizing.h"
 #include "tools/commands.h"
 
 typedef struct kvc_args {
@@ -32,6 +39,8 @@ typedef struct kvc_args {
     bool list_presets, json, help;
     long seq_len; /* 0: the model's context length */
     long batch, block_size, tp;
+    const char *device;     /* backend spec whose rule picks the KV dtype, or "any" */
+    const char *kv_name;    /* --kv-dtype as given, or NULL: the device's default */
     enum kvmath_dtype kv_dtype, weight_dtype;
     bool has_weight_dtype;
     uint64_t device_bytes; /* 0: no device plan */
@@ -73,7 +82,12 @@ static void usage(FILE *f)
           "  --list-presets            list the built-in architectures\n"
           "  --seq-len N               tokens per sequence (default: the model's context length)\n"
           "  --batch N                 sequences (default 1)\n"
-          "  --dtype fp16|bf16|fp32|fp8  KV cache element type (default fp16)\n"
+          "  --device DEV              the deras device whose KV cache to size: cpu (default,\n"
+          "                            as deras-worker's), cuda:N, cuda:N:bf16, cuda:N:fp16; or\n"
+          "                            any (no device rule: what-if sizing, fp8 allowed)\n"
+          "  --kv-dtype fp32|fp16|bf16|fp8  KV cache element type (also --dtype); default: the\n"
+          "                            device's (cpu fp32, cuda:N bf16, cuda:N:fp16 fp16, any\n"
+          "                            fp16); refused where the device does not keep it\n"
           "  --weight-dtype DTYPE      weight element type (default: the KV dtype)\n"
           "  --block-size N            tokens per KV block (default 16)\n"
           "  --tp N                    tensor-parallel ranks (default 1); sizes are per rank\n"
@@ -97,7 +111,7 @@ static int parse_dtype(const char *opt, const char *s, enum kvmath_dtype *out)
 static int parse_args(int argc, char **argv, kvc_args *a)
 {
     enum { O_MODEL = 256, O_CONFIG, O_PRESET, O_LIST, O_SEQ, O_BATCH, O_DTYPE, O_WDTYPE,
-           O_BLOCK, O_TP, O_DEVMEM, O_UTIL, O_JSON, O_HELP };
+           O_BLOCK, O_TP, O_DEVICE, O_DEVMEM, O_UTIL, O_JSON, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"config", required_argument, 0, O_CONFIG},
@@ -106,6 +120,8 @@ static int parse_args(int argc, char **argv, kvc_args *a)
         {"seq-len", required_argument, 0, O_SEQ},
         {"batch", required_argument, 0, O_BATCH},
         {"dtype", required_argument, 0, O_DTYPE},
+        {"kv-dtype", required_argument, 0, O_DTYPE},
+        {"device", required_argument, 0, O_DEVICE},
         {"weight-dtype", required_argument, 0, O_WDTYPE},
         {"block-size", required_argument, 0, O_BLOCK},
         {"tp", required_argument, 0, O_TP},
@@ -119,7 +135,7 @@ static int parse_args(int argc, char **argv, kvc_args *a)
     a->batch = 1;
     a->block_size = 16;
     a->tp = 1;
-    a->kv_dtype = KVMATH_FP16;
+    a->device = "cpu";
     a->utilization = 0.9;
     int c;
     optind = 1;
@@ -136,8 +152,10 @@ static int parse_args(int argc, char **argv, kvc_args *a)
             if (cli_int("--batch", optarg, 1, 1L << 30, &a->batch)) return 2;
             break;
         case O_DTYPE:
-            if (parse_dtype("--dtype", optarg, &a->kv_dtype)) return 2;
+            if (parse_dtype("--kv-dtype", optarg, &a->kv_dtype)) return 2;
+            a->kv_name = optarg;
             break;
+        case O_DEVICE: a->device = optarg; break;
         case O_WDTYPE:
             if (parse_dtype("--weight-dtype", optarg, &a->weight_dtype)) return 2;
             a->has_weight_dtype = true;
@@ -180,6 +198,16 @@ static int parse_args(int argc, char **argv, kvc_args *a)
                 n_sources ? "give only one of --preset, --model and --config"
                           : "a model is required: --preset NAME, --model PATH or --config FILE");
         return 2;
+    }
+    if (strcmp(a->device, "any")) { /* the workers' rule */
+        int dt;
+        if (kv_sizing_dtype(a->device, a->kv_name, &dt) || kvmath_dtype_from_deras(dt, &a->kv_dtype)) {
+            fprintf(stderr, "kvcalc: --device %s --kv-dtype %s: %s\n", a->device,
+                    a->kv_name ? a->kv_name : "(default)", deras_errmsg());
+            return 2;
+        }
+    } else if (!a->kv_name) {
+        a->kv_dtype = KVMATH_FP16;
     }
     if (!a->has_weight_dtype)
         a->weight_dtype = a->kv_dtype;
@@ -331,8 +359,11 @@ static void print_text(const kvc_args *a, const kvc_result *r)
         printf("\n");
     }
 
-    printf("\nKV cache        %s, block size %ld%s\n", kvmath_dtype_name(a->kv_dtype),
+    printf("\nKV cache        %s, block size %ld%s", kvmath_dtype_name(a->kv_dtype),
            a->block_size, tp ? ", sizes per rank" : "");
+    if (strcmp(a->device, "any"))
+        printf(" (what a worker on %s allocates)", a->device);
+    printf("\n");
     printf("  per token     2 (K, V) x %d layers x %d KV head%s%s x %d head_dim x %d byte%s = %s\n",
            c->n_layers, r->shard.n_kv_heads, r->shard.n_kv_heads == 1 ? "" : "s",
            tp ? " per rank" : "", c->head_dim, kvmath_dtype_size(a->kv_dtype),
@@ -421,6 +452,7 @@ static int print_json(const kvc_args *a, const kvc_result *r)
     json_object_set_new(o, "kv_replicas", json_integer(r->shard.kv_replicas));
 
     /* KV sizes are per rank (the whole model when tp_size is 1) */
+    json_object_set_new(kv, "device", strcmp(a->device, "any") ? json_string(a->device) : json_null());
     json_object_set_new(kv, "dtype", json_string(kvmath_dtype_name(a->kv_dtype)));
     json_object_set_new(kv, "dtype_bytes", json_integer(kvmath_dtype_size(a->kv_dtype)));
     json_object_set_new(kv, "block_size", json_integer(a->block_size));

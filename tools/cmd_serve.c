@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/base/status.h"
+#include "common/checkpoint/kv_math.h"
 #include "common/cli/cli_util.h"
 #include "common/wire/endpoints.h"
 #include "engine/loader.h"
@@ -55,6 +56,7 @@ typedef struct serve_args {
     int threads;
     const char *kv_memory;
     const char *weight_format; /* --weight-format for every worker, or NULL: theirs */
+    const char *kv_dtype;  /* every worker's --kv-dtype, or NULL: the device's default */
     int drain_timeout;
     const char *router_args[MAX_PASS];
     int n_router_args;
@@ -87,6 +89,8 @@ static void usage(FILE *f)
           "  --kv-cache-memory SPEC  per worker: a size (4GiB) or a fraction of free memory\n"
           "  --weight-format F       as-stored (default) or f32, f16, bf16, q8_0, q4_0, q4_1,\n"
           "                          q5_0, q5_1: the format workers keep the weights in\n"
+          "  --kv-dtype T            KV cache element type: f32 (CPU default), f16 or bf16\n"
+          "                          (half the bytes per token); GPUs keep their own type\n"
           "  --drain-timeout S       seconds in-flight requests get at shutdown (default 30)\n"
           "  --chat-template FILE    render chats with this Jinja template instead of the\n"
           "                          model's (e.g. one that knows tools; vLLM's option)\n"
@@ -100,7 +104,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, serve_args *a)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_NWORKERS, O_ADMIN, O_METRICS, O_DEVICE, O_THREADS,
-           O_KV, O_DRAIN, O_RARG, O_WARG, O_WEIGHTS, O_HELP, O_TEMPLATE, O_TOOLS };
+           O_KV, O_KVDTYPE, O_DRAIN, O_RARG, O_WARG, O_WEIGHTS, O_HELP, O_TEMPLATE, O_TOOLS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},   {"listen", required_argument, 0, O_LISTEN},
         {"workers", required_argument, 0, O_WORKERS},
@@ -109,6 +113,7 @@ static int parse(int argc, char **argv, serve_args *a)
         {"metrics-listen", required_argument, 0, O_METRICS},
         {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS}, {"kv-cache-memory", required_argument, 0, O_KV},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"drain-timeout", required_argument, 0, O_DRAIN},
         {"weight-format", required_argument, 0, O_WEIGHTS},
         {"router-arg", required_argument, 0, O_RARG}, {"worker-arg", required_argument, 0, O_WARG},
@@ -156,6 +161,15 @@ static int parse(int argc, char **argv, serve_args *a)
             }
             a->weight_format = optarg;
             break;
+        case O_KVDTYPE: {
+            enum kvmath_dtype dt;
+            if (kvmath_dtype_parse(optarg, &dt)) {
+                fprintf(stderr, "--kv-dtype: %s\n", deras_errmsg());
+                return 2;
+            }
+            a->kv_dtype = optarg;
+            break;
+        }
         case O_DRAIN:
             if (cli_int("--drain-timeout", optarg, 0, 3600, &l)) return 2;
             a->drain_timeout = (int)l;
@@ -300,6 +314,10 @@ static pid_t start_worker(serve_state *s, child *w)
     if (s->a->weight_format) {
         argv[n++] = "--weight-format";
         argv[n++] = s->a->weight_format;
+    }
+    if (s->a->kv_dtype) {
+        argv[n++] = "--kv-dtype";
+        argv[n++] = s->a->kv_dtype;
     }
     for (int i = 0; i < s->a->n_worker_args; i++)
         argv[n++] = s->a->worker_args[i];

@@ -284,6 +284,7 @@ int group_lead(const group_opts *o, const model_config *cfg, const model_opts *m
     h->max_copies = mo->max_copies;
     h->convert_weights = mo->convert_weights;
     h->weight_dtype = mo->weight_dtype;
+    h->kv_dtype = mo->kv_dtype;
     shm_flag_init(&h->abort, 0);
     for (int r = 0; r < GROUP_MAX; r++) {
         shm_flag_init(&h->loaded[r], 0);
@@ -455,6 +456,7 @@ void group_model_opts(const group_t *g, model_opts *mo)
     mo->max_copies = h->max_copies;
     mo->convert_weights = h->convert_weights != 0;
     mo->weight_dtype = h->weight_dtype;
+    mo->kv_dtype = h->kv_dtype;
     mo->tp_rank = g->rank;
     mo->tp_size = g->size;
     mo->comm = g->comm;

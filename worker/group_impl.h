@@ -21,7 +21,7 @@
 #include "worker/shm_sync.h"
 
 #define GROUP_MAGIC 0x50524744u /* "DGRP" */
-#define GROUP_VERSION 3         /* 2: the secret; 3: the weight format */
+#define GROUP_VERSION 4         /* 2: the secret; 3: the weight format; 4: the KV cache dtype */
 #define GROUP_MAX 64
 #define GROUP_SECRET_BYTES 32
 #define GROUP_ALIGN64(x) (((x) + 63u) & ~(size_t)63u)
@@ -38,6 +38,7 @@ typedef struct group_hdr {
         max_blocks_per_seq, max_copies;
     int32_t convert_weights, weight_dtype; /* model_opts': every rank keeps the leader's
                                               format, so their shards split alike */
+    int32_t kv_dtype;  /* enum deras_dtype of every rank's KV cache: F32, F16 or BF16 */
     int32_t comm_nccl; /* 0: shared memory; 1: NCCL with nccl_id */
     unsigned char nccl_id[COMM_NCCL_ID_BYTES];
     unsigned char secret[GROUP_SECRET_BYTES]; /* equal to the key file's */

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/base/dtype.h"
 #include "common/base/quantize.h"
 #include "common/base/status.h"
 #include "common/wire/endpoints.h"
@@ -72,12 +73,13 @@ int group_hdr_check(const group_hdr *h, size_t bytes)
         h->block_size < 1 || h->block_size > 4096 || h->n_kv_blocks < 2 ||
         h->n_kv_blocks > (1 << 30) || h->max_blocks_per_seq < 1 ||
         h->max_blocks_per_seq > (1 << 24) || h->max_copies < 0 || h->max_copies > (1 << 20) ||
-        (h->comm_nccl != 0 && h->comm_nccl != 1))
+        (h->comm_nccl != 0 && h->comm_nccl != 1) ||
+        (h->kv_dtype != DT_F32 && h->kv_dtype != DT_F16 && h->kv_dtype != DT_BF16))
         return deras_fail(DERAS_EFORMAT, "segment: step limits out of range (tokens %d, "
                           "sequences %d, logits %d, block %d, blocks %d, blocks per sequence %d, "
-                          "copies %d)", (int)h->max_batch_tokens, (int)h->max_seqs,
+                          "copies %d) or KV dtype %d", (int)h->max_batch_tokens, (int)h->max_seqs,
                           (int)h->max_logits, (int)h->block_size, (int)h->n_kv_blocks,
-                          (int)h->max_blocks_per_seq, (int)h->max_copies);
+                          (int)h->max_blocks_per_seq, (int)h->max_copies, (int)h->kv_dtype);
     if ((h->convert_weights != 0 && h->convert_weights != 1) ||
         (h->convert_weights && !dtype_can_quantize(h->weight_dtype)))
         return deras_fail(DERAS_EFORMAT, "segment: weight format %d/%d", (int)h->convert_weights,

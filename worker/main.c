@@ -87,6 +87,9 @@ static void usage(FILE *f)
             "                           matrix converted at load (the cpu device)\n"
             "  --kv-cache-memory SPEC   KV cache budget: a size (4GiB, 512MB) or a fraction of\n"
             "                           the memory available after the weights (default 0.4)\n"
+            "  --kv-dtype T             KV cache element type: f32, f16 or bf16 on the CPU (default\n"
+            "                           f32: exact; f16/bf16 halve its bytes per token); on CUDA the\n"
+            "                           device's type (bf16, or f16 with cuda:N:fp16)\n"
             "  --max-seqs N             sequences per step (default 64)\n"
             "  --max-batch-tokens N     tokens per step, >= --max-seqs (default 512)\n"
             "  --max-live-seqs N        sequences queued + running (default 4 x --max-seqs)\n"
@@ -125,7 +128,7 @@ static void usage(FILE *f)
 /* 0, or 2 after printing why. */
 static int parse_args(int argc, char **argv, worker_opts *o)
 {
-    enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
+    enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_KVDTYPE, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
            O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_CURVE, O_CURVE_KEY,
            O_WEIGHTS, O_VERSION, O_HELP };
@@ -136,6 +139,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS},
         {"kv-cache-memory", required_argument, 0, O_KV},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"max-seqs", required_argument, 0, O_MAXSEQS},
         {"max-batch-tokens", required_argument, 0, O_MAXBATCH},
         {"max-live-seqs", required_argument, 0, O_MAXLIVE},
@@ -174,6 +178,7 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         case O_NAME: o->name = optarg; break;
         case O_DEVICE: o->device = optarg; break;
         case O_KV: o->kv_cache_memory = optarg; break;
+        case O_KVDTYPE: o->kv_dtype = optarg; break;
         case O_NOPREFIX: o->prefix_caching = false; break;
         case O_SPEC: o->spec_proposer = optarg; break;
         case O_WEIGHTS: o->weight_format = optarg; break;

@@ -493,7 +493,8 @@ static int load_engine(worker_server_t *s, const spec_opts *so)
 {
     int progress_last = -100; /* read while the model loads, inside this function */
     loader_opts lo = {.model = s->model, .device = s->device, .threads = s->o.threads,
-                      .block_size = s->o.block_size, .max_seqs = s->o.max_seqs,
+                      .block_size = s->o.block_size, .kv_dtype = s->kv_dtype,
+                      .max_seqs = s->o.max_seqs,
                       .max_batch_tokens = s->o.max_batch_tokens,
                       .max_live_seqs = s->o.max_live_seqs, .prefix_caching = s->o.prefix_caching,
                       .spec = *so, .log = true, .progress = progress_log,
@@ -551,6 +552,7 @@ int worker_server_new(const worker_opts *o, worker_server_t **out)
     snprintf(s->model, sizeof s->model, "%s", o->model);
     snprintf(s->device, sizeof s->device, "%s", o->device);
     snprintf(s->kv_spec, sizeof s->kv_spec, "%s", o->kv_cache_memory);
+    snprintf(s->kv_dtype, sizeof s->kv_dtype, "%s", o->kv_dtype ? o->kv_dtype : "");
     snprintf(s->spec_proposer, sizeof s->spec_proposer, "%s",
              o->spec_proposer ? o->spec_proposer : "none");
     if (o->name)
@@ -564,6 +566,7 @@ int worker_server_new(const worker_opts *o, worker_server_t **out)
     s->o.model = s->model;
     s->o.device = s->device;
     s->o.kv_cache_memory = s->kv_spec;
+    s->o.kv_dtype = s->kv_dtype;
     s->o.name = s->name;
     s->o.spec_proposer = s->spec_proposer;
     s->o.router = s->router;

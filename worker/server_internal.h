@@ -45,7 +45,8 @@ typedef struct failed_req {
 enum link_state { LINK_HELLO_FIRST, LINK_READY, LINK_REJOIN };
 
 struct worker_server {
-    char model[4096], router[ENDPOINT_MAX], name[WPROTO_MAX_NAME + 1], device[32], kv_spec[64];
+    char model[4096], router[ENDPOINT_MAX], name[WPROTO_MAX_NAME + 1], device[32], kv_spec[64],
+        kv_dtype[16];
     char spec_proposer[4096];
     worker_opts o;              /* strings point at the copies above */
     loader_t *ld;               /* backend, model, draft model, engine (engine/loader.h) */

@@ -105,6 +105,11 @@ int worker_opts_check(const worker_opts *o)
         return rc;
     if (strlen(o->kv_cache_memory) >= 64)
         return deras_fail(DERAS_EINVAL, "--kv-cache-memory: longer than 63 bytes");
+    int kv_dtype;
+    if (o->kv_dtype && strlen(o->kv_dtype) >= 16)
+        return deras_fail(DERAS_EINVAL, "--kv-dtype: longer than 15 bytes");
+    if ((rc = kv_sizing_dtype(o->device, o->kv_dtype, &kv_dtype)))
+        return deras_fail_ctx(DERAS_EINVAL, "--kv-dtype: ");
     if (o->max_seqs < 1 || o->max_seqs > 4096)
         return deras_fail(DERAS_EINVAL, "--max-seqs %d: expected 1 to 4096", o->max_seqs);
     if (o->max_batch_tokens < o->max_seqs || o->max_batch_tokens > (1 << 20))

@@ -18,6 +18,8 @@ typedef struct worker_opts {
     int threads;                 /* CPU threads, 0: all cores */
     const char *weight_format;   /* --weight-format (loader_weight_format); NULL: as-stored */
     const char *kv_cache_memory; /* "4GiB" or a fraction of available memory, "0.4" */
+    const char *kv_dtype;        /* KV cache element type: f32, f16, bf16 (kv_sizing_dtype);
+                                    NULL: the device's default (f32 on the CPU) */
     int max_seqs;                /* sequences per step */
     int max_batch_tokens;        /* tokens per step, >= max_seqs */
     int max_live_seqs;           /* sequences queued + running; 0: 4 x max_seqs */

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/base/dtype.h"
 #include "common/base/status.h"
 
 /* ---- checked arithmetic ---- */
@@ -101,6 +102,33 @@ const char *kvmath_dtype_name(enum kvmath_dtype dt)
 int kvmath_dtype_size(enum kvmath_dtype dt)
 {
     return dtype_ok(dt) ? dtypes[dt].size : 0;
+}
+
+static const int deras_of[KVMATH_N_DTYPES] = {
+    [KVMATH_FP32] = DT_F32, [KVMATH_FP16] = DT_F16, [KVMATH_BF16] = DT_BF16,
+    [KVMATH_FP8] = DT_UNSUPPORTED,
+};
+
+int kvmath_dtype_to_deras(enum kvmath_dtype dt, int *out)
+{
+    if (!out || !dtype_ok(dt))
+        return deras_fail(DERAS_EINVAL, "kvmath_dtype_to_deras: no dtype %d", (int)dt);
+    if (deras_of[dt] == DT_UNSUPPORTED)
+        return deras_fail(DERAS_EUNSUPPORTED, "%s: no backend keeps or computes on it",
+                          kvmath_dtype_name(dt));
+    *out = deras_of[dt];
+    return DERAS_OK;
+}
+
+int kvmath_dtype_from_deras(int dtype, enum kvmath_dtype *out)
+{
+    for (int i = 0; out && i < KVMATH_N_DTYPES; i++)
+        if (deras_of[i] == dtype && dtype != DT_UNSUPPORTED) {
+            *out = (enum kvmath_dtype)i;
+            return DERAS_OK;
+        }
+    return deras_fail(DERAS_EINVAL, "dtype %s is not a KV cache element type (F32, F16, BF16)",
+                      dtype_name(dtype));
 }
 
 /* ---- KV cache ---- */

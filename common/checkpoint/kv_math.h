@@ -59,6 +59,13 @@ const char *kvmath_dtype_name(enum kvmath_dtype dt);
 /* Bytes per element: 4, 2, 2, 1; 0 for a value outside the enum. */
 int kvmath_dtype_size(enum kvmath_dtype dt);
 
+/* The same element types as enum deras_dtype (common/base/dtype.h), the ids the backends
+ * and the model use: FP32 <-> DT_F32, FP16 <-> DT_F16, BF16 <-> DT_BF16. FP8 has no
+ * deras_dtype (no backend computes on it): DERAS_EUNSUPPORTED; any other deras_dtype
+ * (a block format) or a value outside the enum: DERAS_EINVAL. O(1). */
+int kvmath_dtype_to_deras(enum kvmath_dtype dt, int *out);
+int kvmath_dtype_from_deras(int dtype, enum kvmath_dtype *out);
+
 /* How one rank's share of the attention heads looks under tensor parallelism. */
 typedef struct kvmath_shard {
     int tp_size;

@@ -1,28 +1,55 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cpu_attention.c - causal attention over the paged KV cache, flash-attention style, on CPU.
+/* cpu_attention.c - causal attention over the paged KV cache on the CPU: work split and
+ * path choice; the kernels are kernels/cpu/attn_*.c (attn_impl.h).
  *
  * One code path serves prefill, chunked prefill (queries starting at an offset into an
- * already cached context) and decode (one query per sequence): every query row attends the
- * keys of its own sequence up to its own position, read block by block through the block
- * table. Within a block the scores are computed, then folded into a running maximum, sum
- * and output accumulator (online softmax), so no (queries x keys) score matrix ever
- * exists and memory is O(head_dim) per query head whatever the context length.
+ * already cached context), speculative verification and decode (one query per
+ * sequence): every query row attends the keys of its own sequence up to its own position,
+ * read block by block through the block table, folded into a running maximum, sum and
+ * output (online softmax), so no (queries x keys) score matrix ever exists.
  *
- * Work item = (query row, kv head, group of up to ATTN_MAX_GROUP query heads sharing that
- * kv head): a K/V block is loaded once for all the query heads of a grouped-query group.
- * Items are spread over OpenMP threads with dynamic scheduling because rows of one prefill
- * differ in length. Per-item scratch lives on the stack (bounded by the limits below), so
- * nothing is allocated. Cost: O(sum over rows of context * n_heads * head_dim).
+ * Work item = (sequence, KV head, a run of the query heads sharing it, a tile of up to
+ * ATTN_MAX_QV / heads consecutive query rows): the tile kernel reads each stretch of K/V
+ * once for all of its query vectors, flash-attention style. When a step has too few items
+ * for the threads (decode of a few sequences), a grouped-query group's heads are split
+ * over more items. Items go to OpenMP threads with dynamic scheduling (rows of a prefill
+ * differ in length). How items are cut changes no result: a query vector's arithmetic is
+ * fixed by its own position (attn_impl.h), so outputs do not depend on the batch, the
+ * tile or the thread count.
+ *
+ * Paths: the plain C reference (attn_scalar.c), AVX2+FMA+F16C (attn_avx2.c, head_dim a
+ * multiple of 8) and AVX-512 (attn_avx512.c, a multiple of 16), the path qmatmul.h's
+ * switch names ($DERAS_CPU_ISA, qmm_isa_force); a head_dim the path's kernel does not take
+ * runs on the widest one that does. Cost: O(sum over rows of context x n_heads x
+ * head_dim); scratch on the stack (attn_tile_body.h), nothing allocated.
  */
-#include <float.h>
-#include <math.h>
+#include <omp.h>
 
 #include "common/base/status.h"
+#include "kernels/cpu/attn_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/qmatmul.h"
 
-#define ATTN_MAX_HEAD_DIM 256
-#define ATTN_MAX_BLOCK 256
-#define ATTN_MAX_GROUP 8
+static const attn_path *path_for(int isa, int head_dim)
+{
+#ifdef ATTN_X86
+    if (isa >= QMM_ISA_AVX512 && head_dim % attn_path_avx512.lanes == 0)
+        return &attn_path_avx512;
+    if (isa >= QMM_ISA_AVX2 && head_dim % attn_path_avx2.lanes == 0)
+        return &attn_path_avx2;
+#endif
+    return &attn_path_scalar;
+}
+
+int cpu_attention_path(int head_dim, const char **name)
+{
+    int isa = qmm_isa_active();
+    if (isa < 0)
+        return isa;
+    const attn_path *p = path_for(isa, head_dim);
+    *name = p == &attn_path_scalar ? "scalar" : p->lanes == 8 ? "avx2" : "avx512";
+    return DERAS_OK;
+}
 
 /* Sequence owning query row `row`: the s with q_start[s] <= row < q_start[s + 1]. */
 static int seq_of_row(const int32_t *q_start, int n_seqs, int row)
@@ -38,105 +65,62 @@ static int seq_of_row(const int32_t *q_start, int n_seqs, int row)
     return lo;
 }
 
-static void attend_item(const attn_args *a, int row, int kvh, int h0, int n_h)
-{
-    const int hd = a->head_dim, bs = a->block_size;
-    const int s = seq_of_row(a->q_start, a->n_seqs, row);
-    const int n_q = a->q_start[s + 1] - a->q_start[s];
-    const int pos = a->ctx_len[s] - n_q + (row - a->q_start[s]);
-    const int lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    const int32_t *table = a->block_tables + (size_t)s * a->max_blocks;
-    const float *kc = a->k_cache, *vc = a->v_cache;
-
-    float q[ATTN_MAX_GROUP][ATTN_MAX_HEAD_DIM];
-    float acc[ATTN_MAX_GROUP][ATTN_MAX_HEAD_DIM];
-    float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP];
-    float sc[ATTN_MAX_GROUP][ATTN_MAX_BLOCK];
-
-    for (int r = 0; r < n_h; r++) {
-        const float *qr = (const float *)a->q + (size_t)row * a->q_stride + (size_t)(h0 + r) * hd;
-        for (int j = 0; j < hd; j++) {
-            q[r][j] = qr[j] * a->scale;
-            acc[r][j] = 0.0f;
-        }
-        m[r] = -FLT_MAX;
-        l[r] = 0.0f;
-    }
-
-    for (int blk = lo / bs; blk <= pos / bs; blk++) {
-        const int t0 = blk * bs;
-        const int j0 = lo > t0 ? lo - t0 : 0;
-        const int j1 = pos - t0 + 1 < bs ? pos - t0 + 1 : bs;
-        const size_t base = (((size_t)table[blk] * a->n_kv_heads + kvh) * bs) * hd;
-        const float *kb = kc + base, *vb = vc + base;
-
-        for (int r = 0; r < n_h; r++) {
-            float bmax = -FLT_MAX;
-            for (int j = j0; j < j1; j++) {
-                const float *k = kb + (size_t)j * hd;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int d = 0; d < hd; d++)
-                    dot += q[r][d] * k[d];
-                sc[r][j] = dot;
-                bmax = dot > bmax ? dot : bmax;
-            }
-            float m_new = bmax > m[r] ? bmax : m[r];
-            float corr = expf(m[r] - m_new);
-            float sum = 0.0f;
-            for (int j = j0; j < j1; j++) {
-                sc[r][j] = expf(sc[r][j] - m_new);
-                sum += sc[r][j];
-            }
-            l[r] = l[r] * corr + sum;
-            m[r] = m_new;
-            float *ar = acc[r];
-#pragma omp simd
-            for (int d = 0; d < hd; d++)
-                ar[d] *= corr;
-            for (int j = j0; j < j1; j++) {
-                const float *v = vb + (size_t)j * hd;
-                const float p = sc[r][j];
-#pragma omp simd
-                for (int d = 0; d < hd; d++)
-                    ar[d] += p * v[d];
-            }
-        }
-    }
-
-    for (int r = 0; r < n_h; r++) {
-        float *o = (float *)a->out + ((size_t)row * a->n_heads + h0 + r) * hd;
-        const float inv = 1.0f / l[r];
-        for (int d = 0; d < hd; d++)
-            o[d] = acc[r][d] * inv;
-    }
-}
-
 int cpu_attention(backend_t *b, const attn_args *a)
 {
     if (a->head_dim > ATTN_MAX_HEAD_DIM || a->block_size > ATTN_MAX_BLOCK)
         return deras_fail(DERAS_EUNSUPPORTED,
                           "cpu attention: head_dim %d / block_size %d above limits %d / %d",
                           a->head_dim, a->block_size, ATTN_MAX_HEAD_DIM, ATTN_MAX_BLOCK);
+    const int isa = qmm_isa_active();
+    if (isa < 0)
+        return isa;
+    const attn_path *path = path_for(isa, a->head_dim);
     /* local KV head kvh serves local query heads [kvh * rep - first, + rep) clipped to
      * [0, n_heads): a tensor-parallel slice may cut its first and last group short */
     const int rep = a->q_per_kv ? a->q_per_kv : a->n_heads / a->n_kv_heads;
     const int first = a->q_per_kv ? a->q_head0 % rep : 0;
-    const int n_groups = (rep + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
-    const long n_items = (long)a->n_tokens * a->n_kv_heads * n_groups;
+    /* heads per item: the whole group, unless a decode step has too few items */
+    const int nth = omp_get_max_threads();
+    int per = rep < ATTN_MAX_QV ? rep : ATTN_MAX_QV;
+    const long base_items = (long)a->n_seqs * a->n_kv_heads;
+    if (a->max_q_len == 1 && base_items < 2L * nth) {
+        const int want = (int)((2L * nth + base_items - 1) / base_items);
+        per = (rep + want - 1) / want;
+    }
+    const int n_runs = (rep + per - 1) / per;
+    const int tq = ATTN_MAX_QV / per; /* rows per tile */
+    const long n_items = (long)a->n_tokens * a->n_kv_heads * n_runs;
 
 #pragma omp parallel for schedule(dynamic, 1) if (n_items > 1)
     for (long it = 0; it < n_items; it++) {
-        int grp = (int)(it % n_groups);
-        int kvh = (int)((it / n_groups) % a->n_kv_heads);
-        int row = (int)(it / ((long)n_groups * a->n_kv_heads));
+        const int run = (int)(it % n_runs);
+        const int kvh = (int)((it / n_runs) % a->n_kv_heads);
+        const int row = (int)(it / ((long)n_runs * a->n_kv_heads));
+        const int s = seq_of_row(a->q_start, a->n_seqs, row);
+        const int r0 = a->q_start[s], n_q = a->q_start[s + 1] - r0;
+        if ((row - r0) % tq) /* not the first row of a tile */
+            continue;
         int g_lo = kvh * rep - first, g_hi = g_lo + rep;
         g_lo = g_lo > 0 ? g_lo : 0;
         g_hi = g_hi < a->n_heads ? g_hi : a->n_heads;
-        int h0 = g_lo + grp * ATTN_MAX_GROUP;
-        int n_h = g_hi - h0 < ATTN_MAX_GROUP ? g_hi - h0 : ATTN_MAX_GROUP;
-        if (n_h > 0)
-            attend_item(a, row, kvh, h0, n_h);
+        const int h0 = g_lo + run * per;
+        const int n_h = g_hi - h0 < per ? g_hi - h0 : per;
+        if (n_h <= 0)
+            continue;
+        const int n_rows = r0 + n_q - row < tq ? r0 + n_q - row : tq;
+        const attn_tile t = {
+            .out = (float *)a->out + ((size_t)row * a->n_heads + h0) * a->head_dim,
+            .out_stride = a->n_heads * a->head_dim,
+            .q = (const float *)a->q + (size_t)row * a->q_stride + (size_t)h0 * a->head_dim,
+            .q_stride = a->q_stride,
+            .n_rows = n_rows, .n_heads = n_h,
+            .pos0 = a->ctx_len[s] - n_q + (row - r0), .window = a->window, .scale = a->scale,
+            .k_cache = a->k_cache, .v_cache = a->v_cache, .kv_dtype = a->kv_dtype,
+            .table = a->block_tables + (size_t)s * a->max_blocks,
+            .n_kv_heads = a->n_kv_heads, .kv_head = kvh,
+            .head_dim = a->head_dim, .block_size = a->block_size,
+        };
+        path->tile(&t);
     }
     return DERAS_OK;
 }

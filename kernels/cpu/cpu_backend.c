@@ -302,24 +302,6 @@ static int cpu_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_he
     return DERAS_OK;
 }
 
-static int cpu_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
-                        int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
-                        int block_size)
-{
-    float *kc = k_cache, *vc = v_cache;
-    for (int i = 0; i < n; i++) {
-        size_t block = (size_t)slots[i] / (size_t)block_size;
-        size_t off = (size_t)slots[i] % (size_t)block_size;
-        for (int g = 0; g < n_kv_heads; g++) {
-            size_t dst = ((block * n_kv_heads + g) * block_size + off) * head_dim;
-            size_t src = (size_t)i * row_stride + (size_t)g * head_dim;
-            memcpy(kc + dst, (const float *)k + src, (size_t)head_dim * sizeof(float));
-            memcpy(vc + dst, (const float *)v + src, (size_t)head_dim * sizeof(float));
-        }
-    }
-    return DERAS_OK;
-}
-
 static int cpu_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
 {
 #pragma omp parallel for if (n > 4)
@@ -330,16 +312,6 @@ static int cpu_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff
         for (int j = 0; j < d_ff; j++)
             o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
     }
-    return DERAS_OK;
-}
-
-static int cpu_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n,
-                           size_t block_elems)
-{
-    float *c = cache;
-    for (int i = 0; i < n; i++)
-        memcpy(c + (size_t)pairs[2 * i + 1] * block_elems, c + (size_t)pairs[2 * i] * block_elems,
-               block_elems * sizeof(float));
     return DERAS_OK;
 }
 
@@ -362,6 +334,7 @@ static const struct backend_ops cpu_ops = {
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
     .copy_blocks = cpu_copy_blocks,
+    .keeps_kv = cpu_keeps_kv,
     .keeps = cpu_keeps,
     .matmul_q = cpu_matmul_q,
     .embed_q = cpu_embed_q,

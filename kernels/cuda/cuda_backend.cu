@@ -190,6 +190,7 @@ static const struct backend_ops cuda_ops = {
     .attention = cuda_attention,
     .silu_mul = cuda_silu_mul,
     .copy_blocks = cuda_copy_blocks,
+    .keeps_kv = nullptr, /* the KV cache in the activation dtype only (backend_keeps_kv) */
     .keeps = nullptr, /* weights in the activation dtype only: the loader dequantizes */
     .matmul_q = nullptr,
     .embed_q = nullptr,

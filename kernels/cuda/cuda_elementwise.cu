@@ -317,9 +317,11 @@ __global__ void kv_write_kernel(uint16_t *k_cache, uint16_t *v_cache, const uint
     reinterpret_cast<U *>(v_cache + dst)[e] = reinterpret_cast<const U *>(v + src)[e];
 }
 
+/* The cache is in the activation dtype (backend_keeps_kv: backend.c checked kv_dtype), so
+ * a write is a copy. */
 int cuda_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
                   int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
-                  int block_size)
+                  int block_size, int kv_dtype)
 {
     cuda_backend *cb = cuda_of(b);
     const bool vec = vec_ok(k_cache, v_cache, k, head_dim, row_stride) && vec_ok(v, NULL, NULL, 0, 0);
@@ -385,9 +387,10 @@ __global__ void copy_blocks_kernel(uint16_t *cache, const int32_t *pairs, size_t
         c[dst + e] = c[src + e];
 }
 
-int cuda_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems)
+int cuda_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_bytes)
 {
     cuda_backend *cb = cuda_of(b);
+    const size_t block_elems = block_bytes / 2; /* 2-byte elements, bf16 or fp16 */
     const bool vec = vec_ok(cache, NULL, NULL, (long)block_elems, 0);
     const size_t units = vec ? block_elems / 8 : block_elems;
     unsigned chunks = cdiv((long)units, EW_THREADS);

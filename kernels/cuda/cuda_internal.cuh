@@ -140,9 +140,9 @@ int cuda_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, i
               int row_stride);
 int cuda_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *k, const void *v,
                   int row_stride, const int32_t *slots, int n, int n_kv_heads, int head_dim,
-                  int block_size);
+                  int block_size, int kv_dtype);
 int cuda_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff);
-int cuda_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_elems);
+int cuda_copy_blocks(backend_t *b, void *cache, const int32_t *pairs, int n, size_t block_bytes);
 
 /* cuda_decode_attention.cu: every sequence has exactly one query row (max_q_len == 1). */
 int cuda_attention_decode(backend_t *b, const attn_args *a);

@@ -39,6 +39,15 @@ static inline const char *gpu_spec(int dtype)
     return dtype == CUDA_DTYPE_FP16 ? "cuda:0:fp16" : "cuda:0";
 }
 
+/* The KV cache dtype of gpu_spec(dtype)'s backend (enum deras_dtype): its activation type. */
+static inline int gpu_kv_dtype(int dtype)
+{
+    int kv = -1;
+    if (backend_kv_dtype(gpu_spec(dtype), BACKEND_KV_DEFAULT, &kv))
+        abort(); /* gpu_spec is always a valid spec */
+    return kv;
+}
+
 static inline const char *gpu_dtype_name(int dtype)
 {
     return dtype == CUDA_DTYPE_FP16 ? "fp16" : "bf16";

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "common/base/dtype.h"
 #include "gpu_test.h"
 #include "ref_attention.h"
 
@@ -174,8 +175,10 @@ static void run_case(const acase *c, int dt, uint64_t seed)
         /* write in pieces of at most 1 M tokens' worth, through each backend's kv_write */
         dual kk = dual_new(cpu, g, kh, (size_t)tot_ctx * kvw), vv = dual_new(cpu, g, vh, (size_t)tot_ctx * kvw);
         dual sl = dual_i32(cpu, g, slots, (size_t)tot_ctx);
-        GPU_OK(backend_kv_write(cpu, kc.c, vc.c, kk.c, vv.c, kvw, sl.c, (int)tot_ctx, nkv, hd, bs));
-        GPU_OK(backend_kv_write(g, kc.g, vc.g, kk.g, vv.g, kvw, sl.g, (int)tot_ctx, nkv, hd, bs));
+        GPU_OK(backend_kv_write(cpu, kc.c, vc.c, kk.c, vv.c, kvw, sl.c, (int)tot_ctx, nkv, hd, bs,
+                                DT_F32));
+        GPU_OK(backend_kv_write(g, kc.g, vc.g, kk.g, vv.g, kvw, sl.g, (int)tot_ctx, nkv, hd, bs,
+                                gpu_kv_dtype(dt)));
         GPU_OK(backend_sync(g));
         dual_free(cpu, g, &kk);
         dual_free(cpu, g, &vv);
@@ -224,7 +227,7 @@ static void run_case(const acase *c, int dt, uint64_t seed)
     }
 
     a.out = out.g, a.q = q.g, a.k_cache = kc.g, a.v_cache = vc.g, a.q_start = qs.g;
-    a.ctx_len = cl.g, a.block_tables = tb.g;
+    a.ctx_len = cl.g, a.block_tables = tb.g, a.kv_dtype = gpu_kv_dtype(dt);
     /* decode: automatic, 1 and 7 splits; prefill: both kernel variants */
     const int decode = max_q == 1;
     const int split_runs[3] = {0, 1, 7};
@@ -288,7 +291,7 @@ static void head_dim_above_256_is_refused(void **state)
         .out = buf, .q = buf, .q_stride = 288, .k_cache = buf, .v_cache = buf, .q_start = buf,
         .ctx_len = buf, .block_tables = buf, .n_seqs = 1, .n_tokens = 1, .max_blocks = 1,
         .n_heads = 1, .n_kv_heads = 1, .head_dim = 288, .block_size = 16, .scale = 0.1f,
-        .max_q_len = 1, .max_ctx_len = 1,
+        .max_q_len = 1, .max_ctx_len = 1, .kv_dtype = gpu_kv_dtype(CUDA_DTYPE_BF16),
     };
     int rc = backend_attention(g, &a);
     if (rc != DERAS_EUNSUPPORTED)

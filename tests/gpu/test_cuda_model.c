@@ -123,7 +123,8 @@ static void tiny_models_on_cuda_match_transformers(void **state)
             if (checkpoint_open(path, &r.ck))
                 fail_msg("checkpoint_open(%s): %s", path, deras_errmsg());
             model_opts mo = {.max_batch_tokens = cap, .max_seqs = 1, .max_logits = cap,
-                             .block_size = bs, .n_kv_blocks = nb, .max_blocks_per_seq = nb};
+                             .block_size = bs, .n_kv_blocks = nb, .max_blocks_per_seq = nb,
+                             .kv_dtype = gpu_kv_dtype(dt)};
             if (model_new(r.ck, g, &mo, &r.m))
                 fail_msg("model_new(%s) on %s: %s", path, backend_name(g), deras_errmsg());
             r.table = malloc((size_t)nb * sizeof(int32_t));
@@ -222,7 +223,8 @@ static void test_model_on_cuda_matches_transformers(void **state)
         if (checkpoint_open(model_path, &r.ck))
             fail_msg("checkpoint_open(%s): %s", model_path, deras_errmsg());
         model_opts mo = {.max_batch_tokens = cap, .max_seqs = 1, .max_logits = 1,
-                         .block_size = bs, .n_kv_blocks = nb, .max_blocks_per_seq = nb};
+                         .block_size = bs, .n_kv_blocks = nb, .max_blocks_per_seq = nb,
+                         .kv_dtype = gpu_kv_dtype(dt)};
         if (model_new(r.ck, g, &mo, &r.m))
             fail_msg("model_new(%s) on %s: %s", model_path, backend_name(g), deras_errmsg());
         r.table = malloc((size_t)nb * sizeof(int32_t));

@@ -388,14 +388,14 @@ static void kv_write_and_copy_blocks_move_values_exactly(void **state)
             dual kc = dual_new(cpu, g, NULL, cache), vc = dual_new(cpu, g, NULL, cache);
             const size_t es_c = 4, es_g = 2;
             GPU_OK(backend_kv_write(cpu, kc.c, vc.c, kv.c, (char *)kv.c + (size_t)nkv * hd * es_c,
-                                    stride, sl.c, n, nkv, hd, bs));
+                                    stride, sl.c, n, nkv, hd, bs, DT_F32));
             GPU_OK(backend_kv_write(g, kc.g, vc.g, kv.g, (char *)kv.g + (size_t)nkv * hd * es_g,
-                                    stride, sl.g, n, nkv, hd, bs));
+                                    stride, sl.g, n, nkv, hd, bs, gpu_kv_dtype(dt)));
             /* copy-on-write: two pairs, destinations never sources */
             int32_t pairs[4] = {0, n_blocks - 1, 1, n_blocks - 2};
             dual pr = dual_i32(cpu, g, pairs, 4);
-            GPU_OK(backend_copy_blocks(cpu, kc.c, pr.c, 2, block_elems));
-            GPU_OK(backend_copy_blocks(g, kc.g, pr.g, 2, block_elems));
+            GPU_OK(backend_copy_blocks(cpu, kc.c, pr.c, 2, block_elems * es_c));
+            GPU_OK(backend_copy_blocks(g, kc.g, pr.g, 2, block_elems * es_g));
             float *want, *got;
             char what[64];
             snprintf(what, sizeof what, "k cache, %d tokens, block %d", n, bs);

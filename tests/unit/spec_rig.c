@@ -10,6 +10,7 @@
 
 #include "common/base/status.h"
 #include "spec_rig.h"
+#include "test_kv.h"
 #include "test_util.h"
 
 #define NEAR_TIE test_near_tie()
@@ -46,7 +47,8 @@ void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, int max_t
     assert_int_equal(backend_new(test_backend_spec(), 2, &g->be), DERAS_OK);
     model_opts mo = {.max_batch_tokens = max_tokens, .max_seqs = max_seqs,
                      .max_logits = max_seqs * (1 + k), .block_size = 16,
-                     .n_kv_blocks = n_kv_blocks, .max_blocks_per_seq = 64, .max_copies = max_seqs};
+                     .n_kv_blocks = n_kv_blocks, .max_blocks_per_seq = 64, .max_copies = max_seqs,
+                     .kv_dtype = test_kv_dtype()};
     if (model_new(g->ck, g->be, &mo, &g->m))
         fail_msg("%s", deras_errmsg());
     g->path = path;

@@ -25,6 +25,7 @@
 #include "common/checkpoint/checkpoint.h"
 #include "common/base/status.h"
 #include "engine_workload.h"
+#include "test_kv.h"
 #include "test_util.h"
 #include "engine/engine.h"
 
@@ -128,7 +129,7 @@ static void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, in
     assert_int_equal(backend_new(test_backend_spec(), 2, &g->be), DERAS_OK);
     model_opts mo = {.max_batch_tokens = max_tokens, .max_seqs = max_seqs, .max_logits = max_seqs,
                      .block_size = 16, .n_kv_blocks = n_kv_blocks, .max_blocks_per_seq = 96,
-                     .max_copies = max_seqs};
+                     .max_copies = max_seqs, .kv_dtype = test_kv_dtype()};
     if (model_new(g->ck, g->be, &mo, &g->m))
         fail_msg("%s", deras_errmsg());
     g->vocab = checkpoint_config(g->ck)->vocab_size;

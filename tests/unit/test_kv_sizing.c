@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "engine/host_memory.h"
 #include "engine/kv_sizing.h"
@@ -29,7 +30,7 @@ static void byte_budget_is_cut_into_whole_blocks(void **state)
     (void)state;
     model_config c = smollm2();
     kv_sizing s;
-    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "64MiB", &s), DERAS_OK);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_F32, 16, "64MiB", &s), DERAS_OK);
     assert_int_equal(s.token_bytes, 2 * 30 * 3 * 64 * 4);        /* 46080 */
     assert_int_equal(s.block_bytes, 16 * 46080);                 /* 737280 */
     assert_int_equal(s.n_blocks, (64 << 20) / 737280);           /* 91 */
@@ -43,9 +44,43 @@ static void fraction_uses_available_memory(void **state)
     (void)state;
     model_config c = smollm2();
     kv_sizing s;
-    assert_int_equal(kv_sizing_from_budget(&c, 2, 16, "0.01", &s), DERAS_OK);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_F16, 16, "0.01", &s), DERAS_OK);
     assert_true(s.n_blocks >= 2);
     assert_int_equal(s.token_bytes, 2 * 30 * 3 * 64 * 2);
+}
+
+/* The element type: each dtype's bytes; the device rule of kv_sizing_dtype (CPU: f32 by
+ * default, f16/bf16 on request; CUDA: its activation type) with --kv-dtype's spellings. */
+static void kv_dtype_sets_the_bytes_and_follows_the_device(void **state)
+{
+    (void)state;
+    model_config c = smollm2();
+    kv_sizing s;
+    assert_int_equal(kv_sizing_from_budget(&c, DT_BF16, 16, "64MiB", &s), DERAS_OK);
+    assert_int_equal(s.token_bytes, 23040);
+    assert_int_equal(s.kv_dtype, DT_BF16);
+    kv_sizing_log(&s);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_Q8_0, 16, "64MiB", &s), DERAS_EINVAL);
+    static const struct {
+        const char *device, *name;
+        int rc, dtype;
+    } rules[] = {
+        {"cpu", NULL, DERAS_OK, DT_F32},       {"cpu", "", DERAS_OK, DT_F32},
+        {"cpu", "f16", DERAS_OK, DT_F16},      {"cpu", "half", DERAS_OK, DT_F16},
+        {"cpu", "BF16", DERAS_OK, DT_BF16},    {"cpu", "float32", DERAS_OK, DT_F32},
+        {"cpu", "fp8", DERAS_EUNSUPPORTED, 0}, {"cpu", "int4", DERAS_EINVAL, 0},
+        {"cuda:0", NULL, DERAS_OK, DT_BF16},   {"cuda:0", "bf16", DERAS_OK, DT_BF16},
+        {"cuda:0", "f32", DERAS_EUNSUPPORTED, 0}, {"cuda:3:fp16", NULL, DERAS_OK, DT_F16},
+        {"gpu", NULL, DERAS_EINVAL, 0},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        int dt = -1;
+        int rc = kv_sizing_dtype(rules[i].device, rules[i].name, &dt);
+        if (rc != rules[i].rc || (rc == DERAS_OK && dt != rules[i].dtype))
+            fail_msg("%s / %s: status %d dtype %d, expected %d / %d (%s)", rules[i].device,
+                     rules[i].name ? rules[i].name : "(default)", rc, dt, rules[i].rc,
+                     rules[i].dtype, rc ? deras_errmsg() : "");
+    }
 }
 
 static void exact_token_count_adds_the_null_block(void **state)
@@ -53,7 +88,7 @@ static void exact_token_count_adds_the_null_block(void **state)
     (void)state;
     model_config c = smollm2();
     kv_sizing s;
-    assert_int_equal(kv_sizing_for_tokens(&c, 4, 16, 33, &s), DERAS_OK);
+    assert_int_equal(kv_sizing_for_tokens(&c, DT_F32, 16, 33, &s), DERAS_OK);
     assert_int_equal(s.n_blocks, 3 + 1);
     assert_int_equal(s.n_tokens, 48);
 }
@@ -63,12 +98,12 @@ static void bad_budgets_are_refused_with_the_reason(void **state)
     (void)state;
     model_config c = smollm2();
     kv_sizing s;
-    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "1.5", &s), DERAS_EINVAL);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_F32, 16, "1.5", &s), DERAS_EINVAL);
     assert_non_null(strstr(deras_errmsg(), "fraction"));
-    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "12 parsecs", &s), DERAS_EINVAL);
-    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "1MiB", &s), DERAS_ERANGE);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_F32, 16, "12 parsecs", &s), DERAS_EINVAL);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_F32, 16, "1MiB", &s), DERAS_ERANGE);
     assert_non_null(strstr(deras_errmsg(), "at least 2"));
-    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "", &s), DERAS_EINVAL);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_F32, 16, "", &s), DERAS_EINVAL);
 }
 
 static void fraction_before_loading_leaves_the_weights_out(void **state)
@@ -77,17 +112,17 @@ static void fraction_before_loading_leaves_the_weights_out(void **state)
     model_config c = smollm2();
     kv_sizing all, rest;
     const uint64_t gib = 1ull << 30;
-    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "0.5", 0, &all), DERAS_OK);
-    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "0.5", gib, &rest), DERAS_OK);
+    assert_int_equal(kv_sizing_from_budget_before(&c, DT_F32, 16, "0.5", 0, &all), DERAS_OK);
+    assert_int_equal(kv_sizing_from_budget_before(&c, DT_F32, 16, "0.5", gib, &rest), DERAS_OK);
     /* half of (available - 1 GiB) is 512 MiB less than half of available (memory moves a
      * little between the two reads: allow 64 MiB) */
     int64_t diff = (int64_t)all.budget_bytes - (int64_t)rest.budget_bytes;
     assert_true(diff > (int64_t)(gib / 2 - (64 << 20)) && diff < (int64_t)(gib / 2 + (64 << 20)));
     /* sizes are what they say, pending weights or not */
-    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "64MiB", gib, &rest), DERAS_OK);
+    assert_int_equal(kv_sizing_from_budget_before(&c, DT_F32, 16, "64MiB", gib, &rest), DERAS_OK);
     assert_int_equal(rest.budget_bytes, 64 << 20);
     /* weights larger than the machine */
-    assert_int_equal(kv_sizing_from_budget_before(&c, 4, 16, "0.5", 1ull << 62, &rest),
+    assert_int_equal(kv_sizing_from_budget_before(&c, DT_F32, 16, "0.5", 1ull << 62, &rest),
                      DERAS_ERANGE);
     assert_non_null(strstr(deras_errmsg(), "weights"));
 }
@@ -164,7 +199,7 @@ static void cgroup_v2_limit_bounds_the_fraction(void **state)
     write_file(dir, "sys/deras.slice/w0.service/memory.current", "536870912\n");
     model_config c = smollm2();
     kv_sizing s;
-    assert_int_equal(kv_sizing_from_budget(&c, 4, 16, "0.5", &s), DERAS_OK);
+    assert_int_equal(kv_sizing_from_budget(&c, DT_F32, 16, "0.5", &s), DERAS_OK);
     const uint64_t room = 2147483648ull - 268435456ull; /* limit - (usage - reclaimable) */
     assert_int_equal(s.mem_available, room);
     assert_int_equal(s.budget_bytes, room / 2);
@@ -204,6 +239,7 @@ int main(void)
         cmocka_unit_test(byte_budget_is_cut_into_whole_blocks),
         cmocka_unit_test(fraction_uses_available_memory),
         cmocka_unit_test(exact_token_count_adds_the_null_block),
+        cmocka_unit_test(kv_dtype_sets_the_bytes_and_follows_the_device),
         cmocka_unit_test(bad_budgets_are_refused_with_the_reason),
         cmocka_unit_test(fraction_before_loading_leaves_the_weights_out),
         cmocka_unit_test(spec_check_reads_no_memory),

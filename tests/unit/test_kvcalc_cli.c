@@ -4,7 +4,9 @@
  * Runs $DERAS_BUILD_DIR/tools/deras as a child process (skips when it is absent) and checks
  * what a user sees: the 2 GiB line for Llama-2-7B at 4096 tokens, the same numbers in
  * --json (parsed), configs read from files, and exit 2 / 1 with a message naming the bad
- * option or file for usage errors and unreadable models.
+ * option or file for usage errors and unreadable models. And that kvcalc's bytes are a
+ * worker's: for each KV dtype the engine a deras-worker builds (engine/loader.h, the
+ * worker's own path) allocates exactly kvcalc's bytes per token for every cache slot.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/base/dtype.h"
+#include "common/base/status.h"
+#include "engine/loader.h"
+#include "engine/model.h"
 #include "test_util.h"
 
 static char deras_bin[4096];
@@ -138,21 +144,59 @@ static void test_configs_from_files(void **state)
     struct stat st;
     if (stat(cfg, &st) || stat(gguf, &st) || stat(dir, &st))
         test_skip("test data missing under %s", getenv("DERAS_TEST_DATA"));
-    run(r, "--config", cfg, "--seq-len", "1", NULL);
+    run(r, "--config", cfg, "--seq-len", "1", NULL); /* --device cpu: fp32 by default */
     expect_status(r, 0, "--config mistral");
-    expect_in(r->out, "(131072 bytes)", "mistral per token");
+    expect_in(r->out, "(262144 bytes)", "mistral per token");
     expect_in(r->out, "sliding window 4096", "mistral window note");
     run(r, "--model", cfg, "--seq-len", "17", "--block-size", "16", NULL);
     expect_status(r, 0, "--model config.json");
     expect_in(r->out, "17 tokens = 2 blocks (rounded up to 32 token slots)", "rounding");
-    run(r, "--model", gguf, NULL); /* 2 layers, 2 KV heads x 8, ctx 128 */
+    run(r, "--model", gguf, NULL); /* 2 layers, 2 KV heads x 8, ctx 128; fp32 */
     expect_status(r, 0, "--model .gguf");
-    expect_in(r->out, "= 128 B", "gguf per token");
+    expect_in(r->out, "= 256 B", "gguf per token");
     expect_in(r->out, "128 tokens = 8 blocks", "gguf default seq-len = context length");
     run(r, "--model", dir, "--tp", "2", NULL);
     expect_status(r, 0, "--model HF directory");
     expect_in(r->out, "1 KV head per rank", "qwen2 tp 2");
     free(cfg), free(gguf), free(dir), free(r);
+}
+
+/* The KV dtype follows the device rule deras-worker applies (engine/kv_sizing.h): cpu
+ * keeps fp32 by default and fp16/bf16 on request, a CUDA device its activation type;
+ * --device any is the rule-free what-if (fp8 too, fp16 by default). */
+static void test_kv_dtype_follows_the_device(void **state)
+{
+    static const struct {
+        const char *args[4];
+        const char *dtype;
+        json_int_t per_token; /* llama-2-7b: 2 x 32 x 32 x 128 x bytes */
+    } cases[] = {
+        {{NULL}, "fp32", 1048576},
+        {{"--kv-dtype", "f16"}, "fp16", 524288},
+        {{"--dtype", "bf16", "--device", "cpu"}, "bf16", 524288},
+        {{"--device", "cuda:0"}, "bf16", 524288},
+        {{"--device", "cuda:1:fp16"}, "fp16", 524288},
+        {{"--device", "any"}, "fp16", 524288},
+        {{"--device", "any", "--kv-dtype", "fp8"}, "fp8", 262144},
+    };
+    run_result *r = malloc(sizeof *r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *const *a = cases[i].args;
+        run(r, "--preset", "llama-2-7b", "--seq-len", "16", "--json", a[0], a[1], a[2], a[3],
+            NULL);
+        expect_status(r, 0, cases[i].dtype);
+        json_t *o = json_loads(r->out, 0, NULL);
+        const char *dtype = NULL;
+        json_int_t per_token = -1;
+        if (!o || json_unpack(o, "{s:{s:s, s:I}}", "kv_cache", "dtype", &dtype, "bytes_per_token",
+                              &per_token))
+            fail_msg("case %zu: no kv_cache dtype / bytes_per_token in:\n%s", i, r->out);
+        if (strcmp(dtype, cases[i].dtype) || per_token != cases[i].per_token)
+            fail_msg("case %zu: %s, %lld B/token; expected %s, %lld", i, dtype,
+                     (long long)per_token, cases[i].dtype, (long long)cases[i].per_token);
+        json_decref(o);
+    }
+    free(r);
 }
 
 static void test_bad_input_exits_2_naming_the_option(void **state)
@@ -165,6 +209,9 @@ static void test_bad_input_exits_2_naming_the_option(void **state)
         {{"--preset", "llama-2-7b", "--seq-len", "abc"}, "--seq-len"},
         {{"--preset", "llama-2-7b", "--seq-len", "0"}, "--seq-len"},
         {{"--preset", "llama-2-7b", "--dtype", "int4"}, "int4"},
+        {{"--preset", "llama-2-7b", "--kv-dtype", "fp8"}, "fp8"}, /* not on cpu */
+        {{"--preset", "llama-2-7b", "--device", "cuda:0", "--kv-dtype", "fp32"}, "cuda:0"},
+        {{"--preset", "llama-2-7b", "--device", "tpu"}, "tpu"},
         {{"--preset", "llama-2-7b", "--weight-dtype", "q4"}, "--weight-dtype"},
         {{"--preset", "llama-2-7b", "--device-memory", "80G"}, "80G"},
         {{"--preset", "llama-2-7b", "--device-memory", "0"}, "--device-memory"},
@@ -219,6 +266,73 @@ static void test_help_and_list_presets(void **state)
     free(r);
 }
 
+/* kvcalc's JSON bytes per token (and dtype name) for `model` on the CPU with `kv` (NULL:
+ * the default). */
+static json_int_t kvcalc_token_bytes(run_result *r, const char *model, const char *kv,
+                                     char *dtype, size_t cap)
+{
+    if (kv)
+        run(r, "--model", model, "--device", "cpu", "--kv-dtype", kv, "--json", NULL);
+    else
+        run(r, "--model", model, "--json", NULL);
+    expect_status(r, 0, kv ? kv : "default dtype");
+    json_t *o = json_loads(r->out, 0, NULL);
+    const char *name = NULL;
+    json_int_t bytes = -1;
+    if (!o || json_unpack(o, "{s:{s:s, s:I}}", "kv_cache", "dtype", &name, "bytes_per_token", &bytes))
+        fail_msg("kvcalc --json: no kv_cache dtype / bytes_per_token in:\n%s", r->out);
+    snprintf(dtype, cap, "%s", name);
+    json_decref(o);
+    return bytes;
+}
+
+/* The engine a worker builds (loader: open, size from a budget, model, engine) holds
+ * model_kv_bytes = kvcalc's bytes per token x every slot of its blocks. */
+static void check_worker_allocation(run_result *r, const char *model, const char *kv)
+{
+    char dtype[16];
+    const json_int_t per_token = kvcalc_token_bytes(r, model, kv, dtype, sizeof dtype);
+    loader_opts lo = {.model = model, .device = "cpu", .threads = 1, .kv_dtype = kv,
+                      .max_seqs = 2, .max_batch_tokens = 16, .model_only = true};
+    loader_t *l = NULL;
+    if (loader_open(&lo, &l) || loader_size_budget(l, "2MiB") || loader_build_model(l) ||
+        loader_build_engine(l, &(engine_callbacks){0}, NULL, NULL))
+        fail_msg("%s, --kv-dtype %s: %s", model, kv ? kv : "(default)", deras_errmsg());
+    const kv_sizing *kvs = loader_kv(l);
+    const model_opts *mo = model_get_opts(loader_model(l));
+    const uint64_t slots = (uint64_t)mo->n_kv_blocks * (uint64_t)mo->block_size;
+    const uint64_t got = model_kv_bytes(loader_model(l));
+    printf("%s --kv-dtype %-9s kvcalc %s %lld B/token; the worker's engine: %s, %llu bytes for "
+           "%llu slots = %llu B/token\n", strrchr(model, '/') + 1, kv ? kv : "(default)",
+           dtype, (long long)per_token, dtype_name(mo->kv_dtype), (unsigned long long)got,
+           (unsigned long long)slots, (unsigned long long)(got / slots));
+    if (got != (uint64_t)per_token * slots || kvs->token_bytes != (uint64_t)per_token ||
+        (uint64_t)mo->n_kv_blocks * kvs->block_bytes != got)
+        fail_msg("%s, --kv-dtype %s: kvcalc says %lld B/token, the engine allocated %llu bytes "
+                 "for %llu slots (its sizing said %llu B/token)", model, kv ? kv : "(default)",
+                 (long long)per_token, (unsigned long long)got, (unsigned long long)slots,
+                 (unsigned long long)kvs->token_bytes);
+    loader_destroy(&l);
+}
+
+static void test_worker_allocates_what_kvcalc_says(void **state)
+{
+    static const char *const kvs[] = {NULL, "f32", "f16", "bf16"};
+    run_result *r = malloc(sizeof *r);
+    char *gguf = test_data_path("ckpt/llama.gguf");
+    struct stat st;
+    if (stat(gguf, &st))
+        test_skip("test data missing under %s", getenv("DERAS_TEST_DATA"));
+    for (size_t i = 0; i < sizeof kvs / sizeof kvs[0]; i++)
+        check_worker_allocation(r, gguf, kvs[i]);
+    /* the test model (46,080 B/token in f32, 23,040 in 16 bits), where it is cached */
+    const char *m = getenv("DERAS_TEST_MODEL");
+    if (m && !stat(m, &st))
+        for (size_t i = 0; i < sizeof kvs / sizeof kvs[0]; i += 2)
+            check_worker_allocation(r, m, kvs[i]);
+    free(gguf), free(r);
+}
+
 int main(void)
 {
     const char *dir = getenv("DERAS_BUILD_DIR");
@@ -231,6 +345,8 @@ int main(void)
         cmocka_unit_test(test_llama2_7b_sequence_of_4096_is_2_GiB),
         cmocka_unit_test(test_json_carries_the_same_numbers),
         cmocka_unit_test(test_configs_from_files),
+        cmocka_unit_test(test_kv_dtype_follows_the_device),
+        cmocka_unit_test(test_worker_allocates_what_kvcalc_says),
         cmocka_unit_test(test_bad_input_exits_2_naming_the_option),
         cmocka_unit_test(test_unreadable_model_exits_1),
         cmocka_unit_test(test_help_and_list_presets),

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/dtype.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/base/dtype.h"
 #include "common/base/status.h"
@@ -85,8 +86,10 @@ typedef struct runner {
 
 #define AS_STORED (-1)
 
-/* convert: AS_STORED, or the enum deras_dtype every matrix is converted to at load. */
-static void runner_open_as(runner *r, const char *path, int cap, int block_size, int convert)
+/* convert: AS_STORED, or the enum deras_dtype every matrix is converted to at load;
+ * kv_dtype: the KV cache's element type. */
+static void runner_open_with(runner *r, const char *path, int cap, int block_size, int convert,
+                             int kv_dtype)
 {
     memset(r, 0, sizeof *r);
     if (checkpoint_open(path, &r->ck))
@@ -94,7 +97,8 @@ static void runner_open_as(runner *r, const char *path, int cap, int block_size,
     int nb = (cap + block_size - 1) / block_size;
     model_opts mo = {.max_batch_tokens = cap, .max_seqs = 1, .max_logits = cap,
                      .block_size = block_size, .n_kv_blocks = nb, .max_blocks_per_seq = nb,
-                     .convert_weights = convert != AS_STORED, .weight_dtype = convert};
+                     .convert_weights = convert != AS_STORED, .weight_dtype = convert,
+                     .kv_dtype = kv_dtype};
     if (model_new(r->ck, be, &mo, &r->m))
         fail_msg("model_new(%s%s%s): %s", path, convert != AS_STORED ? " as " : "",
                  convert != AS_STORED ? dtype_name(convert) : "", deras_errmsg());
@@ -106,9 +110,14 @@ static void runner_open_as(runner *r, const char *path, int cap, int block_size,
     r->vocab = checkpoint_config(r->ck)->vocab_size;
 }
 
+static void runner_open_as(runner *r, const char *path, int cap, int block_size, int convert)
+{
+    runner_open_with(r, path, cap, block_size, convert, DT_F32);
+}
+
 static void runner_open(runner *r, const char *path, int cap, int block_size)
 {
-    runner_open_as(r, path, cap, block_size, AS_STORED);
+    runner_open_with(r, path, cap, block_size, AS_STORED, DT_F32);
 }
 
 static void runner_close(runner *r)
@@ -579,6 +588,198 @@ static void test_model_as_stored_matches_the_f32_path(void **state)
     json_decref(ref);
 }
 
+/* ---- 16-bit KV caches (--kv-dtype f16 / bf16) against the f32 cache ----
+ *
+ * The same weights and prompts with the cache in f16 or bf16: K and V are rounded once, on
+ * write, by at most half an ulp, r = 2^-11 (f16) or 2^-8 (bf16) relative; the arithmetic
+ * stays f32. Bound on the logits' relative L2 change: the model's measured sensitivity
+ * to rounding, scaled. Our f32 logits differ from transformers' f32 logits by e32 (the
+ * same weights, another summation order: perturbations of u = 2^-24 relative at every
+ * operation, K and V among them); a first-order (linear) response to a relative
+ * perturbation of K and V alone, of size r, is then at most about e32 x r / u, since the
+ * f32 comparison perturbs a superset of the same sites by u. BOUND = e32 x r / u, e32 the
+ * worst over the compared positions, measured in the same run.
+ * Greedy tokens must equal the f32 cache's except at a near-tie. A token can change only
+ * where the f32 run's top-2 logit margin is below twice the largest change of one logit;
+ * NEAR = 4 x the largest single-logit change measured at the compared positions (a factor
+ * 2 for positions not measured). Divergences below NEAR are counted and printed; after
+ * one, the two continuations are unrelated and the rest of that prompt is not compared. */
+
+#define N_KV_GREEDY 32
+
+typedef struct kv_run {
+    float *logits;   /* (n_prompts, n_pos, vocab): the compared positions' logits */
+    int32_t *greedy; /* (n_prompts, N_KV_GREEDY) */
+    float *margin;   /* (n_prompts, N_KV_GREEDY) top-1 minus top-2 logit */
+} kv_run;
+
+static double top2_margin(const float *x, int n)
+{
+    float a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (x[i] > a) {
+            b = a;
+            a = x[i];
+        } else if (x[i] > b) {
+            b = x[i];
+        }
+    }
+    return (double)a - b;
+}
+
+/* Prefill and greedy continuation of every prompt with the cache in kv_dtype; n_pos
+ * compared positions per prompt: the last one, or (n_pos > 1, one prompt) all n_pos. */
+static void kv_run_prompts(const char *path, int kv_dtype, int32_t *const *ids, const int *n_ids,
+                           int n_prompts, int n_pos, int cap, int block_size, kv_run *out)
+{
+    runner r;
+    runner_open_with(&r, path, cap, block_size, AS_STORED, kv_dtype);
+    out->logits = malloc((size_t)n_prompts * n_pos * r.vocab * sizeof(float));
+    out->greedy = malloc((size_t)n_prompts * N_KV_GREEDY * sizeof(int32_t));
+    out->margin = malloc((size_t)n_prompts * N_KV_GREEDY * sizeof(float));
+    float *logits = malloc((size_t)r.vocab * sizeof(float));
+    int32_t *seq = malloc((size_t)cap * sizeof(int32_t));
+    for (int p = 0; p < n_prompts; p++) {
+        const int n = n_ids[p];
+        float *mine = out->logits + (size_t)p * n_pos * r.vocab;
+        memcpy(seq, ids[p], (size_t)n * sizeof(int32_t));
+        runner_step(&r, seq, 0, n, n_pos == 1, mine);
+        memcpy(logits, mine + (size_t)(n_pos - 1) * r.vocab, (size_t)r.vocab * sizeof(float));
+        for (int g = 0; g < N_KV_GREEDY; g++) {
+            out->margin[p * N_KV_GREEDY + g] = (float)top2_margin(logits, r.vocab);
+            seq[n + g] = out->greedy[p * N_KV_GREEDY + g] = argmax(logits, r.vocab);
+            if (g + 1 < N_KV_GREEDY)
+                runner_step(&r, seq, n + g, 1, true, logits);
+        }
+    }
+    free(logits);
+    free(seq);
+    runner_close(&r);
+}
+
+static void kv_run_free(kv_run *k)
+{
+    free(k->logits), free(k->greedy), free(k->margin);
+}
+
+/* f16 and bf16 runs against the f32 run `ref`; fails beyond the bound or on a divergence
+ * that is not a near-tie. Prints the figures. */
+static void kv_compare(const char *what, const char *path, int32_t *const *ids, const int *n_ids,
+                       int n_prompts, int n_pos, int cap, int block_size, int vocab,
+                       const kv_run *ref, double e32)
+{
+    static const int dts[2] = {DT_F16, DT_BF16};
+    for (int d = 0; d < 2; d++) {
+        const double r = dts[d] == DT_F16 ? ldexp(1.0, -11) : ldexp(1.0, -8);
+        const double bound = e32 * r / ldexp(1.0, -24);
+        kv_run got;
+        kv_run_prompts(path, dts[d], ids, n_ids, n_prompts, n_pos, cap, block_size, &got);
+        double worst = 0, max_abs = 0;
+        for (size_t k = 0; k < (size_t)n_prompts * n_pos; k++) {
+            const float *a = got.logits + k * vocab, *b = ref->logits + k * vocab;
+            double e = test_rel_l2(a, b, (size_t)vocab);
+            worst = e > worst ? e : worst;
+            if (e > bound)
+                fail_msg("%s, %s cache, position %zu: logits relative L2 %.3g from the f32 "
+                         "cache's > bound %.3g", what, dtype_name(dts[d]), k, e, bound);
+            for (int i = 0; i < vocab; i++)
+                max_abs = fmax(max_abs, fabs((double)a[i] - b[i]));
+        }
+        const double near = 4 * max_abs;
+        int equal = 0, n_near = 0, compared = 0;
+        for (int p = 0; p < n_prompts; p++)
+            for (int g = 0; g < N_KV_GREEDY; g++) {
+                const int at = p * N_KV_GREEDY + g;
+                compared++;
+                if (got.greedy[at] == ref->greedy[at]) {
+                    equal++;
+                    continue;
+                }
+                if (ref->margin[at] >= near)
+                    fail_msg("%s, %s cache, prompt %d: greedy token %d is %d, the f32 cache's "
+                             "%d at a top-2 margin of %.4g (near-tie bound %.4g)", what,
+                             dtype_name(dts[d]), p, g, got.greedy[at], ref->greedy[at],
+                             ref->margin[at], near);
+                n_near++;
+                printf("  %s, %s cache, prompt %d diverges at greedy token %d after a near-tie "
+                       "(f32 top-2 margin %.4g < %.4g)\n", what, dtype_name(dts[d]), p, g,
+                       ref->margin[at], near);
+                break;
+            }
+        printf("%s, %s cache vs f32 cache: worst relative L2 %.3e over %d positions (bound "
+               "%.3e = e32 %.2e x 2^%d); greedy: %d of %d compared tokens equal, %d near-tie "
+               "divergence%s (near-tie: margin < %.3g)\n", what, dtype_name(dts[d]), worst,
+               n_prompts * n_pos, bound, e32, dts[d] == DT_F16 ? 13 : 16, equal, compared,
+               n_near, n_near == 1 ? "" : "s", near);
+        kv_run_free(&got);
+    }
+}
+
+static void tiny_models_with_16_bit_kv_caches(void **state)
+{
+    (void)state;
+    char *dir = test_data_path("tiny");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    json_t *ref = ref_json_load(path), *models = json_object_get(ref, "models");
+    size_t i;
+    json_t *mj;
+    json_array_foreach(models, i, mj) {
+        const char *name = json_string_value(json_object_get(mj, "name"));
+        int n, vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
+        int32_t *ids = ref_json_ids(json_object_get(mj, "input_ids"), &n);
+        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "logits_file")));
+        float *want = load_f32(path, (size_t)n * vocab);
+        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "path")));
+        kv_run f32;
+        kv_run_prompts(path, DT_F32, &ids, &n, 1, n, n + N_KV_GREEDY, 4, &f32);
+        double e32 = 0;
+        for (int p = 0; p < n; p++) {
+            double e = test_rel_l2(f32.logits + (size_t)p * vocab, want + (size_t)p * vocab,
+                                   (size_t)vocab);
+            e32 = e > e32 ? e : e32;
+        }
+        kv_compare(name, path, &ids, &n, 1, n, n + N_KV_GREEDY, 4, vocab, &f32, e32);
+        kv_run_free(&f32);
+        free(ids), free(want);
+    }
+    json_decref(ref);
+    free(dir);
+}
+
+static void test_model_with_16_bit_kv_caches(void **state)
+{
+    (void)state;
+    const char *model_path = test_model_path();
+    char *dir = test_data_path("smollm2");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    json_t *ref = ref_json_load(path), *prompts = json_object_get(ref, "prompts");
+    const int vocab = (int)json_integer_value(json_object_get(ref, "vocab_size"));
+    const int n_prompts = (int)json_array_size(prompts);
+    snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(ref, "logits_file")));
+    float *want = load_f32(path, (size_t)n_prompts * vocab);
+    int32_t **ids = calloc((size_t)n_prompts, sizeof *ids);
+    int *n_ids = malloc((size_t)n_prompts * sizeof(int)), cap = 0;
+    for (int p = 0; p < n_prompts; p++) {
+        ids[p] = ref_json_ids(json_object_get(json_array_get(prompts, (size_t)p), "ids"), &n_ids[p]);
+        cap = n_ids[p] + N_KV_GREEDY > cap ? n_ids[p] + N_KV_GREEDY : cap;
+    }
+    kv_run f32;
+    kv_run_prompts(model_path, DT_F32, ids, n_ids, n_prompts, 1, cap, 16, &f32);
+    double e32 = 0;
+    for (int p = 0; p < n_prompts; p++) {
+        double e = test_rel_l2(f32.logits + (size_t)p * vocab, want + (size_t)p * vocab, (size_t)vocab);
+        e32 = e > e32 ? e : e32;
+    }
+    kv_compare("smollm2", model_path, ids, n_ids, n_prompts, 1, cap, 16, vocab, &f32, e32);
+    kv_run_free(&f32);
+    for (int p = 0; p < n_prompts; p++)
+        free(ids[p]);
+    free(ids), free(n_ids), free(want), free(dir);
+    json_decref(ref);
+}
+
 int main(int argc, char **argv)
 {
     /* `test_model_reference tiny` runs only the tiny models (no test model needed),
@@ -587,11 +788,19 @@ int main(int argc, char **argv)
                                       cmocka_unit_test(conversions_and_misaligned_files)};
     const struct CMUnitTest full[] = {cmocka_unit_test(test_model_matches_transformers)};
     const struct CMUnitTest f32path[] = {cmocka_unit_test(test_model_as_stored_matches_the_f32_path)};
+    const struct CMUnitTest tiny_kv[] = {cmocka_unit_test(tiny_models_with_16_bit_kv_caches)};
+    const struct CMUnitTest full_kv[] = {cmocka_unit_test(test_model_with_16_bit_kv_caches)};
     if (argc > 1 && !strcmp(argv[1], "tiny"))
         return cmocka_run_group_tests(tiny, setup, teardown);
+    if (argc > 1 && !strcmp(argv[1], "tiny-kv"))
+        return cmocka_run_group_tests(tiny_kv, setup, teardown);
     if (argc > 1 && !strcmp(argv[1], "f32path")) {
         test_model_path();
         return cmocka_run_group_tests(f32path, setup, teardown);
+    }
+    if (argc > 1 && !strcmp(argv[1], "kv")) {
+        test_model_path();
+        return cmocka_run_group_tests(full_kv, setup, teardown);
     }
     test_model_path(); /* skips (or fails under DERAS_REQUIRE_MODEL) without the model */
     return cmocka_run_group_tests(full, setup, teardown);

@@ -36,6 +36,7 @@
 #include "worker/comm_shm.h"
 #include "engine/model.h"
 #include "engine/tp_layout.h"
+#include "test_kv.h"
 
 #define MAX_TP 4
 #define BS 4
@@ -102,7 +103,8 @@ static void *rank_main(void *p)
     model_opts mo = {.max_batch_tokens = cap, .max_seqs = 2, .max_logits = 2, .block_size = BS,
                      .n_kv_blocks = 2 * nb + 1, .max_blocks_per_seq = per_seq,
                      .tp_rank = a->rank, .tp_size = a->size, .comm = comm,
-                     .convert_weights = sp->convert, .weight_dtype = sp->dtype};
+                     .convert_weights = sp->convert, .weight_dtype = sp->dtype,
+                     .kv_dtype = test_kv_dtype()};
     if (!rc)
         rc = model_new(sp->ck, be, &mo, &m);
     if (!rc)
