@@ -4,9 +4,12 @@
  * format.
  *
  * This is the semantics every other backend is tested against, so it stays simple: plain
- * loops over rows, OpenMP across rows, `omp simd` reductions inside a row. OpenBLAS is the
- * OpenMP build, so its threads and ours are the same pool and never fight over the cores.
- * Memory is ordinary 64-byte aligned host memory; upload/download are memcpy.
+ * loops over rows, `omp simd` reductions inside a row. Threads: one persistent pool per
+ * backend (kernels/cpu/cpu_pool.h) runs the matrix products and, above a few rows, the
+ * row-wise ops; a decode step's ~200 small ops each cost one pool job instead of an OpenMP
+ * region (whose join waits for every thread to be scheduled). OpenBLAS (the OpenMP build)
+ * runs only the f32-weight products. Memory is ordinary 64-byte aligned host memory;
+ * upload/download are memcpy.
  */
 #include <cblas.h>
 #include <math.h>
@@ -19,6 +22,7 @@
 #include "common/base/status.h"
 #include "kernels/backend_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 
 /* OpenBLAS extension, declared by its cblas.h in most builds but not all. */
@@ -27,11 +31,43 @@ void openblas_set_num_threads(int num_threads);
 typedef struct cpu_backend {
     struct backend base;
     int n_threads;
+    cpu_pool_t *pool;
 } cpu_backend;
 
 static void cpu_destroy(backend_t *b)
 {
+    cpu_pool_destroy(&((cpu_backend *)b)->pool);
     free(b);
+}
+
+cpu_pool_t *cpu_backend_pool(backend_t *b)
+{
+    return ((cpu_backend *)b)->pool;
+}
+
+/* Row-wise ops: fn(args, i) for each row i, in pool items of ROWS_PER_ITEM rows, on the
+ * calling thread alone up to `serial` rows (a job costs more than a few rows). */
+#define ROWS_PER_ITEM 4
+typedef void (*row_fn)(const void *args, int i);
+typedef struct rows_job {
+    row_fn fn;
+    const void *args;
+    int n;
+} rows_job;
+
+static void rows_item(void *ctx, int it)
+{
+    const rows_job *j = ctx;
+    const int i1 = (it + 1) * ROWS_PER_ITEM < j->n ? (it + 1) * ROWS_PER_ITEM : j->n;
+    for (int i = it * ROWS_PER_ITEM; i < i1; i++)
+        j->fn(j->args, i);
+}
+
+static void for_rows(backend_t *b, int n, int serial, row_fn fn, const void *args)
+{
+    rows_job j = {fn, args, n};
+    cpu_pool_run(n > serial ? ((cpu_backend *)b)->pool : NULL,
+                 (n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, 0, rows_item, &j);
 }
 
 /* Each buffer starts with a 64-byte header holding its mapping size. Large buffers (the KV
@@ -101,40 +137,54 @@ static int cpu_embed(backend_t *b, void *out, const void *table, const int32_t *
                               ids[i], i, vocab);
     float *o = out;
     const float *t = table;
-#pragma omp parallel for if (n > 8)
     for (int i = 0; i < n; i++)
         memcpy(o + (size_t)i * d, t + (size_t)ids[i] * d, (size_t)d * sizeof(float));
     return DERAS_OK;
 }
 
+typedef struct norm_args {
+    float *out, *residual;
+    const float *x, *w;
+    int d;
+    float eps;
+} norm_args;
+
+static void rmsnorm_row(const void *args, int i)
+{
+    const norm_args *a = args;
+    cpu_rmsnorm_row(a->out + (size_t)i * a->d, a->x + (size_t)i * a->d, a->w, a->d, a->eps);
+}
+
+static void add_rmsnorm_row(const void *args, int i)
+{
+    const norm_args *a = args;
+    float *r = a->residual + (size_t)i * a->d;
+    const float *xi = a->x + (size_t)i * a->d;
+#pragma omp simd
+    for (int j = 0; j < a->d; j++)
+        r[j] += xi[j];
+    cpu_rmsnorm_row(a->out + (size_t)i * a->d, r, a->w, a->d, a->eps);
+}
+
 static int cpu_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n, int d,
                        float eps)
 {
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++)
-        cpu_rmsnorm_row((float *)out + (size_t)i * d, (const float *)x + (size_t)i * d, w, d, eps);
+    const norm_args a = {out, NULL, x, w, d, eps};
+    for_rows(b, n, 4, rmsnorm_row, &a);
     return DERAS_OK;
 }
 
 static int cpu_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, const void *w,
                            int n, int d, float eps)
 {
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++) {
-        float *r = (float *)residual + (size_t)i * d;
-        const float *xi = (const float *)x + (size_t)i * d;
-#pragma omp simd
-        for (int j = 0; j < d; j++)
-            r[j] += xi[j];
-        cpu_rmsnorm_row((float *)out + (size_t)i * d, r, w, d, eps);
-    }
+    const norm_args a = {out, residual, x, w, d, eps};
+    for_rows(b, n, 4, add_rmsnorm_row, &a);
     return DERAS_OK;
 }
 
 /* y (n, n_out) += bias per row. */
 static void add_bias(float *y, const float *bias, int n, int n_out)
 {
-#pragma omp parallel for if (n > 4)
     for (int i = 0; i < n; i++) {
         float *row = y + (size_t)i * n_out;
 #pragma omp simd
@@ -169,8 +219,8 @@ static bool cpu_keeps(int dtype)
 static int cpu_matmul_q(backend_t *b, void *y, const void *x, const backend_weight *w,
                         const void *bias, int n)
 {
-    const qmm_args a = {y, x, w->data, w->dtype, n, w->rows, w->cols, QMM_EXACT,
-                        ((cpu_backend *)b)->n_threads, NULL, 0};
+    const qmm_args a = {y, x, w->data, w->dtype, n, w->rows, w->cols, QMM_EXACT, 0, NULL, 0,
+                        ((cpu_backend *)b)->pool};
     int rc = qmm_matmul(&a);
     if (!rc && bias)
         add_bias(y, bias, n, w->rows);
@@ -201,42 +251,57 @@ static int cpu_gather_rows(backend_t *b, void *out, const void *x, const int32_t
     return DERAS_OK;
 }
 
+typedef struct rope_args {
+    float *x, *cos_sin;
+    const int32_t *positions;
+    const float *inv_freq;
+    int n_heads, head_dim, row_stride;
+} rope_args;
+
+static void rope_table_row(const void *args, int i)
+{
+    const rope_args *a = args;
+    const int half = a->head_dim / 2;
+    float *cs = a->cos_sin + (size_t)i * a->head_dim;
+    const float pos = (float)a->positions[i];
+    for (int j = 0; j < half; j++) {
+        /* The angle is rounded to f32 before cos/sin, as Hugging Face computes it. */
+        float angle = pos * a->inv_freq[j];
+        cs[j] = cosf(angle);
+        cs[half + j] = sinf(angle);
+    }
+}
+
 static int cpu_rope_table(backend_t *b, float *cos_sin, const int32_t *positions,
                           const float *inv_freq, int n, int head_dim)
 {
-    int half = head_dim / 2;
-#pragma omp parallel for if (n > 16)
-    for (int i = 0; i < n; i++) {
-        float *cs = cos_sin + (size_t)i * head_dim;
-        float pos = (float)positions[i];
+    const rope_args a = {NULL, cos_sin, positions, inv_freq, 0, head_dim, 0};
+    for_rows(b, n, 16, rope_table_row, &a);
+    return DERAS_OK;
+}
+
+static void rope_row(const void *args, int i)
+{
+    const rope_args *a = args;
+    const int half = a->head_dim / 2;
+    const float *c = a->cos_sin + (size_t)i * a->head_dim;
+    const float *s = c + half;
+    for (int h = 0; h < a->n_heads; h++) {
+        float *v = a->x + (size_t)i * a->row_stride + (size_t)h * a->head_dim;
+#pragma omp simd
         for (int j = 0; j < half; j++) {
-            /* The angle is rounded to f32 before cos/sin, as Hugging Face computes it. */
-            float angle = pos * inv_freq[j];
-            cs[j] = cosf(angle);
-            cs[half + j] = sinf(angle);
+            float x1 = v[j], x2 = v[j + half];
+            v[j] = x1 * c[j] - x2 * s[j];
+            v[j + half] = x2 * c[j] + x1 * s[j];
         }
     }
-    return DERAS_OK;
 }
 
 static int cpu_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, int head_dim,
                     int row_stride)
 {
-    int half = head_dim / 2;
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++) {
-        const float *c = cos_sin + (size_t)i * head_dim;
-        const float *s = c + half;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = (float *)x + (size_t)i * row_stride + (size_t)h * head_dim;
-#pragma omp simd
-            for (int j = 0; j < half; j++) {
-                float x1 = v[j], x2 = v[j + half];
-                v[j] = x1 * c[j] - x2 * s[j];
-                v[j + half] = x2 * c[j] + x1 * s[j];
-            }
-        }
-    }
+    const rope_args a = {x, (float *)cos_sin, NULL, NULL, n_heads, head_dim, row_stride};
+    for_rows(b, n, 4, rope_row, &a);
     return DERAS_OK;
 }
 
@@ -258,16 +323,26 @@ static int cpu_kv_write(backend_t *b, void *k_cache, void *v_cache, const void *
     return DERAS_OK;
 }
 
+typedef struct silu_args {
+    float *out;
+    const float *gu;
+    int d_ff;
+} silu_args;
+
+static void silu_row(const void *args, int i)
+{
+    const silu_args *a = args;
+    const float *g = a->gu + (size_t)i * 2 * a->d_ff;
+    const float *u = g + a->d_ff;
+    float *o = a->out + (size_t)i * a->d_ff;
+    for (int j = 0; j < a->d_ff; j++)
+        o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+}
+
 static int cpu_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
 {
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++) {
-        const float *g = (const float *)gu + (size_t)i * 2 * d_ff;
-        const float *u = g + d_ff;
-        float *o = (float *)out + (size_t)i * d_ff;
-        for (int j = 0; j < d_ff; j++)
-            o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-    }
+    const silu_args a = {out, gu, d_ff};
+    for_rows(b, n, 4, silu_row, &a);
     return DERAS_OK;
 }
 
@@ -313,6 +388,11 @@ int backend_cpu_new(int n_threads, backend_t **out)
     if (n_threads <= 0)
         n_threads = omp_get_num_procs();
     cb->n_threads = n_threads;
+    int rc = cpu_pool_new(n_threads, &cb->pool);
+    if (rc) {
+        free(cb);
+        return rc;
+    }
     omp_set_num_threads(n_threads);
     openblas_set_num_threads(n_threads);
     cb->base.ops = &cpu_ops;

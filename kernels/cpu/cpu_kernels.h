@@ -20,6 +20,9 @@ static inline void cpu_rmsnorm_row(float *out, const float *x, const float *w, i
         out[j] = w[j] * (x[j] * inv);
 }
 
+/* The backend's thread pool (kernels/cpu/cpu_pool.h), for ops in other files. */
+struct cpu_pool *cpu_backend_pool(backend_t *b);
+
 /* Paged causal attention (cpu_attention.c). */
 int cpu_attention(backend_t *b, const attn_args *a);
 

@@ -2,26 +2,25 @@
 /* qmatmul.c - the driver of qmatmul.h: argument checks, the Q8 activations, the tiling and
  * the threads.
  *
- * One OpenMP parallel region per call. In it, Q8 mode first quantizes x (units of 256
- * elements spread statically over the threads, then a barrier; a few rows are converted
- * before the region instead, cheaper than the barrier), then the threads take chunks of
- * weight rows dynamically (a preempted thread on a shared machine delays only its
- * chunk). A chunk holds about CHUNK_BYTES of weights, so within it every tile of
+ * At most two jobs of the caller's cpu_pool per call. In Q8 mode the first quantizes x
+ * (units of 256 elements; a few rows are converted on the calling thread instead, cheaper
+ * than a job), then the threads take chunks of weight rows dynamically (a thread that is
+ * preempted on a shared machine delays only the chunk it holds, and one that has not
+ * started yet delays nothing). A chunk holds about CHUNK_BYTES of weights, so within it every tile of
  * activation rows re-reads the weights from L2, not from memory, and there are at least
  * four chunks per thread. Within a chunk: for each tile of rt activation rows (8, 4, 2 or
  * 1, as many as are left, the last tile padded with a repeated row), the kernel of that
  * level walks the chunk ot weight rows at a time, asking for short rows ahead of use
  * (software prefetch: the hardware prefetcher loses track of many short streams). Small
- * products run on the calling thread with no region at all: below MIN_WORK multiply-adds
- * per thread a fork would cost more than it saves. Cost per call beyond the arithmetic:
- * the region's fork and join (1-2 us on 2 cores; bench/bench_qmatmul.c measures it) and
- * one atomic per chunk.
+ * products run on the calling thread alone: below MIN_WORK multiply-adds per thread a
+ * job would cost more than it saves. Cost per call beyond the arithmetic: the pool job
+ * (bench/bench_qmatmul.c measures it) and two atomics per chunk.
  */
-#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "common/base/status.h"
+#include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 #include "kernels/cpu/qmm_impl.h"
 
@@ -141,6 +140,26 @@ static void run_chunk(const job *j, int c)
     }
 }
 
+/* Pool items: conversion units, then chunks. */
+typedef struct conv_job {
+    const qmm_args *a;
+    const qmm_act_fns *f;
+    int act, units;
+    size_t xa_row;
+} conv_job;
+
+static void convert_item(void *ctx, int i)
+{
+    const conv_job *c = ctx;
+    convert_unit(c->f, c->act, c->a->x, c->a->scratch, c->xa_row, c->a->n_in, i / c->units,
+                 i % c->units);
+}
+
+static void chunk_item(void *ctx, int c)
+{
+    run_chunk(ctx, c);
+}
+
 int qmm_matmul(const qmm_args *a)
 {
     if (!a)
@@ -166,7 +185,8 @@ int qmm_matmul(const qmm_args *a)
     const size_t xa_row = act == QA_F32 ? (size_t)a->n_in * sizeof(float) : need / (size_t)a->n;
     const uint8_t *xa = act == QA_F32 ? (const uint8_t *)a->x : a->scratch;
 
-    int nt = a->n_threads > 0 ? a->n_threads : omp_get_max_threads();
+    const int pool_nt = cpu_pool_threads(a->pool);
+    int nt = a->n_threads > 0 && a->n_threads < pool_nt ? a->n_threads : pool_nt;
     const double work = (double)a->n * a->n_out * a->n_in;
     if (work < (double)MIN_WORK * nt)
         nt = (int)(work / MIN_WORK) > 1 ? (int)(work / MIN_WORK) : 1;
@@ -176,30 +196,14 @@ int qmm_matmul(const qmm_args *a)
     rows = rows < QMM_MAX_OT ? QMM_MAX_OT : rows / QMM_MAX_OT * QMM_MAX_OT;
     const int n_chunks = (a->n_out + rows - 1) / rows;
     const int units = (a->n_in + UNIT - 1) / UNIT;
-    const long n_units = (long)a->n * units;
-    /* a few rows of activations cost less to convert here than a barrier in the region */
-    const int convert_here = act != QA_F32 && (nt == 1 || (long)a->n * a->n_in <= CONVERT_HERE);
-    for (long i = 0; convert_here && i < n_units; i++)
-        convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
-                     (int)(i % units));
-    const job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows};
-    if (nt == 1) {
-        for (int c = 0; c < n_chunks; c++)
-            run_chunk(&j, c);
-        return DERAS_OK;
+    if (act != QA_F32) {
+        conv_job cj = {a, &p->act, act, units, xa_row};
+        /* a few rows of activations cost less to convert here than a pool job */
+        const int here = nt == 1 || (long)a->n * a->n_in <= CONVERT_HERE;
+        cpu_pool_run(a->pool, a->n * units, here ? 1 : nt, convert_item, &cj);
     }
-#pragma omp parallel num_threads(nt)
-    {
-        if (act != QA_F32 && !convert_here) {
-#pragma omp for schedule(static)
-            for (long i = 0; i < n_units; i++)
-                convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
-                             (int)(i % units));
-        }
-#pragma omp for schedule(dynamic, 1) nowait
-        for (int c = 0; c < n_chunks; c++)
-            run_chunk(&j, c);
-    }
+    job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows};
+    cpu_pool_run(a->pool, n_chunks, nt, chunk_item, &j);
     return DERAS_OK;
 }
 

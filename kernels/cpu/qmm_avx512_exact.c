@@ -170,13 +170,106 @@ INL void tile(qmm_tile *t, const int f, const int OT, const int RT)
             t->res[o][r] = hsum(acc[o][r]);
 }
 
+/* ---- Q4_0, Q4_1, Q5_0, Q5_1: table lookups ----
+ *
+ * A block's 16 (Q4) or 32 (Q5) possible weight values are computed once, as dtype_to_f32
+ * computes them (q * d + m with one rounding, or (q - off) * d), into a 16-lane table
+ * (two for Q5); each element is then one vpermps (vpermt2ps) of its code, which uses only
+ * the index's low 4 (5) bits, so the high nibble of a byte needs no masking. Per block
+ * and weight row: one load of the scales, two broadcasts, one or two table FMAs, one
+ * widening load, one shift, two lookups; then one FMA per activation row and 16
+ * elements. The weights are the reference's bit for bit, and the accumulation order is
+ * the generic kernel's (elements 0-15, then 16-31, into one 16-lane accumulator). */
+
+typedef struct lut {
+    __m512 t0, t1; /* values of codes 0..15 and (Q5) 16..31 */
+    __m512i i0, i1; /* codes of elements 0..15 and 16..31 (low 4 or 5 bits) */
+} lut;
+
+INL void lut_block(int f, const uint8_t *w, int b, lut *l)
+{
+    static const _Alignas(64) float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const size_t bb = f == QF_Q4_0 ? 18 : f == QF_Q4_1 ? 20 : f == QF_Q5_0 ? 22 : 24;
+    const uint8_t *p = w + bb * (size_t)b;
+    uint32_t dm;
+    memcpy(&dm, p, 4);
+    const __m128 h = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+    const __m512 d = _mm512_broadcastss_ps(h), io = _mm512_load_ps(iota);
+    const int has_m = f == QF_Q4_1 || f == QF_Q5_1, q5 = f == QF_Q5_0 || f == QF_Q5_1;
+    const uint8_t *qs = p + (f == QF_Q4_0 ? 2 : f == QF_Q4_1 || f == QF_Q5_0 ? 4 + 2 * (f == QF_Q5_0) : 8);
+    if (has_m) {
+        const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(h));
+        l->t0 = _mm512_fmadd_ps(io, d, m);
+        if (q5)
+            l->t1 = _mm512_fmadd_ps(_mm512_add_ps(io, _mm512_set1_ps(16.0f)), d, m);
+    } else if (q5) {
+        l->t0 = _mm512_mul_ps(_mm512_sub_ps(io, _mm512_set1_ps(16.0f)), d);
+        l->t1 = _mm512_mul_ps(io, d);
+    } else {
+        l->t0 = _mm512_mul_ps(_mm512_sub_ps(io, _mm512_set1_ps(8.0f)), d);
+    }
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    l->i0 = bytes;
+    l->i1 = _mm512_srli_epi32(bytes, 4);
+    if (q5) {
+        uint32_t qh;
+        memcpy(&qh, p + (f == QF_Q5_0 ? 2 : 4), 4);
+        const __m512i sixteen = _mm512_set1_epi32(16);
+        /* bit 4 of each index: (byte & 15) | 16 * hbit */
+        l->i0 = _mm512_ternarylogic_epi32(bytes, _mm512_set1_epi32(15),
+                                          _mm512_maskz_mov_epi32((__mmask16)qh, sixteen), 0xEA);
+        l->i1 = _mm512_or_si512(l->i1, _mm512_maskz_mov_epi32((__mmask16)(qh >> 16), sixteen));
+    }
+}
+
+INL __m512 lut_get(int f, const lut *l, int hi)
+{
+    const __m512i i = hi ? l->i1 : l->i0;
+    if (f == QF_Q5_0 || f == QF_Q5_1)
+        return _mm512_permutex2var_ps(l->t0, i, l->t1);
+    return _mm512_permutexvar_ps(i, l->t0);
+}
+
+INL void tile_lut(qmm_tile *t, const int f, const int OT, const int RT)
+{
+    __m512 acc[QMM_MAX_OT][QMM_MAX_RT];
+    UNROLL for (int o = 0; o < OT; o++)
+        UNROLL for (int r = 0; r < RT; r++)
+            acc[o][r] = _mm512_setzero_ps();
+    const int nb = t->n_in / 32;
+    for (int b = 0; b < nb; b++) {
+        lut l[QMM_MAX_OT];
+        UNROLL for (int o = 0; o < OT; o++)
+            lut_block(f, t->w[o], b, &l[o]);
+        UNROLL for (int v = 0; v < 2; v++) {
+            __m512 wv[QMM_MAX_OT];
+            UNROLL for (int o = 0; o < OT; o++)
+                wv[o] = lut_get(f, &l[o], v);
+            UNROLL for (int r = 0; r < RT; r++) {
+                const __m512 xv = _mm512_loadu_ps((const float *)t->x[r] + 32 * b + 16 * v);
+                UNROLL for (int o = 0; o < OT; o++)
+                    acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+            }
+        }
+    }
+    UNROLL for (int o = 0; o < OT; o++)
+        UNROLL for (int r = 0; r < RT; r++)
+            t->res[o][r] = hsum(acc[o][r]);
+}
+
+#define LUT_KERNELS(F)                                                                             \
+    T5 static void F##_1(qmm_tile *t) { tile_lut(t, QF_##F, 4, 1); }                               \
+    T5 static void F##_2(qmm_tile *t) { tile_lut(t, QF_##F, 4, 2); }                               \
+    T5 static void F##_4(qmm_tile *t) { tile_lut(t, QF_##F, 4, 4); }                               \
+    T5 static void F##_8(qmm_tile *t) { tile_lut(t, QF_##F, 2, 8); }
+LUT_KERNELS(Q4_0) LUT_KERNELS(Q4_1) LUT_KERNELS(Q5_0) LUT_KERNELS(Q5_1)
+
 #define KERNELS(F)                                                                                 \
     T5 static void F##_1(qmm_tile *t) { tile(t, QF_##F, 4, 1); }                                   \
     T5 static void F##_2(qmm_tile *t) { tile(t, QF_##F, 4, 2); }                                   \
     T5 static void F##_4(qmm_tile *t) { tile(t, QF_##F, 4, 4); }                                   \
     T5 static void F##_8(qmm_tile *t) { tile(t, QF_##F, 2, 8); }
-KERNELS(F32) KERNELS(F16) KERNELS(BF16) KERNELS(Q8_0) KERNELS(Q4_0) KERNELS(Q4_1) KERNELS(Q5_0)
-KERNELS(Q5_1) KERNELS(Q4_K) KERNELS(Q5_K) KERNELS(Q6_K)
+KERNELS(F32) KERNELS(F16) KERNELS(BF16) KERNELS(Q8_0) KERNELS(Q4_K) KERNELS(Q5_K) KERNELS(Q6_K)
 
 #define ROW(F) [QF_##F] = {{F##_1, 4, 1}, {F##_2, 4, 2}, {F##_4, 4, 4}, {F##_8, 2, 8}}
 const qmm_kern qmm_avx512_exact[QF_COUNT][QMM_LEVELS] = {
