@@ -16,7 +16,10 @@
  * job would cost more than it saves. Cost per call beyond the arithmetic: the pool job
  * (bench/bench_qmatmul.c measures it) and two atomics per chunk.
  */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/base/status.h"
@@ -25,6 +28,8 @@
 #include "kernels/cpu/qmm_impl.h"
 
 #define CHUNK_BYTES (128 * 1024)
+#define PANEL_BYTES (192 * 1024) /* f32 weights decoded per chunk in panel mode (in L2) */
+#define PANEL_MIN_ROWS 16        /* activation rows from which panel mode pays */
 #define CHUNKS_PER_THREAD 4
 #define MIN_WORK (64 * 1024)
 #define UNIT 256 /* elements per activation conversion unit */
@@ -95,19 +100,19 @@ static void convert_unit(const qmm_act_fns *f, int act, const float *x, uint8_t 
 typedef struct job {
     const qmm_args *a;
     const qmm_kern *tab; /* the kernels of the format and mode, per level */
+    const qmm_kern *f32; /* panel mode: the F32 kernels the decoded panel goes through; NULL: off */
+    qmm_decode_fn decode; /* panel mode: the path's decoder, NULL for dtype_to_f32 */
     const uint8_t *xa;   /* activation rows (x itself, or the scratch) */
     size_t xa_row, w_row;
     int rows;            /* weight rows per chunk */
 } job;
 
-/* Chunk c of weight rows against every activation row. */
-static void run_chunk(const job *j, int c)
+/* Weight rows [o0, o1), row o at w + (o - o0) * w_row, against every activation row with
+ * the kernels tab; prefetch: ask for the weights ahead (they come from memory). */
+static void tiles(const job *j, const qmm_kern *tab, const uint8_t *w, size_t w_row, int o0,
+                  int o1, bool prefetch)
 {
     const qmm_args *a = j->a;
-    const qmm_kern *tab = j->tab;
-    const uint8_t *xa = j->xa;
-    const size_t xa_row = j->xa_row, w_row = j->w_row;
-    const int o0 = c * j->rows, o1 = a->n_out - o0 < j->rows ? a->n_out : o0 + j->rows;
     qmm_tile t;
     t.n_in = a->n_in;
     for (int r0 = 0; r0 < a->n;) {
@@ -120,16 +125,17 @@ static void run_chunk(const job *j, int c)
         t.ot = k->ot;
         t.rt = k->rt;
         for (int r = 0; r < k->rt; r++)
-            t.x[r] = xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * xa_row;
-        const uint8_t *pf = (const uint8_t *)a->w + (size_t)o0 * w_row;
-        const uint8_t *const end = (const uint8_t *)a->w + (size_t)a->n_out * w_row;
+            t.x[r] = j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row;
+        const uint8_t *pf = w;
+        const uint8_t *const end = (const uint8_t *)a->w + (size_t)(a->n_out - o0) * w_row;
         for (int o = o0; o < o1; o += k->ot) {
             const int no = k->ot < o1 - o ? k->ot : o1 - o;
             for (int i = 0; i < k->ot; i++)
-                t.w[i] = (const uint8_t *)a->w + (size_t)(o + (i < no ? i : no - 1)) * w_row;
+                t.w[i] = w + (size_t)(o - o0 + (i < no ? i : no - 1)) * w_row;
             /* the tile's rows are PREFETCH bytes behind what has been asked for */
             const uint8_t *want = t.w[0] + (size_t)no * w_row + PREFETCH;
-            for (want = want < end ? want : end; w_row <= PREFETCH_ROW && pf < want; pf += 64)
+            for (want = want < end ? want : end; prefetch && w_row <= PREFETCH_ROW && pf < want;
+                 pf += 64)
                 __builtin_prefetch(pf, 0, 3);
             k->fn(&t);
             for (int r = 0; r < nr; r++)
@@ -138,6 +144,69 @@ static void run_chunk(const job *j, int c)
         }
         r0 += nr;
     }
+}
+
+/* This thread's panel buffer of at least `bytes`, 64-byte aligned, kept for the thread's
+ * life (grown, never shrunk; freed at thread exit); NULL when out of memory. */
+static pthread_key_t panel_key;
+static pthread_once_t panel_once = PTHREAD_ONCE_INIT;
+
+typedef struct panel_buf {
+    size_t bytes;
+    float *f;
+} panel_buf;
+
+static void panel_free(void *v)
+{
+    panel_buf *p = v;
+    free(p->f);
+    free(p);
+}
+
+static void panel_init(void)
+{
+    pthread_key_create(&panel_key, panel_free);
+}
+
+static float *panel_get(size_t bytes)
+{
+    pthread_once(&panel_once, panel_init);
+    panel_buf *p = pthread_getspecific(panel_key);
+    if (!p) {
+        if (!(p = calloc(1, sizeof *p)))
+            return NULL;
+        pthread_setspecific(panel_key, p);
+    }
+    if (p->bytes < bytes) {
+        free(p->f);
+        p->bytes = 0;
+        if (!(p->f = aligned_alloc(64, (bytes + 63) & ~(size_t)63)))
+            return NULL;
+        p->bytes = bytes;
+    }
+    return p->f;
+}
+
+/* Chunk c of weight rows against every activation row. Panel mode (exact mode, many
+ * rows): the chunk's weights are first decoded to f32 (dtype_to_f32: the values the
+ * quantized kernels compute in registers, bit for bit) and then go through the path's F32
+ * kernels, which add in the same order, so a row's result is the same either way. */
+static void run_chunk(const job *j, int c)
+{
+    const qmm_args *a = j->a;
+    const int o0 = c * j->rows, o1 = a->n_out - o0 < j->rows ? a->n_out : o0 + j->rows;
+    const uint8_t *w = (const uint8_t *)a->w + (size_t)o0 * j->w_row;
+    float *panel = j->f32 ? panel_get((size_t)(o1 - o0) * a->n_in * sizeof(float)) : NULL;
+    if (!panel) { /* not panel mode, or no memory for it: the same results, slower */
+        tiles(j, j->tab, w, j->w_row, o0, o1, true);
+        return;
+    }
+    const int64_t n = (int64_t)(o1 - o0) * a->n_in;
+    if (j->decode)
+        j->decode(qmm_fmt_of(a->dtype), w, panel, (int)(n / dtype_block_elems(a->dtype)));
+    else
+        dtype_to_f32(a->dtype, w, panel, n);
+    tiles(j, j->f32, (const uint8_t *)panel, (size_t)a->n_in * sizeof(float), o0, o1, false);
 }
 
 /* Pool items: conversion units, then chunks. */
@@ -190,7 +259,10 @@ int qmm_matmul(const qmm_args *a)
     const double work = (double)a->n * a->n_out * a->n_in;
     if (work < (double)MIN_WORK * nt)
         nt = (int)(work / MIN_WORK) > 1 ? (int)(work / MIN_WORK) : 1;
-    int rows = (int)(CHUNK_BYTES / w_row), min_chunks = CHUNKS_PER_THREAD * nt;
+    /* panel mode: exact mode on a block format with enough rows to amortize the decoding */
+    const bool panel = act == QA_F32 && dtype_block_elems(a->dtype) > 1 && a->n >= PANEL_MIN_ROWS;
+    int rows = (int)(panel ? PANEL_BYTES / (a->n_in * sizeof(float)) : CHUNK_BYTES / w_row);
+    int min_chunks = CHUNKS_PER_THREAD * nt;
     if (rows > (a->n_out + min_chunks - 1) / min_chunks)
         rows = (a->n_out + min_chunks - 1) / min_chunks;
     rows = rows < QMM_MAX_OT ? QMM_MAX_OT : rows / QMM_MAX_OT * QMM_MAX_OT;
@@ -202,7 +274,8 @@ int qmm_matmul(const qmm_args *a)
         const int here = nt == 1 || (long)a->n * a->n_in <= CONVERT_HERE;
         cpu_pool_run(a->pool, a->n * units, here ? 1 : nt, convert_item, &cj);
     }
-    job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows};
+    job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], panel ? p->exact[QF_F32] : NULL,
+             p->decode, xa, xa_row, w_row, rows};
     cpu_pool_run(a->pool, n_chunks, nt, chunk_item, &j);
     return DERAS_OK;
 }

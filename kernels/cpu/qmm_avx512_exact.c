@@ -144,7 +144,8 @@ INL void tile(qmm_tile *t, const int f, const int OT, const int RT)
                 UNROLL for (int o = 0; o < OT; o++)
                     wv[o] = vec(f, t->w[o], b0 + j, &s[o], &x[o], j, v);
                 UNROLL for (int r = 0; r < RT; r++) {
-                    const __m512 xv = _mm512_loadu_ps((const float *)t->x[r] + 32 * (b0 + j) + 16 * v);
+                    __m512 xv = _mm512_loadu_ps((const float *)t->x[r] + 32 * (b0 + j) + 16 * v);
+                    __asm__("" : "+v"(xv)); /* one load per row, not one per FMA */
                     UNROLL for (int o = 0; o < OT; o++)
                         acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
                 }
@@ -264,14 +265,76 @@ INL void tile_lut(qmm_tile *t, const int f, const int OT, const int RT)
     T5 static void F##_8(qmm_tile *t) { tile_lut(t, QF_##F, 2, 8); }
 LUT_KERNELS(Q4_0) LUT_KERNELS(Q4_1) LUT_KERNELS(Q5_0) LUT_KERNELS(Q5_1)
 
+/* ---- panel decoding: the values the kernels above compute, stored ---- */
+
+INL void decode_blocks(const int f, const uint8_t *w, float *out, int n_blocks)
+{
+    if (f == QF_Q4_0 || f == QF_Q4_1 || f == QF_Q5_0 || f == QF_Q5_1) {
+        for (int b = 0; b < n_blocks; b++) {
+            lut l;
+            lut_block(f, w, b, &l);
+            _mm512_storeu_ps(out + 32 * (size_t)b, lut_get(f, &l, 0));
+            _mm512_storeu_ps(out + 32 * (size_t)b + 16, lut_get(f, &l, 1));
+        }
+    } else if (f == QF_Q8_0) {
+        for (int b = 0; b < n_blocks; b++) {
+            const st5 s = prep(f, w, b);
+            _mm512_storeu_ps(out + 32 * (size_t)b, vec(f, w, b, &s, NULL, 0, 0));
+            _mm512_storeu_ps(out + 32 * (size_t)b + 16, vec(f, w, b, &s, NULL, 0, 1));
+        }
+    } else { /* K formats: n_blocks super-blocks */
+        const size_t kb = f == QF_Q4_K ? 144 : f == QF_Q5_K ? 176 : 210;
+        const st5 s = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm256_setzero_si256()};
+        for (int sb = 0; sb < n_blocks; sb++) {
+            kx x;
+            kx_unpack(f, w + (size_t)sb * kb, &x);
+            for (int j = 0; j < 8; j++)
+                for (int v = 0; v < 2; v++)
+                    _mm512_storeu_ps(out + 256 * (size_t)sb + 32 * j + 16 * v,
+                                     vec(f, w, 8 * sb + j, &s, &x, j, v));
+        }
+    }
+}
+
+#define DECODE(F) T5 static void decode_##F(const uint8_t *w, float *o, int n) { decode_blocks(QF_##F, w, o, n); }
+DECODE(Q8_0) DECODE(Q4_0) DECODE(Q4_1) DECODE(Q5_0) DECODE(Q5_1) DECODE(Q4_K) DECODE(Q5_K) DECODE(Q6_K)
+
+void qmm_avx512_decode(int fmt, const uint8_t *w, float *out, int n_blocks)
+{
+    switch (fmt) {
+    case QF_Q8_0: decode_Q8_0(w, out, n_blocks); break;
+    case QF_Q4_0: decode_Q4_0(w, out, n_blocks); break;
+    case QF_Q4_1: decode_Q4_1(w, out, n_blocks); break;
+    case QF_Q5_0: decode_Q5_0(w, out, n_blocks); break;
+    case QF_Q5_1: decode_Q5_1(w, out, n_blocks); break;
+    case QF_Q4_K: decode_Q4_K(w, out, n_blocks); break;
+    case QF_Q5_K: decode_Q5_K(w, out, n_blocks); break;
+    case QF_Q6_K: decode_Q6_K(w, out, n_blocks); break;
+    default: break;
+    }
+}
+
 #define KERNELS(F)                                                                                 \
     T5 static void F##_1(qmm_tile *t) { tile(t, QF_##F, 4, 1); }                                   \
     T5 static void F##_2(qmm_tile *t) { tile(t, QF_##F, 4, 2); }                                   \
     T5 static void F##_4(qmm_tile *t) { tile(t, QF_##F, 4, 4); }                                   \
-    T5 static void F##_8(qmm_tile *t) { tile(t, QF_##F, 2, 8); }
+    T5 static void F##_8(qmm_tile *t) { tile(t, QF_##F, F##_OT8, 8); }
+/* 8-row tiles: F32 (also the panels of qmatmul.c's panel mode) has registers for 3 weight
+ * rows (24 accumulators, 3 + 8 loads per 24 FMAs); the others need theirs for decoding */
+#define F32_OT8 3
+#define F16_OT8 2
+#define BF16_OT8 2
+#define Q8_0_OT8 2
+#define Q4_K_OT8 2
+#define Q5_K_OT8 2
+#define Q6_K_OT8 2
 KERNELS(F32) KERNELS(F16) KERNELS(BF16) KERNELS(Q8_0) KERNELS(Q4_K) KERNELS(Q5_K) KERNELS(Q6_K)
 
-#define ROW(F) [QF_##F] = {{F##_1, 4, 1}, {F##_2, 4, 2}, {F##_4, 4, 4}, {F##_8, 2, 8}}
+#define ROW(F) [QF_##F] = {{F##_1, 4, 1}, {F##_2, 4, 2}, {F##_4, 4, 4}, {F##_8, F##_OT8, 8}}
+#define Q4_0_OT8 2
+#define Q4_1_OT8 2
+#define Q5_0_OT8 2
+#define Q5_1_OT8 2
 const qmm_kern qmm_avx512_exact[QF_COUNT][QMM_LEVELS] = {
     ROW(F32), ROW(F16), ROW(BF16), ROW(Q8_0), ROW(Q4_0), ROW(Q4_1),
     ROW(Q5_0), ROW(Q5_1), ROW(Q4_K), ROW(Q5_K), ROW(Q6_K),
