@@ -10,15 +10,17 @@
  *
  * Work item = (query row, kv head, group of up to ATTN_MAX_GROUP query heads sharing that
  * kv head): a K/V block is loaded once for all the query heads of a grouped-query group.
- * Items are spread over OpenMP threads with dynamic scheduling because rows of one prefill
+ * Items are claimed one by one from the backend's thread pool because rows of one prefill
  * differ in length. Per-item scratch lives on the stack (bounded by the limits below), so
  * nothing is allocated. Cost: O(sum over rows of context * n_heads * head_dim).
  */
 #include <float.h>
+#include <stdint.h>
 #include <math.h>
 
 #include "common/base/status.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_pool.h"
 
 #define ATTN_MAX_HEAD_DIM 256
 #define ATTN_MAX_BLOCK 256
@@ -112,6 +114,28 @@ static void attend_item(const attn_args *a, int row, int kvh, int h0, int n_h)
     }
 }
 
+/* One pool item: query row x KV head x group of query heads. */
+typedef struct attn_job {
+    const attn_args *a;
+    int rep, first, n_groups;
+} attn_job;
+
+static void attn_item(void *ctx, int it)
+{
+    const attn_job *j = ctx;
+    const attn_args *a = j->a;
+    int grp = it % j->n_groups;
+    int kvh = (it / j->n_groups) % a->n_kv_heads;
+    int row = it / (j->n_groups * a->n_kv_heads);
+    int g_lo = kvh * j->rep - j->first, g_hi = g_lo + j->rep;
+    g_lo = g_lo > 0 ? g_lo : 0;
+    g_hi = g_hi < a->n_heads ? g_hi : a->n_heads;
+    int h0 = g_lo + grp * ATTN_MAX_GROUP;
+    int n_h = g_hi - h0 < ATTN_MAX_GROUP ? g_hi - h0 : ATTN_MAX_GROUP;
+    if (n_h > 0)
+        attend_item(a, row, kvh, h0, n_h);
+}
+
 int cpu_attention(backend_t *b, const attn_args *a)
 {
     if (a->head_dim > ATTN_MAX_HEAD_DIM || a->block_size > ATTN_MAX_BLOCK)
@@ -124,19 +148,9 @@ int cpu_attention(backend_t *b, const attn_args *a)
     const int first = a->q_per_kv ? a->q_head0 % rep : 0;
     const int n_groups = (rep + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
     const long n_items = (long)a->n_tokens * a->n_kv_heads * n_groups;
-
-#pragma omp parallel for schedule(dynamic, 1) if (n_items > 1)
-    for (long it = 0; it < n_items; it++) {
-        int grp = (int)(it % n_groups);
-        int kvh = (int)((it / n_groups) % a->n_kv_heads);
-        int row = (int)(it / ((long)n_groups * a->n_kv_heads));
-        int g_lo = kvh * rep - first, g_hi = g_lo + rep;
-        g_lo = g_lo > 0 ? g_lo : 0;
-        g_hi = g_hi < a->n_heads ? g_hi : a->n_heads;
-        int h0 = g_lo + grp * ATTN_MAX_GROUP;
-        int n_h = g_hi - h0 < ATTN_MAX_GROUP ? g_hi - h0 : ATTN_MAX_GROUP;
-        if (n_h > 0)
-            attend_item(a, row, kvh, h0, n_h);
-    }
+    if (n_items > INT32_MAX)
+        return deras_fail(DERAS_EINVAL, "cpu attention: %ld work items", n_items);
+    attn_job j = {a, rep, first, n_groups};
+    cpu_pool_run(cpu_backend_pool(b), (int)n_items, 0, attn_item, &j);
     return DERAS_OK;
 }
