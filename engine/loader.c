@@ -57,6 +57,7 @@ int loader_open(const loader_opts *o, loader_t **out)
         l->o.max_live_seqs = 4 * l->o.max_seqs;
     int rc;
     if ((rc = backend_new(l->o.device, l->o.threads, &l->be)) ||
+        (rc = backend_set_matmul_mode(l->be, l->o.matmul_mode)) ||
         (rc = checkpoint_open(l->o.model, &l->ck))) {
         loader_destroy(&l);
         return rc;

@@ -35,6 +35,8 @@ typedef struct loader_opts {
     const char *model;        /* GGUF file or Hugging Face directory */
     const char *device;       /* backend_new spec ("cpu", "cuda:0", ...); NULL: "cpu" */
     int threads;              /* CPU threads; 0: every core */
+    int matmul_mode;          /* enum backend_mm_mode: BACKEND_MM_EXACT (0, the default) or
+                                 BACKEND_MM_Q8 (kernels/backend.h) */
     int block_size;           /* KV block size in tokens; 0: 16 */
     int max_seqs;             /* sequences per step, >= 1 */
     int max_batch_tokens;     /* tokens per step, >= max_seqs */

@@ -45,6 +45,8 @@ struct backend_ops {
                     const void *bias, int n);
     int (*embed_q)(backend_t *b, void *out, const backend_weight *table, const int32_t *ids,
                    int n);
+    /* enum backend_mm_mode, checked; NULL where only BACKEND_MM_EXACT is offered */
+    int (*set_matmul_mode)(backend_t *b, int mode);
 };
 
 struct backend {

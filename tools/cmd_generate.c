@@ -23,6 +23,7 @@
 #include "common/tokenizer/stop_matcher.h"
 #include "common/tokenizer/tokenizer.h"
 #include "engine/loader.h"
+#include "kernels/backend.h"
 #include "tools/commands.h"
 #include "tools/sampling_flags.h"
 
@@ -35,7 +36,7 @@ typedef struct gen_args {
     const char *system;
     const char *device;
     bool chat;
-    int threads, block_size;
+    int threads, block_size, matmul_mode;
     req_params params;    /* one sample; the sampling flags come from the table */
     bool has_seed;
     const char *stops[MAX_STOPS];
@@ -70,6 +71,8 @@ static void usage(FILE *f)
           "  --stop-token-id ID      stop token, repeatable (at most 16)\n"
           "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
           "  --threads N             CPU threads (default: all cores)\n"
+          "  --matmul-mode M         exact (default) or q8: products on quantized weights with\n"
+          "                          f32 or int8 activations (docs/engine.md)\n"
           "  --device DEV            cpu (default)\n"
           "  --block-size N          KV block size in tokens (default 16)\n",
           f);
@@ -81,7 +84,7 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, gen_args *a)
 {
     enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_SEED, O_STOP, O_STOPID,
-           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_HELP };
+           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_MMMODE, O_HELP };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"prompt", required_argument, 0, O_PROMPT},
@@ -95,6 +98,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE},
         {"block-size", required_argument, 0, O_BLOCK},
+        {"matmul-mode", required_argument, 0, O_MMMODE},
         {"help", no_argument, 0, O_HELP},
     };
     struct option opts[MAX_OPTIONS];
@@ -146,6 +150,12 @@ static int parse_args(int argc, char **argv, gen_args *a)
             a->threads = (int)l;
             break;
         case O_DEVICE: a->device = optarg; break;
+        case O_MMMODE:
+            if (backend_mm_mode_parse(optarg, &a->matmul_mode)) {
+                fprintf(stderr, "generate: --matmul-mode: %s\n", deras_errmsg());
+                return 2;
+            }
+            break;
         case O_BLOCK:
             if (cli_int("--block-size", optarg, 1, 256, &l)) return 2;
             a->block_size = (int)l;
@@ -292,7 +302,7 @@ static int generate(const gen_args *a)
     int n_prompt = 0, rc;
     int progress_last = -100;
     loader_opts lo = {.model = a->model, .device = a->device, .threads = a->threads,
-                      .block_size = a->block_size, .max_seqs = 1,
+                      .matmul_mode = a->matmul_mode, .block_size = a->block_size, .max_seqs = 1,
                       .max_batch_tokens = PREFILL_CHUNK, .max_live_seqs = 1,
                       .progress = cli_progress, .progress_ctx = &progress_last};
     if ((rc = loader_open(&lo, &l)) || (rc = loader_tokenizer(l, &tok)) ||

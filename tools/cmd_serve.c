@@ -31,6 +31,7 @@
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
 #include "common/wire/endpoints.h"
+#include "kernels/backend.h"
 #include "tools/commands.h"
 
 #define MAX_WORKERS 16
@@ -52,6 +53,7 @@ typedef struct serve_args {
     int n_workers;         /* 0: one per GPU, or one CPU worker */
     const char *device;    /* force every worker onto this device kind ("cpu") */
     int threads;
+    const char *matmul_mode; /* the workers' --matmul-mode, or NULL: theirs (exact) */
     const char *kv_memory;
     int drain_timeout;
     const char *router_args[MAX_PASS];
@@ -82,6 +84,8 @@ static void usage(FILE *f)
           "  --num-workers N         CPU workers to start (default: one per GPU, else 1)\n"
           "  --device cpu            run workers on the CPU even where GPUs exist\n"
           "  --threads N             CPU threads per worker (default: cores / workers)\n"
+          "  --matmul-mode M         CPU products on quantized weights: exact (f32\n"
+          "                          activations, default) or q8 (int8, llama.cpp's)\n"
           "  --kv-cache-memory SPEC  per worker: a size (4GiB) or a fraction of free memory\n"
           "  --drain-timeout S       seconds in-flight requests get at shutdown (default 30)\n"
           "  --router-arg ARG        pass ARG to deras-router (repeatable)\n"
@@ -92,7 +96,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, serve_args *a)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_NWORKERS, O_ADMIN, O_METRICS, O_DEVICE, O_THREADS,
-           O_KV, O_DRAIN, O_RARG, O_WARG, O_HELP };
+           O_KV, O_DRAIN, O_RARG, O_WARG, O_MMMODE, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},   {"listen", required_argument, 0, O_LISTEN},
         {"workers", required_argument, 0, O_WORKERS},
@@ -102,6 +106,7 @@ static int parse(int argc, char **argv, serve_args *a)
         {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS}, {"kv-cache-memory", required_argument, 0, O_KV},
         {"drain-timeout", required_argument, 0, O_DRAIN},
+        {"matmul-mode", required_argument, 0, O_MMMODE},
         {"router-arg", required_argument, 0, O_RARG}, {"worker-arg", required_argument, 0, O_WARG},
         {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0},
     };
@@ -125,6 +130,15 @@ static int parse(int argc, char **argv, serve_args *a)
             a->n_workers = (int)l;
             break;
         case O_ADMIN: a->admin = optarg; break;
+        case O_MMMODE: {
+            int m;
+            if (backend_mm_mode_parse(optarg, &m)) {
+                fprintf(stderr, "serve: --matmul-mode: %s\n", deras_errmsg());
+                return 2;
+            }
+            a->matmul_mode = optarg;
+            break;
+        }
         case O_METRICS: a->metrics = optarg; break;
         case O_DEVICE:
             if (strcmp(optarg, "cpu")) {
@@ -268,6 +282,10 @@ static pid_t start_worker(serve_state *s, child *w)
     if (s->a->kv_memory) {
         argv[n++] = "--kv-cache-memory";
         argv[n++] = s->a->kv_memory;
+    }
+    if (s->a->matmul_mode) {
+        argv[n++] = "--matmul-mode";
+        argv[n++] = s->a->matmul_mode;
     }
     for (int i = 0; i < s->a->n_worker_args; i++)
         argv[n++] = s->a->worker_args[i];

@@ -30,7 +30,7 @@ int worker_follower_run(const worker_opts *o)
     signal(SIGINT, SIG_IGN);
     /* the step limits and the cache come from the leader (group_model_opts) */
     loader_opts lo = {.model = o->model, .device = o->device, .threads = o->threads,
-                      .max_seqs = 1, .max_batch_tokens = 1, .model_only = true};
+                      .matmul_mode = o->matmul_mode, .max_seqs = 1, .max_batch_tokens = 1, .model_only = true};
     if ((rc = loader_open(&lo, &l)))
         goto done;
     group_opts go = {.name = o->name, .rank = o->tp_rank, .size = o->tp_size,

@@ -81,6 +81,9 @@ static void usage(FILE *f)
             "  --name NAME              unique worker name, the routing id (default w<pid>)\n"
             "  --device DEV             cpu or cuda:N (default cpu)\n"
             "  --threads N              CPU threads, 0 = all cores (default 0)\n"
+            "  --matmul-mode M          products on quantized weights: exact (f32 activations,\n"
+            "                           the default) or q8 (int8 activations, llama.cpp's\n"
+            "                           arithmetic; CPU only; docs/engine.md)\n"
             "  --kv-cache-memory SPEC   KV cache budget: a size (4GiB, 512MB) or a fraction of\n"
             "                           the memory available after the weights (default 0.4)\n"
             "  --max-seqs N             sequences per step (default 64)\n"
@@ -124,13 +127,14 @@ static int parse_args(int argc, char **argv, worker_opts *o)
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
            O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_CURVE, O_CURVE_KEY,
-           O_VERSION, O_HELP };
+           O_MMMODE, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
         {"name", required_argument, 0, O_NAME},
         {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS},
+        {"matmul-mode", required_argument, 0, O_MMMODE},
         {"kv-cache-memory", required_argument, 0, O_KV},
         {"max-seqs", required_argument, 0, O_MAXSEQS},
         {"max-batch-tokens", required_argument, 0, O_MAXBATCH},
@@ -173,6 +177,12 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         case O_SPEC: o->spec_proposer = optarg; break;
         case O_CURVE: o->curve_server_key = optarg; break;
         case O_CURVE_KEY: key_file = optarg; break;
+        case O_MMMODE:
+            if (backend_mm_mode_parse(optarg, &o->matmul_mode)) {
+                fprintf(stderr, "deras-worker: --matmul-mode: %s\n", deras_errmsg());
+                return 2;
+            }
+            break;
 #define INT_OPT(code, name, lo, hi, field)           \
         case code:                                   \
             if (cli_int(name, optarg, lo, hi, &l))   \

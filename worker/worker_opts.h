@@ -16,6 +16,7 @@ typedef struct worker_opts {
     const char *name;            /* routing id, 1..64 of [A-Za-z0-9._:@-]; NULL: "w<pid>" */
     const char *device;          /* "cpu" or "cuda:N" */
     int threads;                 /* CPU threads, 0: all cores */
+    int matmul_mode;             /* enum backend_mm_mode: exact (default) or q8 */
     const char *kv_cache_memory; /* "4GiB" or a fraction of available memory, "0.4" */
     int max_seqs;                /* sequences per step */
     int max_batch_tokens;        /* tokens per step, >= max_seqs */

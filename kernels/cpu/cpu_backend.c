@@ -32,12 +32,23 @@ typedef struct cpu_backend {
     struct backend base;
     int n_threads;
     cpu_pool_t *pool;
+    int mm_mode;          /* enum backend_mm_mode */
+    void *scratch;        /* Q8 mode's quantized activations, grown to the largest call */
+    size_t scratch_bytes;
 } cpu_backend;
 
 static void cpu_destroy(backend_t *b)
 {
-    cpu_pool_destroy(&((cpu_backend *)b)->pool);
+    cpu_backend *cb = (cpu_backend *)b;
+    cpu_pool_destroy(&cb->pool);
+    free(cb->scratch);
     free(b);
+}
+
+static int cpu_set_matmul_mode(backend_t *b, int mode)
+{
+    ((cpu_backend *)b)->mm_mode = mode;
+    return DERAS_OK;
 }
 
 cpu_pool_t *cpu_backend_pool(backend_t *b)
@@ -215,13 +226,28 @@ static bool cpu_keeps(int dtype)
     return dtype_block_elems(dtype) > 1 && qmm_computes(dtype);
 }
 
-/* Block-format weights: qmatmul.h in exact mode (no scratch), on the backend's threads. */
+/* Block-format weights: qmatmul.h in the backend's mode, on the backend's threads. The Q8
+ * mode's scratch grows to the largest call seen (the first step of each new batch size
+ * at most; steady decoding allocates nothing). */
 static int cpu_matmul_q(backend_t *b, void *y, const void *x, const backend_weight *w,
                         const void *bias, int n)
 {
-    const qmm_args a = {y, x, w->data, w->dtype, n, w->rows, w->cols, QMM_EXACT, 0, NULL, 0,
-                        ((cpu_backend *)b)->pool};
-    int rc = qmm_matmul(&a);
+    cpu_backend *cb = (cpu_backend *)b;
+    const int mode = cb->mm_mode == BACKEND_MM_Q8 ? QMM_Q8 : QMM_EXACT;
+    size_t need;
+    int rc = qmm_scratch_bytes(w->dtype, mode, n, w->cols, &need);
+    if (rc)
+        return rc;
+    if (need > cb->scratch_bytes) {
+        free(cb->scratch);
+        cb->scratch_bytes = 0;
+        if (!(cb->scratch = aligned_alloc(64, (need + 63) & ~(size_t)63)))
+            return deras_fail(DERAS_ENOMEM, "cpu matmul: %zu bytes of scratch", need);
+        cb->scratch_bytes = need;
+    }
+    const qmm_args a = {y, x, w->data, w->dtype, n, w->rows, w->cols, mode, 0,
+                        need ? cb->scratch : NULL, need ? cb->scratch_bytes : 0, cb->pool};
+    rc = qmm_matmul(&a);
     if (!rc && bias)
         add_bias(y, bias, n, w->rows);
     return rc;
@@ -378,6 +404,7 @@ static const struct backend_ops cpu_ops = {
     .keeps = cpu_keeps,
     .matmul_q = cpu_matmul_q,
     .embed_q = cpu_embed_q,
+    .set_matmul_mode = cpu_set_matmul_mode,
 };
 
 int backend_cpu_new(int n_threads, backend_t **out)

@@ -193,6 +193,7 @@ static const struct backend_ops cuda_ops = {
     .keeps = nullptr, /* weights in the activation dtype only: the loader dequantizes */
     .matmul_q = nullptr,
     .embed_q = nullptr,
+    .set_matmul_mode = nullptr, /* exact only: bf16/fp16 weights and activations */
 };
 
 /* The part of creation that can fail after the struct exists; cleanup is the caller's. */
