@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -157,7 +158,8 @@ def serve_load(kind, build, model, threads, a):
         cmd = [os.path.join(build, "tools", "deras"), "serve", "--model", model, "--device", "cpu",
                "--threads", str(threads), "--metrics-listen", f"127.0.0.1:{port}",
                "--listen", f"tcp://127.0.0.1:{free_port()}",
-               "--admin", f"tcp://127.0.0.1:{free_port()}"] + sum(
+               "--admin", f"ipc://{tempfile.gettempdir()}/deras-compare-{os.getpid()}.sock",
+               "--kv-cache-memory", "2GiB"] + sum(
                    (["--worker-arg", w] for w in a.deras_worker_arg), [])
     logf = open(os.path.join(CACHE, f"serve-{kind}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)

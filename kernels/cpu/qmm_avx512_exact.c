@@ -166,9 +166,7 @@ INL void tile(qmm_tile *t, const int f, const int OT, const int RT)
             }
         }
     }
-    UNROLL for (int o = 0; o < OT; o++)
-        UNROLL for (int r = 0; r < RT; r++)
-            t->res[o][r] = hsum(acc[o][r]);
+    TILE_SUMS(acc, OT, RT, t->res);
 }
 
 /* ---- Q4_0, Q4_1, Q5_0, Q5_1: table lookups ----
@@ -253,9 +251,7 @@ INL void tile_lut(qmm_tile *t, const int f, const int OT, const int RT)
             }
         }
     }
-    UNROLL for (int o = 0; o < OT; o++)
-        UNROLL for (int r = 0; r < RT; r++)
-            t->res[o][r] = hsum(acc[o][r]);
+    TILE_SUMS(acc, OT, RT, t->res);
 }
 
 #define LUT_KERNELS(F)                                                                             \
