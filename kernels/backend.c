@@ -205,6 +205,12 @@ int backend_set_matmul_mode(backend_t *b, int mode)
                                                  "backend computes exact mode only", b->name);
 }
 
+int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols)
+{
+    CHECK(b && max_rows > 0 && max_cols > 0, "reserve_matmul");
+    return b->ops->reserve_matmul ? b->ops->reserve_matmul(b, max_rows, max_cols) : DERAS_OK;
+}
+
 int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d)
 {
     CHECK(b && out && x && rows && n > 0 && d > 0 && out != x, "gather_rows");

@@ -108,6 +108,13 @@ enum backend_mm_mode { BACKEND_MM_EXACT = 0, BACKEND_MM_Q8 = 1 };
  * bf16/fp16). O(1). */
 int backend_set_matmul_mode(backend_t *b, int mode);
 
+/* Reserve what backend_matmul needs for products of up to max_rows rows of up to max_cols
+ * columns in the current mode (the CPU's q8 scratch), so that no step allocates. Calls
+ * beyond it still work (the scratch grows then). DERAS_EINVAL for non-positive sizes,
+ * DERAS_ENOMEM. O(max_rows * max_cols) bytes at most 2 per element; nothing on backends
+ * that need nothing. */
+int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols);
+
 /* "exact", "q8"; backend_mm_mode_parse is the inverse (DERAS_EINVAL naming the choices). */
 const char *backend_mm_mode_name(int mode);
 int backend_mm_mode_parse(const char *name, int *mode);

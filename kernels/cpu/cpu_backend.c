@@ -226,9 +226,40 @@ static bool cpu_keeps(int dtype)
     return dtype_block_elems(dtype) > 1 && qmm_computes(dtype);
 }
 
+/* The Q8 mode's scratch holds at least `need` bytes (64-byte aligned). */
+static int scratch_at_least(cpu_backend *cb, size_t need)
+{
+    if (need <= cb->scratch_bytes)
+        return DERAS_OK;
+    free(cb->scratch);
+    cb->scratch_bytes = 0;
+    if (!(cb->scratch = aligned_alloc(64, (need + 63) & ~(size_t)63)))
+        return deras_fail(DERAS_ENOMEM, "cpu matmul: %zu bytes of scratch", need);
+    cb->scratch_bytes = need;
+    return DERAS_OK;
+}
+
+/* The largest Q8 scratch of any block format for rows x cols (rounded up to whole blocks
+ * of 256: an upper bound for every layout). */
+static int cpu_reserve_matmul(backend_t *b, int max_rows, int max_cols)
+{
+    cpu_backend *cb = (cpu_backend *)b;
+    if (cb->mm_mode != BACKEND_MM_Q8)
+        return DERAS_OK;
+    const int cols = (max_cols + 255) / 256 * 256, dts[] = {DT_BF16, DT_Q8_0, DT_Q4_K};
+    size_t most = 0, s;
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        int rc = qmm_scratch_bytes(dts[i], QMM_Q8, max_rows, cols, &s);
+        if (rc)
+            return rc;
+        most = s > most ? s : most;
+    }
+    return scratch_at_least(cb, most);
+}
+
 /* Block-format weights: qmatmul.h in the backend's mode, on the backend's threads. The Q8
- * mode's scratch grows to the largest call seen (the first step of each new batch size
- * at most; steady decoding allocates nothing). */
+ * mode's scratch is reserved at load (backend_reserve_matmul) and grows only for a call
+ * beyond it. */
 static int cpu_matmul_q(backend_t *b, void *y, const void *x, const backend_weight *w,
                         const void *bias, int n)
 {
@@ -236,15 +267,8 @@ static int cpu_matmul_q(backend_t *b, void *y, const void *x, const backend_weig
     const int mode = cb->mm_mode == BACKEND_MM_Q8 ? QMM_Q8 : QMM_EXACT;
     size_t need;
     int rc = qmm_scratch_bytes(w->dtype, mode, n, w->cols, &need);
-    if (rc)
+    if (rc || (rc = scratch_at_least(cb, need)))
         return rc;
-    if (need > cb->scratch_bytes) {
-        free(cb->scratch);
-        cb->scratch_bytes = 0;
-        if (!(cb->scratch = aligned_alloc(64, (need + 63) & ~(size_t)63)))
-            return deras_fail(DERAS_ENOMEM, "cpu matmul: %zu bytes of scratch", need);
-        cb->scratch_bytes = need;
-    }
     const qmm_args a = {y, x, w->data, w->dtype, n, w->rows, w->cols, mode, 0,
                         need ? cb->scratch : NULL, need ? cb->scratch_bytes : 0, cb->pool};
     rc = qmm_matmul(&a);
@@ -405,6 +429,7 @@ static const struct backend_ops cpu_ops = {
     .matmul_q = cpu_matmul_q,
     .embed_q = cpu_embed_q,
     .set_matmul_mode = cpu_set_matmul_mode,
+    .reserve_matmul = cpu_reserve_matmul,
 };
 
 int backend_cpu_new(int n_threads, backend_t **out)

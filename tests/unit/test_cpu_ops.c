@@ -17,6 +17,7 @@
 #include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/qmatmul.h"
 #include "test_util.h"
 
 static backend_t *be;
@@ -215,6 +216,60 @@ static void block_format_weights_match_their_f32_dequantization(void **state)
     free(q), free(wf), free(x), free(bias), free(yq), free(yf), free(eq);
 }
 
+/* The matmul mode switches the backend's products between qmatmul.h's modes: q8 through the
+ * backend equals qmm_matmul's q8 bit for bit (the backend adds nothing but the scratch,
+ * reserved or grown), exact again after switching back; names parse both ways. Rows: 17
+ * and 3, across exact mode's panel threshold (qmatmul.c), so both of its kernels run. */
+static void matmul_mode_picks_the_kernels_arithmetic(void **state)
+{
+    (void)state;
+    enum { NO = 37, NI = 96, BB = 34 };
+    uint64_t seed = 31;
+    uint8_t *q = malloc((size_t)NO * NI / 32 * BB);
+    for (int b = 0; b < NO * NI / 32; b++) {
+        const uint16_t dh = f32_to_fp16(0.002f + 0.001f * (float)(test_rng_next(&seed) % 16));
+        memcpy(q + (size_t)b * BB, &dh, 2);
+        for (int i = 0; i < 32; i++)
+            q[(size_t)b * BB + 2 + i] = (uint8_t)(test_rng_next(&seed) % 255 + 1);
+    }
+    const backend_weight wq = {DT_Q8_0, NO, NI, q};
+    const int rows[] = {17, 3};
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+        const int n = rows[ri];
+        float *x = rnd((size_t)n * NI, &seed, 1), *y = malloc(sizeof(float) * n * NO);
+        float *want = malloc(sizeof(float) * n * NO), *exact = malloc(sizeof(float) * n * NO);
+        size_t bytes;
+        assert_int_equal(qmm_scratch_bytes(DT_Q8_0, QMM_Q8, n, NI, &bytes), DERAS_OK);
+        void *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        qmm_args a = {want, x, q, DT_Q8_0, n, NO, NI, QMM_Q8, 1, scratch, bytes, NULL};
+        assert_int_equal(qmm_matmul(&a), DERAS_OK);
+        a.y = exact, a.mode = QMM_EXACT;
+        assert_int_equal(qmm_matmul(&a), DERAS_OK);
+        assert_int_equal(backend_set_matmul_mode(be, BACKEND_MM_Q8), DERAS_OK);
+        if (ri == 0) /* the first size reserved, the second within it */
+            assert_int_equal(backend_reserve_matmul(be, n, NI), DERAS_OK);
+        assert_int_equal(backend_matmul(be, y, x, &wq, NULL, n), DERAS_OK);
+        assert_memory_equal(y, want, sizeof(float) * n * NO);
+        assert_true(memcmp(y, exact, sizeof(float) * n * NO) != 0); /* int8 activations show */
+        assert_int_equal(backend_set_matmul_mode(be, BACKEND_MM_EXACT), DERAS_OK);
+        assert_int_equal(backend_matmul(be, y, x, &wq, NULL, n), DERAS_OK);
+        assert_memory_equal(y, exact, sizeof(float) * n * NO);
+        free(x), free(y), free(want), free(exact), free(scratch);
+    }
+    int m = -1;
+    assert_int_equal(backend_mm_mode_parse("q8", &m), DERAS_OK);
+    assert_int_equal(m, BACKEND_MM_Q8);
+    assert_int_equal(backend_mm_mode_parse("exact", &m), DERAS_OK);
+    assert_int_equal(m, BACKEND_MM_EXACT);
+    assert_int_equal(backend_mm_mode_parse("int8", &m), DERAS_EINVAL);
+    assert_non_null(strstr(deras_errmsg(), "exact or q8"));
+    assert_string_equal(backend_mm_mode_name(BACKEND_MM_Q8), "q8");
+    assert_string_equal(backend_mm_mode_name(5), "unknown");
+    assert_int_equal(backend_set_matmul_mode(be, 2), DERAS_EINVAL);
+    assert_int_equal(backend_reserve_matmul(be, 0, 5), DERAS_EINVAL);
+    free(q);
+}
+
 static void ops_reject_invalid_arguments(void **state)
 {
     (void)state;
@@ -237,6 +292,7 @@ int main(void)
         cmocka_unit_test(rope_rotates_half_pairs_by_position),
         cmocka_unit_test(silu_mul_embed_and_gather),
         cmocka_unit_test(block_format_weights_match_their_f32_dequantization),
+        cmocka_unit_test(matmul_mode_picks_the_kernels_arithmetic),
         cmocka_unit_test(ops_reject_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
