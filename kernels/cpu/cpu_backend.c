@@ -1,17 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cpu_backend.c - the CPU reference backend: f32 activations, OpenBLAS for matrix products
- * on f32 weights, kernels/cpu/qmatmul.h (exact mode) on weights kept in their GGUF block
- * format.
+/* cpu_backend.c - the CPU reference backend: f32 activations, kernels/cpu/qmatmul.h for
+ * every matrix product (f32 weights and weights kept in their GGUF block format, in the
+ * backend's matmul mode).
  *
  * This is the semantics every other backend is tested against, so it stays simple: plain
  * loops over rows, `omp simd` reductions inside a row. Threads: one persistent pool per
  * backend (kernels/cpu/cpu_pool.h) runs the matrix products and, above a few rows, the
  * row-wise ops; a decode step's ~200 small ops each cost one pool job instead of an OpenMP
- * region (whose join waits for every thread to be scheduled). OpenBLAS (the OpenMP build)
- * runs only the f32-weight products. Memory is ordinary 64-byte aligned host memory;
- * upload/download are memcpy.
+ * region (whose join waits for every thread to be scheduled). Memory is ordinary 64-byte
+ * aligned host memory; upload/download are memcpy.
  */
-#include <cblas.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -28,7 +26,7 @@
 #include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 
-/* OpenBLAS extension, declared by its cblas.h in most builds but not all. */
+/* OpenBLAS (the benchmarks' sgemm floor shares the backend's thread count). */
 void openblas_set_num_threads(int num_threads);
 
 typedef struct cpu_backend {
@@ -207,18 +205,18 @@ static void add_bias(float *y, const float *bias, int n, int n_out)
     }
 }
 
+/* f32 weights: qmatmul.h's F32 kernels (exact in both modes), not OpenBLAS: one fixed
+ * summation order per row whatever n is (sgemv and sgemm add in different orders, so a
+ * row's result depended on its batch) and the backend's pool instead of OpenMP threads. */
 static int cpu_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
                       int n_out, int n_in)
 {
-    float *yf = y;
-    if (n == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, w, n_in, x, 1, 0.0f, yf, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n_out, n_in, 1.0f, x, n_in, w, n_in,
-                    0.0f, yf, n_out);
-    if (bias)
-        add_bias(yf, bias, n, n_out);
-    return DERAS_OK;
+    const qmm_args a = {y, x, w, DT_F32, n, n_out, n_in, QMM_EXACT, 0, NULL, 0,
+                        ((cpu_backend *)b)->pool};
+    int rc = qmm_matmul(&a);
+    if (!rc && bias)
+        add_bias(y, bias, n, n_out);
+    return rc;
 }
 
 /* The block formats qmatmul.h computes on. F16 and BF16 weights are still widened to F32
@@ -471,6 +469,7 @@ int backend_cpu_new(int n_threads, backend_t **out)
         free(cb);
         return rc;
     }
+    /* the backend's ops use none of these; a benchmark's sgemm floor (bench/) does */
     omp_set_num_threads(n_threads);
     openblas_set_num_threads(n_threads);
     cb->base.ops = &cpu_ops;
