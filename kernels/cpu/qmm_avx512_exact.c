@@ -171,18 +171,20 @@ INL void tile(qmm_tile *t, const int f, const int OT, const int RT)
 
 /* ---- Q4_0, Q4_1, Q5_0, Q5_1: table lookups ----
  *
- * A block's 16 (Q4) or 32 (Q5) possible weight values are computed once, as dtype_to_f32
+ * A block's 16 (Q4) or 32 (Q5_1) possible weight values are computed once, as dtype_to_f32
  * computes them (q * d + m with one rounding, or (q - off) * d), into a 16-lane table
- * (two for Q5); each element is then one vpermps (vpermt2ps) of its code, which uses only
- * the index's low 4 (5) bits, so the high nibble of a byte needs no masking. Per block
+ * (two for Q5_1); each element is then one vpermps (vpermt2ps) of its code, which uses
+ * only the index's low 4 (5) bits, so the high nibble of a byte needs no masking. Q5_0
+ * looks up its low 4 bits and adds 16 d under the mask of fifth bits, exact as well. Per block
  * and weight row: one load of the scales, two broadcasts, one or two table FMAs, one
  * widening load, one shift, two lookups; then one FMA per activation row and 16
  * elements. The weights are the reference's bit for bit, and the accumulation order is
  * the generic kernel's (elements 0-15, then 16-31, into one 16-lane accumulator). */
 
 typedef struct lut {
-    __m512 t0, t1; /* values of codes 0..15 and (Q5) 16..31 */
+    __m512 t0, t1;  /* values of codes 0..15 and (Q5_1) 16..31; Q5_0: t1 = 16 d */
     __m512i i0, i1; /* codes of elements 0..15 and 16..31 (low 4 or 5 bits) */
+    __mmask16 h0, h1; /* Q5_0: the elements whose fifth bit is set */
 } lut;
 
 INL void lut_block(int f, const uint8_t *w, int b, lut *l)
@@ -201,18 +203,22 @@ INL void lut_block(int f, const uint8_t *w, int b, lut *l)
         l->t0 = _mm512_fmadd_ps(io, d, m);
         if (q5)
             l->t1 = _mm512_fmadd_ps(_mm512_add_ps(io, _mm512_set1_ps(16.0f)), d, m);
-    } else if (q5) {
+    } else if (q5) { /* (q - 16) d exactly, then + 16 d (exact too) where bit 4 is set */
         l->t0 = _mm512_mul_ps(_mm512_sub_ps(io, _mm512_set1_ps(16.0f)), d);
-        l->t1 = _mm512_mul_ps(io, d);
+        l->t1 = _mm512_mul_ps(_mm512_set1_ps(16.0f), d);
     } else {
         l->t0 = _mm512_mul_ps(_mm512_sub_ps(io, _mm512_set1_ps(8.0f)), d);
     }
     const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
     l->i0 = bytes;
     l->i1 = _mm512_srli_epi32(bytes, 4);
-    if (q5) {
+    if (f == QF_Q5_0) {
         uint32_t qh;
-        memcpy(&qh, p + (f == QF_Q5_0 ? 2 : 4), 4);
+        memcpy(&qh, p + 2, 4);
+        l->h0 = (__mmask16)qh, l->h1 = (__mmask16)(qh >> 16);
+    } else if (q5) {
+        uint32_t qh;
+        memcpy(&qh, p + 4, 4);
         const __m512i sixteen = _mm512_set1_epi32(16);
         /* bit 4 of each index: (byte & 15) | 16 * hbit */
         l->i0 = _mm512_ternarylogic_epi32(bytes, _mm512_set1_epi32(15),
@@ -224,9 +230,12 @@ INL void lut_block(int f, const uint8_t *w, int b, lut *l)
 INL __m512 lut_get(int f, const lut *l, int hi)
 {
     const __m512i i = hi ? l->i1 : l->i0;
-    if (f == QF_Q5_0 || f == QF_Q5_1)
+    if (f == QF_Q5_1)
         return _mm512_permutex2var_ps(l->t0, i, l->t1);
-    return _mm512_permutexvar_ps(i, l->t0);
+    const __m512 v = _mm512_permutexvar_ps(i, l->t0);
+    if (f == QF_Q5_0) /* (q - 16) d + 16 d = (q + 16 - 16) d: every step exact */
+        return _mm512_mask_add_ps(v, hi ? l->h1 : l->h0, v, l->t1);
+    return v;
 }
 
 INL void tile_lut(qmm_tile *t, const int f, const int OT, const int RT)
