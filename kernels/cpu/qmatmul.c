@@ -101,7 +101,7 @@ typedef struct job {
     const qmm_args *a;
     const qmm_kern *tab; /* the kernels of the format and mode, per level */
     const qmm_kern *f32; /* panel mode: the F32 kernels the decoded panel goes through; NULL: off */
-    qmm_decode_fn decode; /* panel mode: the path's decoder, NULL for dtype_to_f32 */
+    qmm_decode_fn decode; /* panel mode: the path's decoder */
     const uint8_t *xa;   /* activation rows (x itself, or the scratch) */
     size_t xa_row, w_row;
     int rows;            /* weight rows per chunk */
@@ -127,7 +127,7 @@ static void tiles(const job *j, const qmm_kern *tab, const uint8_t *w, size_t w_
         for (int r = 0; r < k->rt; r++)
             t.x[r] = j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row;
         const uint8_t *pf = w;
-        const uint8_t *const end = (const uint8_t *)a->w + (size_t)(a->n_out - o0) * w_row;
+        const uint8_t *const end = w + (size_t)(a->n_out - o0) * w_row; /* the weights' end */
         for (int o = o0; o < o1; o += k->ot) {
             const int no = k->ot < o1 - o ? k->ot : o1 - o;
             for (int i = 0; i < k->ot; i++)
@@ -188,9 +188,10 @@ static float *panel_get(size_t bytes)
 }
 
 /* Chunk c of weight rows against every activation row. Panel mode (exact mode, many
- * rows): the chunk's weights are first decoded to f32 (dtype_to_f32: the values the
- * quantized kernels compute in registers, bit for bit) and then go through the path's F32
- * kernels, which add in the same order, so a row's result is the same either way. */
+ * rows, a path with a decoder: AVX-512; AVX2's F32 tiles are too small to gain from it):
+ * the chunk's weights are first decoded to f32 (the values the quantized kernels compute
+ * in registers, bit for bit) and then go through the path's F32 kernels, which add in the
+ * same order, so a row's result is the same either way. */
 static void run_chunk(const job *j, int c)
 {
     const qmm_args *a = j->a;
@@ -202,10 +203,7 @@ static void run_chunk(const job *j, int c)
         return;
     }
     const int64_t n = (int64_t)(o1 - o0) * a->n_in;
-    if (j->decode)
-        j->decode(qmm_fmt_of(a->dtype), w, panel, (int)(n / dtype_block_elems(a->dtype)));
-    else
-        dtype_to_f32(a->dtype, w, panel, n);
+    j->decode(qmm_fmt_of(a->dtype), w, panel, (int)(n / dtype_block_elems(a->dtype)));
     tiles(j, j->f32, (const uint8_t *)panel, (size_t)a->n_in * sizeof(float), o0, o1, false);
 }
 
@@ -260,7 +258,8 @@ int qmm_matmul(const qmm_args *a)
     if (work < (double)MIN_WORK * nt)
         nt = (int)(work / MIN_WORK) > 1 ? (int)(work / MIN_WORK) : 1;
     /* panel mode: exact mode on a block format with enough rows to amortize the decoding */
-    const bool panel = act == QA_F32 && dtype_block_elems(a->dtype) > 1 && a->n >= PANEL_MIN_ROWS;
+    const bool panel = act == QA_F32 && dtype_block_elems(a->dtype) > 1 && p->decode &&
+                       a->n >= PANEL_MIN_ROWS;
     int rows = (int)(panel ? PANEL_BYTES / (a->n_in * sizeof(float)) : CHUNK_BYTES / w_row);
     int min_chunks = CHUNKS_PER_THREAD * nt;
     if (rows > (a->n_out + min_chunks - 1) / min_chunks)

@@ -80,7 +80,8 @@ typedef struct qmm_act_fns {
 typedef void (*qmm_decode_fn)(int fmt, const uint8_t *w, float *out, int n_blocks);
 
 /* What a path provides. exact/q8: [format][level]; a NULL q8 entry means the format's Q8
- * mode computes as its exact mode (F32, F16). decode: NULL for dtype_to_f32. */
+ * mode computes as its exact mode (F32, F16). decode: NULL where the path has no panel
+ * mode (qmatmul.c). */
 typedef struct qmm_path {
     qmm_kern exact[QF_COUNT][QMM_LEVELS];
     qmm_kern q8[QF_COUNT][QMM_LEVELS];
