@@ -47,10 +47,11 @@ static inline float cpu_expf(float x)
     for (int k = 1; k < 6; k++)
         p = fmaf(p, r, cpu_exp_poly[k]);
     p = fmaf(p, r * r, r) + 1.0f;
+    const int32_t ni = n == n ? (int32_t)n : 0; /* n in [-126, 127]; a NaN's p is NaN anyway */
     const union {
-        int32_t i;
+        uint32_t i;
         float f;
-    } two_n = {.i = ((int32_t)n + 127) << 23};
+    } two_n = {.i = (uint32_t)(ni + 127) << 23};
     return p * two_n.f;
 }
 
