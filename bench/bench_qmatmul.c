@@ -20,7 +20,9 @@
  * no faster than weight_bytes / bandwidth (floor_us, for the call's thread count):
  * frac_read_bw = floor_us / us, the achieved weight GB/s over the measured bandwidth.
  * The fixed cost per call is measured too: a tiny call on one thread, an empty OpenMP
- * region on two, and a call just big enough to use both threads.
+ * region on two (what a call cost before the pool) against an empty job of the
+ * kernels' pool (kernels/cpu/cpu_pool.h) on two, and a call just big enough to use both
+ * threads.
  *
  * Errors (best path, 4 rows of activations with outliers): max |y - ref| / max |ref| and
  * ||y - ref|| / ||ref|| against sum w x in double over the weights dequantized by
