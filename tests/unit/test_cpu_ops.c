@@ -174,6 +174,21 @@ static void silu_mul_embed_and_gather(void **state)
     free(gu), free(out), free(ref), free(table), free(emb), free(g);
 }
 
+/* rows x cols Q8_0 weights: random f16 scales 0.002..0.017, codes -127..127 (never all
+ * zero). */
+static uint8_t *q8_0_weights(int rows, int cols, uint64_t *seed)
+{
+    const int n_blocks = rows * cols / 32;
+    uint8_t *q = malloc((size_t)n_blocks * 34);
+    for (int b = 0; b < n_blocks; b++) {
+        const uint16_t dh = f32_to_fp16(0.002f + 0.001f * (float)(test_rng_next(seed) % 16));
+        memcpy(q + (size_t)b * 34, &dh, 2);
+        for (int i = 0; i < 32; i++)
+            q[(size_t)b * 34 + 2 + i] = (uint8_t)(test_rng_next(seed) % 255 + 1);
+    }
+    return q;
+}
+
 /* Weights kept in a block format (Q8_0 here; kernels/cpu/qmatmul.h tests every format)
  * go through the same calls: the product and the embedding rows equal those of the
  * dequantized f32 weights, up to f32 summation order for the product (exact mode: the
@@ -187,13 +202,7 @@ static void block_format_weights_match_their_f32_dequantization(void **state)
     assert_int_equal(backend_weight_dtype(be, 10 /* Q2_K */), DT_F32);
     assert_int_equal(backend_weight_bytes(DT_Q8_0, NO, NI), (size_t)NO * NI / 32 * BB);
     uint64_t seed = 21;
-    uint8_t *q = malloc((size_t)NO * NI / 32 * BB);
-    for (int b = 0; b < NO * NI / 32; b++) {
-        const uint16_t dh = f32_to_fp16(0.002f + 0.001f * (float)(test_rng_next(&seed) % 16));
-        memcpy(q + (size_t)b * BB, &dh, 2);
-        for (int i = 0; i < 32; i++)
-            q[(size_t)b * BB + 2 + i] = (uint8_t)(test_rng_next(&seed) % 255 + 1);
-    }
+    uint8_t *q = q8_0_weights(NO, NI, &seed);
     float *wf = malloc(sizeof(float) * NO * NI), *x = rnd((size_t)N * NI, &seed, 1);
     float *bias = rnd(NO, &seed, 1), *yq = malloc(sizeof(float) * N * NO);
     float *yf = malloc(sizeof(float) * N * NO), *eq = malloc(sizeof(float) * 2 * NI);
@@ -263,15 +272,9 @@ static void silu_exp_is_within_two_ulp_and_lanes_match_the_scalar_formula(void *
 static void matmul_mode_picks_the_kernels_arithmetic(void **state)
 {
     (void)state;
-    enum { NO = 37, NI = 96, BB = 34 };
+    enum { NO = 37, NI = 96 };
     uint64_t seed = 31;
-    uint8_t *q = malloc((size_t)NO * NI / 32 * BB);
-    for (int b = 0; b < NO * NI / 32; b++) {
-        const uint16_t dh = f32_to_fp16(0.002f + 0.001f * (float)(test_rng_next(&seed) % 16));
-        memcpy(q + (size_t)b * BB, &dh, 2);
-        for (int i = 0; i < 32; i++)
-            q[(size_t)b * BB + 2 + i] = (uint8_t)(test_rng_next(&seed) % 255 + 1);
-    }
+    uint8_t *q = q8_0_weights(NO, NI, &seed);
     const backend_weight wq = {DT_Q8_0, NO, NI, q};
     const int rows[] = {17, 3};
     for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
