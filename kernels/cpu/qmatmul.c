@@ -264,7 +264,9 @@ int qmm_matmul(const qmm_args *a)
     int min_chunks = CHUNKS_PER_THREAD * nt;
     if (rows > (a->n_out + min_chunks - 1) / min_chunks)
         rows = (a->n_out + min_chunks - 1) / min_chunks;
-    rows = rows < QMM_MAX_OT ? QMM_MAX_OT : rows / QMM_MAX_OT * QMM_MAX_OT;
+    /* whole tiles: 4 rows, and in panel mode 12 (the F32 kernels' tiles are 3 and 4 rows) */
+    const int unit = panel ? 12 : QMM_MAX_OT;
+    rows = rows < unit ? unit : rows / unit * unit;
     const int n_chunks = (a->n_out + rows - 1) / rows;
     const int units = (a->n_in + UNIT - 1) / UNIT;
     if (act != QA_F32) {
