@@ -10,8 +10,8 @@
  * follows a read of a new field sees the new generation). `done` counts the finished items
  * of the current job; only a thread holding one of its items can add to it, so a late
  * worker cannot disturb the next job. `seq` is the futex word sleeping workers wait on;
- * `sleepers` says whether a publish must wake them. `slots` caps how many workers join
- * a job (max_threads). Workers spin CPU_POOL_SPIN_US after their last job (pause, with a
+ * `sleepers` says whether a publish must wake them. `slots` (generation | count) caps
+ * how many workers join a job (max_threads); a slot counts only for its own generation. Workers spin CPU_POOL_SPIN_US after their last job (pause, with a
  * yield every so often so a preempted caller gets the core back on a busy machine), then
  * sleep.
  */
@@ -39,7 +39,7 @@ struct cpu_pool {
     pthread_t *threads;
     _Atomic uint64_t claim;
     _Atomic int done;
-    _Atomic int slots;
+    _Atomic uint64_t slots; /* (generation << 32) | workers that may still join it */
     _Atomic uint32_t seq;
     _Atomic int sleepers;
     _Atomic int stop;
@@ -108,12 +108,15 @@ static void *worker_main(void *arg)
         if (atomic_load(&p->stop))
             return NULL;
         seen = atomic_load(&p->seq);
-        /* a slot for this job, if the caller left any */
-        int s = atomic_load(&p->slots);
-        while (s > 0 && !atomic_compare_exchange_weak(&p->slots, &s, s - 1))
+        /* a slot of the job now published, if the caller left any; work() then takes items
+         * only while that job is the current one */
+        const uint64_t c = atomic_load(&p->claim);
+        uint64_t s = (uint32_t)c == CLOSED ? 0 : atomic_load(&p->slots);
+        while (s >> 32 == c >> 32 && (uint32_t)s > 0 &&
+               !atomic_compare_exchange_weak(&p->slots, &s, s - 1))
             ;
-        if (s > 0)
-            work(p, atomic_load(&p->claim));
+        if (s >> 32 == c >> 32 && (uint32_t)s > 0)
+            work(p, c);
     }
 }
 
@@ -178,7 +181,7 @@ void cpu_pool_run(cpu_pool_t *p, int n_items, int max_threads, cpu_pool_fn fn, v
     atomic_store(&p->fn, fn);
     atomic_store(&p->ctx, ctx);
     atomic_store(&p->n_items, n_items);
-    atomic_store(&p->slots, nt - 1);
+    atomic_store(&p->slots, g << 32 | (uint64_t)(nt - 1));
     atomic_store(&p->claim, g << 32);
     atomic_fetch_add(&p->seq, 1);
     if (atomic_load(&p->sleepers) > 0)
