@@ -3,7 +3,7 @@
  * against the machine's own limits measured in the same run.
  *
  *   bench_model [--model PATH] [--threads N] [--prompt-lens 16,128,512]
- *               [--decode-tokens 128] [--repeat 3]
+ *               [--decode-tokens 128] [--repeat 3] [--matmul-mode exact|q8]
  *               [--device cuda:0 --bandwidth GBPS --flops TFLOPS] [--kv-dtype f16]
  *
  * Prefill: a prompt of L random (fixed-seed) token ids in one forward pass, logits for the
@@ -33,6 +33,7 @@
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
 #include "engine/loader.h"
+#include "kernels/backend.h"
 
 #define MAX_LENS 8
 
@@ -120,6 +121,7 @@ int main(int argc, char **argv)
     char model_path[4096];
     cli_default_model(model_path, sizeof model_path);
     int threads = 0, lens[MAX_LENS] = {16, 128, 512}, n_lens = 3, decode_tokens = 128, repeat = 3;
+    int mm_mode = BACKEND_MM_EXACT;
     const char *device = "cpu", *kv_dtype = NULL;
     double given_bw = 0, given_flops = 0;
     for (int i = 1; i < argc; i += 2) {
@@ -128,6 +130,7 @@ int main(int argc, char **argv)
         if (!val) {
             fprintf(stderr, "usage: bench_model [--model PATH] [--threads N] "
                             "[--prompt-lens a,b,c] [--decode-tokens N] [--repeat N] "
+                            "[--matmul-mode exact|q8] "
                             "[--device SPEC --bandwidth GBPS --flops TFLOPS] [--kv-dtype T]\n");
             return 2;
         }
@@ -141,6 +144,8 @@ int main(int argc, char **argv)
             decode_tokens = (int)v;
         else if (!strcmp(arg, "--repeat") && !cli_int(arg, val, 1, 100, &v))
             repeat = (int)v;
+        else if (!strcmp(arg, "--matmul-mode") && !backend_mm_mode_parse(val, &mm_mode))
+            ;
         else if (!strcmp(arg, "--device"))
             device = val;
         else if (!strcmp(arg, "--kv-dtype"))
@@ -167,7 +172,7 @@ int main(int argc, char **argv)
     int ctx_cap = max_len > 128 + decode_tokens ? max_len : 128 + decode_tokens;
     int progress_last = -100;
     loader_opts lo = {.model = model_path, .device = device, .threads = threads,
-                      .kv_dtype = kv_dtype, .max_seqs = 1,
+                      .kv_dtype = kv_dtype, .matmul_mode = mm_mode, .max_seqs = 1,
                       .max_batch_tokens = max_len, .model_only = true, .progress = cli_progress,
                       .progress_ctx = &progress_last};
     loader_t *l = NULL;
@@ -201,10 +206,11 @@ int main(int argc, char **argv)
                            ((double)c->d_model * (c->n_heads + 2 * c->n_kv_heads) * c->head_dim +
                             (double)c->n_heads * c->head_dim * c->d_model +
                             3.0 * c->d_model * c->d_ff);
-    printf("{\"bench\":\"machine\",\"device\":\"%s\",\"threads\":%d,\"read_bandwidth_GBps\":%.2f,"
-           "\"sgemm_GFLOPs\":%.2f,\"weight_bytes\":%llu,\"matmul_params\":%.0f,\"kv_dtype\":\"%s\"}\n",
-           device, threads, bw / 1e9, flops / 1e9, (unsigned long long)wbytes, mm_params,
-           dtype_name(loader_kv_dtype(l)));
+    printf("{\"bench\":\"machine\",\"device\":\"%s\",\"threads\":%d,\"matmul_mode\":\"%s\","
+           "\"read_bandwidth_GBps\":%.2f,\"sgemm_GFLOPs\":%.2f,\"weight_bytes\":%llu,"
+           "\"matmul_params\":%.0f,\"kv_dtype\":\"%s\"}\n", device, threads,
+           backend_mm_mode_name(mm_mode), bw / 1e9, flops / 1e9, (unsigned long long)wbytes,
+           mm_params, dtype_name(loader_kv_dtype(l)));
     fflush(stdout);
 
     for (int li = 0; li < n_lens; li++) {

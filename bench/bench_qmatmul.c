@@ -20,7 +20,9 @@
  * no faster than weight_bytes / bandwidth (floor_us, for the call's thread count):
  * frac_read_bw = floor_us / us, the achieved weight GB/s over the measured bandwidth.
  * The fixed cost per call is measured too: a tiny call on one thread, an empty OpenMP
- * region on two, and a call just big enough to use both threads.
+ * region on two (what a call cost before the pool) against an empty job of the
+ * kernels' pool (kernels/cpu/cpu_pool.h) on two, and a call just big enough to use both
+ * threads.
  *
  * Errors (best path, 4 rows of activations with outliers): max |y - ref| / max |ref| and
  * ||y - ref|| / ||ref|| against sum w x in double over the weights dequantized by
@@ -37,6 +39,7 @@
 #include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "common/cli/cli_util.h"
+#include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 #include "tests/unit/qmm_ref.h"
 
@@ -159,13 +162,14 @@ typedef struct bench {
     void *scratch;
     size_t scratch_bytes;
     double min_time;
+    cpu_pool_t *threads; /* the pool every call runs on (its size: the largest --threads) */
 } bench;
 
 /* Best seconds per call of qmm_matmul with these arguments, rotating through the copies. */
 static double time_calls(bench *b, int dtype, int mode, int n, int n_out, int n_in, int nt)
 {
     qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, nt, b->scratch, b->scratch_bytes,
-                  0};
+                  0, b->threads};
     double best = 1e30, start = cli_now();
     for (int i = 0; i < 3 || cli_now() - start < b->min_time; i++) {
         a.w = b->pool + (size_t)(i % b->n_copies) * b->mat_bytes;
@@ -187,7 +191,7 @@ static void measure_error(bench *b, int dtype, int mode, const struct shape *s, 
     float *wf = malloc(sizeof(float) * (size_t)n_out * n_in);
     dtype_to_f32(dtype, b->pool, wf, (int64_t)n_out * n_in);
     qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, 0, b->scratch, b->scratch_bytes,
-                  0};
+                  0, b->threads};
     if (qmm_matmul(&a)) {
         fprintf(stderr, "bench_qmatmul: %s\n", deras_errmsg());
         exit(1);
@@ -211,15 +215,23 @@ static void measure_error(bench *b, int dtype, int mode, const struct shape *s, 
     free(wf);
 }
 
-/* The fixed cost of a call: alone on one thread, the OpenMP region, both together. */
+static void empty_item(void *ctx, int i)
+{
+    (void)ctx, (void)i;
+    __asm__ volatile("" ::: "memory");
+}
+
+/* The fixed cost of a call: alone on one thread, an empty OpenMP region and an empty pool
+ * job of two items on two threads (what a call paid before and pays now), and a call just
+ * big enough for two threads on one and two. */
 static void measure_overhead(bench *b)
 {
     uint64_t seed = 3;
     static uint8_t w[128 * 1024 / 32 * 18];
     qref_weights(DT_Q4_0, 128, 1024, &seed, w);
     const int reps = 20000;
-    qmm_args a = {b->y, b->x, w, DT_Q4_0, 1, 4, 32, QMM_EXACT, 1, NULL, 0, 0};
-    double best_tiny = 1e30, best_region = 1e30, best1 = 1e30, best2 = 1e30;
+    qmm_args a = {b->y, b->x, w, DT_Q4_0, 1, 4, 32, QMM_EXACT, 1, NULL, 0, 0, b->threads};
+    double best_tiny = 1e30, best_region = 1e30, best_job = 1e30, best1 = 1e30, best2 = 1e30;
     for (int round = 0; round < 5; round++) {
         double t0 = cli_now();
         for (int i = 0; i < reps; i++)
@@ -233,8 +245,12 @@ static void measure_overhead(bench *b)
             }
         }
         best_region = fmin(best_region, (cli_now() - t0) / reps);
+        t0 = cli_now();
+        for (int i = 0; i < reps; i++)
+            cpu_pool_run(b->threads, 2, 2, empty_item, NULL);
+        best_job = fmin(best_job, (cli_now() - t0) / reps);
         /* 128 x 1024 Q4_0: 131k multiply-adds, just enough for two threads */
-        qmm_args c = {b->y, b->x, w, DT_Q4_0, 1, 128, 1024, QMM_EXACT, 1, NULL, 0, 0};
+        qmm_args c = {b->y, b->x, w, DT_Q4_0, 1, 128, 1024, QMM_EXACT, 1, NULL, 0, 0, b->threads};
         t0 = cli_now();
         for (int i = 0; i < reps / 10; i++)
             qmm_matmul(&c);
@@ -246,9 +262,9 @@ static void measure_overhead(bench *b)
         best2 = fmin(best2, (cli_now() - t0) / (reps / 10));
     }
     printf("{\"bench\":\"qmatmul_overhead\",\"tiny_call_1_thread_us\":%.3f,"
-           "\"omp_region_2_threads_us\":%.3f,\"q4_0_128x1024_1_thread_us\":%.3f,"
-           "\"q4_0_128x1024_2_threads_us\":%.3f}\n",
-           best_tiny * 1e6, best_region * 1e6, best1 * 1e6, best2 * 1e6);
+           "\"omp_region_2_threads_us\":%.3f,\"pool_job_2_threads_us\":%.3f,"
+           "\"q4_0_128x1024_1_thread_us\":%.3f,\"q4_0_128x1024_2_threads_us\":%.3f}\n",
+           best_tiny * 1e6, best_region * 1e6, best_job * 1e6, best1 * 1e6, best2 * 1e6);
     fflush(stdout);
 }
 
@@ -302,6 +318,13 @@ int main(int argc, char **argv)
             return 1;
         }
 
+    int max_t = 2;
+    for (int i = 0; i < n_threads; i++)
+        max_t = threads[i] > max_t ? threads[i] : max_t;
+    if (cpu_pool_new(max_t, &b.threads)) {
+        fprintf(stderr, "bench_qmatmul: %s\n", deras_errmsg());
+        return 1;
+    }
     int max_n = 4;
     for (int i = 0; i < n_ns; i++)
         max_n = ns[i] > max_n ? ns[i] : max_n;
@@ -382,5 +405,6 @@ int main(int argc, char **argv)
         }
     }
     free(b.x), free(b.y), free(b.scratch);
+    cpu_pool_destroy(&b.threads);
     return 0;
 }

@@ -87,6 +87,7 @@ int loader_open(const loader_opts *o, loader_t **out)
         l->o.max_live_seqs = 4 * l->o.max_seqs;
     if ((rc = loader_weight_format(l->o.weight_format, &l->convert, &l->weight_dtype)) ||
         (rc = backend_new(l->o.device, l->o.threads, &l->be)) ||
+        (rc = backend_set_matmul_mode(l->be, l->o.matmul_mode)) ||
         (l->convert && (rc = ws_check_format(l->be, l->weight_dtype))) ||
         (rc = checkpoint_open(l->o.model, &l->ck))) {
         loader_destroy(&l);

@@ -36,6 +36,8 @@ typedef struct loader_opts {
     const char *model;        /* GGUF file or Hugging Face directory */
     const char *device;       /* backend_new spec ("cpu", "cuda:0", ...); NULL: "cpu" */
     int threads;              /* CPU threads; 0: every core */
+    int matmul_mode;          /* enum backend_mm_mode: BACKEND_MM_EXACT (0, the default) or
+                                 BACKEND_MM_Q8 (kernels/backend.h) */
     int block_size;           /* KV block size in tokens; 0: 16 */
     const char *kv_dtype;     /* KV cache element type as --kv-dtype spells it (f32, f16,
                                  bf16); NULL: the device's default (kv_sizing_dtype) */

@@ -172,6 +172,17 @@ static int alloc_scratch(model_t *m)
     return DERAS_OK;
 }
 
+/* The backend's matmul scratch for this model's widest product and biggest step. */
+static int reserve_matmul(model_t *m)
+{
+    const model_config *c = &m->cfg;
+    int cols = c->d_model > m->d_ff ? c->d_model : m->d_ff;
+    cols = cols > m->q_dim ? cols : m->q_dim;
+    const int rows = m->opts.max_batch_tokens > m->opts.max_logits ? m->opts.max_batch_tokens
+                                                                     : m->opts.max_logits;
+    return backend_reserve_matmul(m->be, rows, cols);
+}
+
 static int check_opts(const model_opts *o, const backend_t *b)
 {
     if (o->max_batch_tokens <= 0 || o->max_seqs <= 0 || o->max_logits <= 0 || o->block_size <= 0 ||
@@ -307,7 +318,7 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
     model_config_rope_inv_freq(c, inv_freq);
     if ((rc = balloc(m, (void **)&m->inv_freq, half, sizeof(float))) ||
         (rc = backend_upload(b, m->inv_freq, inv_freq, half * sizeof(float))) ||
-        (rc = alloc_scratch(m)))
+        (rc = alloc_scratch(m)) || (rc = reserve_matmul(m)))
         goto fail;
     ws_done_loading(ws);
     *out = m;
@@ -357,7 +368,7 @@ int model_new_partial(const model_t *base, int n_layers, const model_opts *opts,
             goto fail;
         m->kv_bytes += 2 * cache_bytes;
     }
-    if ((rc = alloc_scratch(m)))
+    if ((rc = alloc_scratch(m)) || (rc = reserve_matmul(m)))
         goto fail;
     *out = m;
     return DERAS_OK;

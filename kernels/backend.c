@@ -252,6 +252,40 @@ int backend_matmul(backend_t *b, void *y, const void *x, const backend_weight *w
     return b->ops->matmul(b, y, x, w->data, bias, n, w->rows, w->cols);
 }
 
+static const char *const mm_names[] = {"exact", "q8"};
+
+const char *backend_mm_mode_name(int mode)
+{
+    return mode == BACKEND_MM_EXACT || mode == BACKEND_MM_Q8 ? mm_names[mode] : "unknown";
+}
+
+int backend_mm_mode_parse(const char *name, int *mode)
+{
+    for (int i = 0; name && mode && i <= BACKEND_MM_Q8; i++)
+        if (!strcmp(name, mm_names[i])) {
+            *mode = i;
+            return DERAS_OK;
+        }
+    return deras_fail(DERAS_EINVAL, "matmul mode '%s': expected exact or q8", name ? name : "");
+}
+
+int backend_set_matmul_mode(backend_t *b, int mode)
+{
+    if (!b || (mode != BACKEND_MM_EXACT && mode != BACKEND_MM_Q8))
+        return deras_fail(DERAS_EINVAL, "set_matmul_mode: no backend or unknown mode %d", mode);
+    if (b->ops->set_matmul_mode)
+        return b->ops->set_matmul_mode(b, mode);
+    return mode == BACKEND_MM_EXACT ? DERAS_OK
+                                    : deras_fail(DERAS_EUNSUPPORTED, "matmul mode q8: the %s "
+                                                 "backend computes exact mode only", b->name);
+}
+
+int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols)
+{
+    CHECK(b && max_rows > 0 && max_cols > 0, "reserve_matmul");
+    return b->ops->reserve_matmul ? b->ops->reserve_matmul(b, max_rows, max_cols) : DERAS_OK;
+}
+
 int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d)
 {
     CHECK(b && out && x && rows && n > 0 && d > 0 && out != x, "gather_rows");

@@ -134,14 +134,42 @@ int backend_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, 
                         int n, int d, float eps);
 
 /* y (n, w.rows) = x (n, w.cols) * w^T + bias, bias (w.rows) or NULL. A block-format w
- * is computed in exact mode (f32 activations against the stored weights: the math of the
- * dequantized weights up to f32 summation order, kernels/cpu/qmatmul.h). Each part of a w
+ * is computed in the backend's matmul mode (backend_set_matmul_mode; exact by default:
+ * f32 activations against the stored weights, the math of the dequantized weights up to
+ * f32 summation order, kernels/cpu/qmatmul.h). Each part of a w
  * of parts is one product into its columns of y; a part's row order is undone in y, so
  * every output is the same dot product as with the rows in place. DERAS_EUNSUPPORTED for
  * a w dtype the backend does not keep, or parts on a backend that takes none; DERAS_EINVAL
  * for parts that do not add up to w.rows or a bad qk_perm_hd. */
 int backend_matmul(backend_t *b, void *y, const void *x, const backend_weight *w,
                    const void *bias, int n);
+
+/* How backend_matmul multiplies activations by block-format weights:
+ *   BACKEND_MM_EXACT  f32 activations against the stored weights, decoded exactly (the
+ *                     default: the math of the dequantized weights up to f32 summation
+ *                     order, as close to the reference as f32 gets);
+ *   BACKEND_MM_Q8     activations rounded per block to int8 with an f32 scale (bf16 for
+ *                     BF16 weights), integer dot products: llama.cpp's arithmetic, faster
+ *                     where the products are compute-bound, each activation off by up to
+ *                     half a step of max|x_block| / 127 (kernels/cpu/qmatmul.h).
+ * Every row of every call uses the same mode, so results stay independent of the batch. */
+enum backend_mm_mode { BACKEND_MM_EXACT = 0, BACKEND_MM_Q8 = 1 };
+
+/* Set the mode for the following backend_matmul calls. DERAS_EINVAL for an unknown mode,
+ * DERAS_EUNSUPPORTED for q8 on a backend that offers only exact (CUDA: its weights are
+ * bf16/fp16). O(1). */
+int backend_set_matmul_mode(backend_t *b, int mode);
+
+/* Reserve what backend_matmul needs for products of up to max_rows rows of up to max_cols
+ * columns in the current mode (the CPU's q8 scratch), so that no step allocates. Calls
+ * beyond it still work (the scratch grows then). DERAS_EINVAL for non-positive sizes,
+ * DERAS_ENOMEM. O(max_rows * max_cols) bytes at most 2 per element; nothing on backends
+ * that need nothing. */
+int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols);
+
+/* "exact", "q8"; backend_mm_mode_parse is the inverse (DERAS_EINVAL naming the choices). */
+const char *backend_mm_mode_name(int mode);
+int backend_mm_mode_parse(const char *name, int *mode);
 
 /* out (n, d) = rows[i] of x (., d); rows (n) int32 buffer. */
 int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d);

@@ -50,6 +50,10 @@ struct backend_ops {
                    int n);
     /* backend_can_map; NULL: never. */
     bool (*can_map)(int dtype, const void *p);
+    /* enum backend_mm_mode, checked; NULL where only BACKEND_MM_EXACT is offered */
+    int (*set_matmul_mode)(backend_t *b, int mode);
+    /* checked sizes; NULL where nothing is needed */
+    int (*reserve_matmul)(backend_t *b, int max_rows, int max_cols);
 };
 
 struct backend {

@@ -23,6 +23,7 @@
 #include "common/tokenizer/stop_matcher.h"
 #include "common/tokenizer/tokenizer.h"
 #include "engine/loader.h"
+#include "kernels/backend.h"
 #include "tools/commands.h"
 #include "tools/sampling_flags.h"
 
@@ -37,7 +38,7 @@ typedef struct gen_args {
     const char *weight_format; /* NULL: as stored */
     const char *kv_dtype; /* NULL: the device's default */
     bool chat;
-    int threads, block_size;
+    int threads, block_size, matmul_mode;
     req_params params;    /* one sample; the sampling flags come from the table */
     bool has_seed;
     const char *stops[MAX_STOPS];
@@ -72,6 +73,8 @@ static void usage(FILE *f)
           "  --stop-token-id ID      stop token, repeatable (at most 16)\n"
           "  --ignore-eos            do not stop at the model's end-of-generation tokens\n"
           "  --threads N             CPU threads (default: all cores)\n"
+          "  --matmul-mode M         exact (default) or q8: products on quantized weights with\n"
+          "                          f32 or int8 activations (docs/engine.md)\n"
           "  --device DEV            cpu (default)\n"
           "  --weight-format F       as-stored (default: the file's formats, used in place on\n"
           "                          the CPU) or f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1:\n"
@@ -87,7 +90,7 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, gen_args *a)
 {
     enum { O_MODEL = 256, O_PROMPT, O_CHAT, O_SYSTEM, O_MAXTOK, O_SEED, O_STOP, O_STOPID,
-           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_WEIGHTS, O_KVDTYPE, O_HELP };
+           O_IGNEOS, O_THREADS, O_DEVICE, O_BLOCK, O_WEIGHTS, O_KVDTYPE, O_MMMODE, O_HELP };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"prompt", required_argument, 0, O_PROMPT},
@@ -103,6 +106,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"block-size", required_argument, 0, O_BLOCK},
         {"weight-format", required_argument, 0, O_WEIGHTS},
+        {"matmul-mode", required_argument, 0, O_MMMODE},
         {"help", no_argument, 0, O_HELP},
     };
     struct option opts[MAX_OPTIONS];
@@ -162,6 +166,12 @@ static int parse_args(int argc, char **argv, gen_args *a)
             a->weight_format = optarg;
             break;
         case O_KVDTYPE: a->kv_dtype = optarg; break;
+        case O_MMMODE:
+            if (backend_mm_mode_parse(optarg, &a->matmul_mode)) {
+                fprintf(stderr, "generate: --matmul-mode: %s\n", deras_errmsg());
+                return 2;
+            }
+            break;
         case O_BLOCK:
             if (cli_int("--block-size", optarg, 1, 256, &l)) return 2;
             a->block_size = (int)l;
@@ -313,6 +323,7 @@ static int generate(const gen_args *a)
     int n_prompt = 0, rc;
     int progress_last = -100;
     loader_opts lo = {.model = a->model, .device = a->device, .threads = a->threads,
+                      .matmul_mode = a->matmul_mode,
                       .block_size = a->block_size, .kv_dtype = a->kv_dtype, .max_seqs = 1,
                       .max_batch_tokens = PREFILL_CHUNK, .max_live_seqs = 1,
                       .progress = cli_progress, .progress_ctx = &progress_last,

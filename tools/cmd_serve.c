@@ -33,6 +33,7 @@
 #include "common/cli/cli_util.h"
 #include "common/wire/endpoints.h"
 #include "engine/loader.h"
+#include "kernels/backend.h"
 #include "tools/commands.h"
 
 #define MAX_WORKERS 16
@@ -54,6 +55,7 @@ typedef struct serve_args {
     int n_workers;         /* 0: one per GPU, or one CPU worker */
     const char *device;    /* force every worker onto this device kind ("cpu") */
     int threads;
+    const char *matmul_mode; /* the workers' --matmul-mode, or NULL: theirs (exact) */
     const char *kv_memory;
     const char *weight_format; /* --weight-format for every worker, or NULL: theirs */
     const char *kv_dtype;  /* every worker's --kv-dtype, or NULL: the device's default */
@@ -86,6 +88,8 @@ static void usage(FILE *f)
           "  --num-workers N         CPU workers to start (default: one per GPU, else 1)\n"
           "  --device cpu            run workers on the CPU even where GPUs exist\n"
           "  --threads N             CPU threads per worker (default: cores / workers)\n"
+          "  --matmul-mode M         CPU products on quantized weights: exact (f32\n"
+          "                          activations, default) or q8 (int8, llama.cpp's)\n"
           "  --kv-cache-memory SPEC  per worker: a size (4GiB) or a fraction of free memory\n"
           "  --weight-format F       as-stored (default) or f32, f16, bf16, q8_0, q4_0, q4_1,\n"
           "                          q5_0, q5_1: the format workers keep the weights in\n"
@@ -104,7 +108,7 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, serve_args *a)
 {
     enum { O_MODEL = 256, O_LISTEN, O_WORKERS, O_NWORKERS, O_ADMIN, O_METRICS, O_DEVICE, O_THREADS,
-           O_KV, O_KVDTYPE, O_DRAIN, O_RARG, O_WARG, O_WEIGHTS, O_HELP, O_TEMPLATE, O_TOOLS };
+           O_KV, O_KVDTYPE, O_DRAIN, O_RARG, O_WARG, O_WEIGHTS, O_MMMODE, O_HELP, O_TEMPLATE, O_TOOLS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},   {"listen", required_argument, 0, O_LISTEN},
         {"workers", required_argument, 0, O_WORKERS},
@@ -116,6 +120,7 @@ static int parse(int argc, char **argv, serve_args *a)
         {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"drain-timeout", required_argument, 0, O_DRAIN},
         {"weight-format", required_argument, 0, O_WEIGHTS},
+        {"matmul-mode", required_argument, 0, O_MMMODE},
         {"router-arg", required_argument, 0, O_RARG}, {"worker-arg", required_argument, 0, O_WARG},
         {"chat-template", required_argument, 0, O_TEMPLATE},
         {"tool-call-parser", required_argument, 0, O_TOOLS},
@@ -141,6 +146,15 @@ static int parse(int argc, char **argv, serve_args *a)
             a->n_workers = (int)l;
             break;
         case O_ADMIN: a->admin = optarg; break;
+        case O_MMMODE: {
+            int m;
+            if (backend_mm_mode_parse(optarg, &m)) {
+                fprintf(stderr, "serve: --matmul-mode: %s\n", deras_errmsg());
+                return 2;
+            }
+            a->matmul_mode = optarg;
+            break;
+        }
         case O_METRICS: a->metrics = optarg; break;
         case O_DEVICE:
             if (strcmp(optarg, "cpu")) {
@@ -318,6 +332,10 @@ static pid_t start_worker(serve_state *s, child *w)
     if (s->a->kv_dtype) {
         argv[n++] = "--kv-dtype";
         argv[n++] = s->a->kv_dtype;
+    }
+    if (s->a->matmul_mode) {
+        argv[n++] = "--matmul-mode";
+        argv[n++] = s->a->matmul_mode;
     }
     for (int i = 0; i < s->a->n_worker_args; i++)
         argv[n++] = s->a->worker_args[i];

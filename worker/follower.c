@@ -32,7 +32,7 @@ int worker_follower_run(const worker_opts *o)
      * (group_model_opts) */
     loader_opts lo = {.model = o->model, .device = o->device, .threads = o->threads,
                       .max_seqs = 1, .max_batch_tokens = 1, .model_only = true,
-                      .weight_format = o->weight_format};
+                      .weight_format = o->weight_format, .matmul_mode = o->matmul_mode};
     if ((rc = loader_open(&lo, &l)))
         goto done;
     group_opts go = {.name = o->name, .rank = o->tp_rank, .size = o->tp_size,

@@ -85,6 +85,9 @@ static void usage(FILE *f)
             "                           holds, used in place from the file mapping on the CPU),\n"
             "                           or f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1: every\n"
             "                           matrix converted at load (the cpu device)\n"
+            "  --matmul-mode M          products on quantized weights: exact (f32 activations,\n"
+            "                           the default) or q8 (int8 activations, llama.cpp's\n"
+            "                           arithmetic; CPU only; docs/engine.md)\n"
             "  --kv-cache-memory SPEC   KV cache budget: a size (4GiB, 512MB) or a fraction of\n"
             "                           the memory available after the weights (default 0.4)\n"
             "  --kv-dtype T             KV cache element type: f32, f16 or bf16 on the CPU (default\n"
@@ -131,13 +134,14 @@ static int parse_args(int argc, char **argv, worker_opts *o)
     enum { O_MODEL = 256, O_ROUTER, O_NAME, O_DEVICE, O_THREADS, O_KV, O_KVDTYPE, O_MAXSEQS, O_MAXBATCH,
            O_MAXLIVE, O_BLOCK, O_NOPREFIX, O_TPRANK, O_TPSIZE, O_TPTIMEOUT, O_HANDSHAKE,
            O_HEARTBEAT, O_DRAIN, O_SPEC, O_SPECK, O_SPECBATCH, O_LOGFMT, O_CURVE, O_CURVE_KEY,
-           O_WEIGHTS, O_VERSION, O_HELP };
+           O_WEIGHTS, O_MMMODE, O_VERSION, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"router", required_argument, 0, O_ROUTER},
         {"name", required_argument, 0, O_NAME},
         {"device", required_argument, 0, O_DEVICE},
         {"threads", required_argument, 0, O_THREADS},
+        {"matmul-mode", required_argument, 0, O_MMMODE},
         {"kv-cache-memory", required_argument, 0, O_KV},
         {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"max-seqs", required_argument, 0, O_MAXSEQS},
@@ -184,6 +188,12 @@ static int parse_args(int argc, char **argv, worker_opts *o)
         case O_WEIGHTS: o->weight_format = optarg; break;
         case O_CURVE: o->curve_server_key = optarg; break;
         case O_CURVE_KEY: key_file = optarg; break;
+        case O_MMMODE:
+            if (backend_mm_mode_parse(optarg, &o->matmul_mode)) {
+                fprintf(stderr, "deras-worker: --matmul-mode: %s\n", deras_errmsg());
+                return 2;
+            }
+            break;
 #define INT_OPT(code, name, lo, hi, field)           \
         case code:                                   \
             if (cli_int(name, optarg, lo, hi, &l))   \

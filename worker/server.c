@@ -494,7 +494,7 @@ static int load_engine(worker_server_t *s, const spec_opts *so)
     int progress_last = -100; /* read while the model loads, inside this function */
     loader_opts lo = {.model = s->model, .device = s->device, .threads = s->o.threads,
                       .block_size = s->o.block_size, .kv_dtype = s->kv_dtype,
-                      .max_seqs = s->o.max_seqs,
+                      .max_seqs = s->o.max_seqs, .matmul_mode = s->o.matmul_mode,
                       .max_batch_tokens = s->o.max_batch_tokens,
                       .max_live_seqs = s->o.max_live_seqs, .prefix_caching = s->o.prefix_caching,
                       .spec = *so, .log = true, .progress = progress_log,

@@ -17,6 +17,7 @@ typedef struct worker_opts {
     const char *device;          /* "cpu" or "cuda:N" */
     int threads;                 /* CPU threads, 0: all cores */
     const char *weight_format;   /* --weight-format (loader_weight_format); NULL: as-stored */
+    int matmul_mode;             /* enum backend_mm_mode: exact (default) or q8 */
     const char *kv_cache_memory; /* "4GiB" or a fraction of available memory, "0.4" */
     const char *kv_dtype;        /* KV cache element type: f32, f16, bf16 (kv_sizing_dtype);
                                     NULL: the device's default (f32 on the CPU) */

@@ -12,8 +12,8 @@
  * ATTN_MAX_QV / heads consecutive query rows): the tile kernel reads each stretch of K/V
  * once for all of its query vectors, flash-attention style. When a step has too few items
  * for the threads (decode of a few sequences), a grouped-query group's heads are split
- * over more items. Items go to OpenMP threads with dynamic scheduling (rows of a prefill
- * differ in length). How items are cut changes no result: a query vector's arithmetic is
+ * over more items. Items are claimed one by one from the backend's thread pool
+ * (kernels/cpu/cpu_pool.h; rows of a prefill differ in length). How items are cut changes no result: a query vector's arithmetic is
  * fixed by its own position (attn_impl.h), so outputs do not depend on the batch, the
  * tile or the thread count.
  *
@@ -23,11 +23,12 @@
  * runs on the widest one that does. Cost: O(sum over rows of context x n_heads x
  * head_dim); scratch on the stack (attn_tile_body.h), nothing allocated.
  */
-#include <omp.h>
+#include <stdint.h>
 
 #include "common/base/status.h"
 #include "kernels/cpu/attn_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 
 static const attn_path *path_for(int isa, int head_dim)
@@ -65,6 +66,48 @@ static int seq_of_row(const int32_t *q_start, int n_seqs, int row)
     return lo;
 }
 
+/* One pool item: (query row, KV head, run of query heads); only a tile's first row works. */
+typedef struct attn_job {
+    const attn_args *a;
+    const attn_path *path;
+    int rep, first, per, n_runs, tq;
+} attn_job;
+
+static void attn_item(void *ctx, int it)
+{
+    const attn_job *j = ctx;
+    const attn_args *a = j->a;
+    const int rep = j->rep, first = j->first, per = j->per, n_runs = j->n_runs, tq = j->tq;
+    const int run = it % n_runs;
+    const int kvh = (it / n_runs) % a->n_kv_heads;
+    const int row = it / (n_runs * a->n_kv_heads);
+    const int s = seq_of_row(a->q_start, a->n_seqs, row);
+    const int r0 = a->q_start[s], n_q = a->q_start[s + 1] - r0;
+    if ((row - r0) % tq) /* not the first row of a tile */
+        return;
+    int g_lo = kvh * rep - first, g_hi = g_lo + rep;
+    g_lo = g_lo > 0 ? g_lo : 0;
+    g_hi = g_hi < a->n_heads ? g_hi : a->n_heads;
+    const int h0 = g_lo + run * per;
+    const int n_h = g_hi - h0 < per ? g_hi - h0 : per;
+    if (n_h <= 0)
+        return;
+    const int n_rows = r0 + n_q - row < tq ? r0 + n_q - row : tq;
+    const attn_tile t = {
+        .out = (float *)a->out + ((size_t)row * a->n_heads + h0) * a->head_dim,
+        .out_stride = a->n_heads * a->head_dim,
+        .q = (const float *)a->q + (size_t)row * a->q_stride + (size_t)h0 * a->head_dim,
+        .q_stride = a->q_stride,
+        .n_rows = n_rows, .n_heads = n_h,
+        .pos0 = a->ctx_len[s] - n_q + (row - r0), .window = a->window, .scale = a->scale,
+        .k_cache = a->k_cache, .v_cache = a->v_cache, .kv_dtype = a->kv_dtype,
+        .table = a->block_tables + (size_t)s * a->max_blocks,
+        .n_kv_heads = a->n_kv_heads, .kv_head = kvh,
+        .head_dim = a->head_dim, .block_size = a->block_size,
+    };
+    j->path->tile(&t);
+}
+
 int cpu_attention(backend_t *b, const attn_args *a)
 {
     if (a->head_dim > ATTN_MAX_HEAD_DIM || a->block_size > ATTN_MAX_BLOCK)
@@ -80,7 +123,8 @@ int cpu_attention(backend_t *b, const attn_args *a)
     const int rep = a->q_per_kv ? a->q_per_kv : a->n_heads / a->n_kv_heads;
     const int first = a->q_per_kv ? a->q_head0 % rep : 0;
     /* heads per item: the whole group, unless a decode step has too few items */
-    const int nth = omp_get_max_threads();
+    cpu_pool_t *pool = cpu_backend_pool(b);
+    const int nth = cpu_pool_threads(pool);
     int per = rep < ATTN_MAX_QV ? rep : ATTN_MAX_QV;
     const long base_items = (long)a->n_seqs * a->n_kv_heads;
     if (a->max_q_len == 1 && base_items < 2L * nth) {
@@ -91,36 +135,9 @@ int cpu_attention(backend_t *b, const attn_args *a)
     const int tq = ATTN_MAX_QV / per; /* rows per tile */
     const long n_items = (long)a->n_tokens * a->n_kv_heads * n_runs;
 
-#pragma omp parallel for schedule(dynamic, 1) if (n_items > 1)
-    for (long it = 0; it < n_items; it++) {
-        const int run = (int)(it % n_runs);
-        const int kvh = (int)((it / n_runs) % a->n_kv_heads);
-        const int row = (int)(it / ((long)n_runs * a->n_kv_heads));
-        const int s = seq_of_row(a->q_start, a->n_seqs, row);
-        const int r0 = a->q_start[s], n_q = a->q_start[s + 1] - r0;
-        if ((row - r0) % tq) /* not the first row of a tile */
-            continue;
-        int g_lo = kvh * rep - first, g_hi = g_lo + rep;
-        g_lo = g_lo > 0 ? g_lo : 0;
-        g_hi = g_hi < a->n_heads ? g_hi : a->n_heads;
-        const int h0 = g_lo + run * per;
-        const int n_h = g_hi - h0 < per ? g_hi - h0 : per;
-        if (n_h <= 0)
-            continue;
-        const int n_rows = r0 + n_q - row < tq ? r0 + n_q - row : tq;
-        const attn_tile t = {
-            .out = (float *)a->out + ((size_t)row * a->n_heads + h0) * a->head_dim,
-            .out_stride = a->n_heads * a->head_dim,
-            .q = (const float *)a->q + (size_t)row * a->q_stride + (size_t)h0 * a->head_dim,
-            .q_stride = a->q_stride,
-            .n_rows = n_rows, .n_heads = n_h,
-            .pos0 = a->ctx_len[s] - n_q + (row - r0), .window = a->window, .scale = a->scale,
-            .k_cache = a->k_cache, .v_cache = a->v_cache, .kv_dtype = a->kv_dtype,
-            .table = a->block_tables + (size_t)s * a->max_blocks,
-            .n_kv_heads = a->n_kv_heads, .kv_head = kvh,
-            .head_dim = a->head_dim, .block_size = a->block_size,
-        };
-        path->tile(&t);
-    }
+    if (n_items > INT32_MAX)
+        return deras_fail(DERAS_EINVAL, "cpu attention: %ld work items", n_items);
+    const attn_job j = {a, path, rep, first, per, n_runs, tq};
+    cpu_pool_run(pool, (int)n_items, 0, attn_item, (void *)&j);
     return DERAS_OK;
 }

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cpu_backend.c - the CPU reference backend: f32 activations, OpenBLAS for matrix products
- * on f32 weights, kernels/cpu/qmatmul.h (exact mode) on weights kept in their GGUF format
- * (F16, BF16 and the block formats), wherever they lie: in its memory or in a checkpoint's
- * file mapping (backend_can_map), whole or as parts (backend.h).
+/* cpu_backend.c - the CPU reference backend: f32 activations, kernels/cpu/qmatmul.h for
+ * every matrix product, in the backend's matmul mode: f32 weights and weights kept in their
+ * GGUF format (F16, BF16 and the block formats), wherever they lie: in its memory or in a
+ * checkpoint's file mapping (backend_can_map), whole or as parts (backend.h).
  *
  * This is the semantics every other backend is tested against, so it stays simple: plain
- * loops over rows, OpenMP across rows, `omp simd` reductions inside a row. OpenBLAS is the
- * OpenMP build, so its threads and ours are the same pool and never fight over the cores.
- * Memory is ordinary 64-byte aligned host memory; upload/download are memcpy.
+ * loops over rows, `omp simd` reductions inside a row. Threads: one persistent pool per
+ * backend (kernels/cpu/cpu_pool.h) runs the matrix products and, above a few rows, the
+ * row-wise ops; a decode step's ~200 small ops each cost one pool job instead of an OpenMP
+ * region (whose join waits for every thread to be scheduled). Memory is ordinary 64-byte
+ * aligned host memory; upload/download are memcpy.
  */
-#include <cblas.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -21,19 +25,63 @@
 #include "common/base/status.h"
 #include "kernels/backend_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 
-/* OpenBLAS extension, declared by its cblas.h in most builds but not all. */
+/* OpenBLAS (the benchmarks' sgemm floor shares the backend's thread count). */
 void openblas_set_num_threads(int num_threads);
 
 typedef struct cpu_backend {
     struct backend base;
     int n_threads;
+    cpu_pool_t *pool;
+    int mm_mode;          /* enum backend_mm_mode */
+    void *scratch;        /* Q8 mode's quantized activations, grown to the largest call */
+    size_t scratch_bytes;
 } cpu_backend;
 
 static void cpu_destroy(backend_t *b)
 {
+    cpu_backend *cb = (cpu_backend *)b;
+    cpu_pool_destroy(&cb->pool);
+    free(cb->scratch);
     free(b);
+}
+
+static int cpu_set_matmul_mode(backend_t *b, int mode)
+{
+    ((cpu_backend *)b)->mm_mode = mode;
+    return DERAS_OK;
+}
+
+cpu_pool_t *cpu_backend_pool(backend_t *b)
+{
+    return ((cpu_backend *)b)->pool;
+}
+
+/* Row-wise ops: fn(args, i) for each row i, in pool items of ROWS_PER_ITEM rows, on the
+ * calling thread alone up to `serial` rows (a job costs more than a few rows). */
+#define ROWS_PER_ITEM 4
+typedef void (*row_fn)(const void *args, int i);
+typedef struct rows_job {
+    row_fn fn;
+    const void *args;
+    int n;
+} rows_job;
+
+static void rows_item(void *ctx, int it)
+{
+    const rows_job *j = ctx;
+    const int i1 = (it + 1) * ROWS_PER_ITEM < j->n ? (it + 1) * ROWS_PER_ITEM : j->n;
+    for (int i = it * ROWS_PER_ITEM; i < i1; i++)
+        j->fn(j->args, i);
+}
+
+static void for_rows(backend_t *b, int n, int serial, row_fn fn, const void *args)
+{
+    rows_job j = {fn, args, n};
+    cpu_pool_run(n > serial ? ((cpu_backend *)b)->pool : NULL,
+                 (n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, 0, rows_item, &j);
 }
 
 /* Each buffer starts with a 64-byte header holding its mapping size. Large buffers (the KV
@@ -103,40 +151,54 @@ static int cpu_embed(backend_t *b, void *out, const void *table, const int32_t *
                               ids[i], i, vocab);
     float *o = out;
     const float *t = table;
-#pragma omp parallel for if (n > 8)
     for (int i = 0; i < n; i++)
         memcpy(o + (size_t)i * d, t + (size_t)ids[i] * d, (size_t)d * sizeof(float));
     return DERAS_OK;
 }
 
+typedef struct norm_args {
+    float *out, *residual;
+    const float *x, *w;
+    int d;
+    float eps;
+} norm_args;
+
+static void rmsnorm_row(const void *args, int i)
+{
+    const norm_args *a = args;
+    cpu_rmsnorm_row(a->out + (size_t)i * a->d, a->x + (size_t)i * a->d, a->w, a->d, a->eps);
+}
+
+static void add_rmsnorm_row(const void *args, int i)
+{
+    const norm_args *a = args;
+    float *r = a->residual + (size_t)i * a->d;
+    const float *xi = a->x + (size_t)i * a->d;
+#pragma omp simd
+    for (int j = 0; j < a->d; j++)
+        r[j] += xi[j];
+    cpu_rmsnorm_row(a->out + (size_t)i * a->d, r, a->w, a->d, a->eps);
+}
+
 static int cpu_rmsnorm(backend_t *b, void *out, const void *x, const void *w, int n, int d,
                        float eps)
 {
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++)
-        cpu_rmsnorm_row((float *)out + (size_t)i * d, (const float *)x + (size_t)i * d, w, d, eps);
+    const norm_args a = {out, NULL, x, w, d, eps};
+    for_rows(b, n, 4, rmsnorm_row, &a);
     return DERAS_OK;
 }
 
 static int cpu_add_rmsnorm(backend_t *b, void *out, void *residual, const void *x, const void *w,
                            int n, int d, float eps)
 {
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++) {
-        float *r = (float *)residual + (size_t)i * d;
-        const float *xi = (const float *)x + (size_t)i * d;
-#pragma omp simd
-        for (int j = 0; j < d; j++)
-            r[j] += xi[j];
-        cpu_rmsnorm_row((float *)out + (size_t)i * d, r, w, d, eps);
-    }
+    const norm_args a = {out, residual, x, w, d, eps};
+    for_rows(b, n, 4, add_rmsnorm_row, &a);
     return DERAS_OK;
 }
 
 /* y (n, n_out) += bias per row. */
 static void add_bias(float *y, const float *bias, int n, int n_out)
 {
-#pragma omp parallel for if (n > 4)
     for (int i = 0; i < n; i++) {
         float *row = y + (size_t)i * n_out;
 #pragma omp simd
@@ -145,47 +207,79 @@ static void add_bias(float *y, const float *bias, int n, int n_out)
     }
 }
 
+/* f32 weights: qmatmul.h's F32 kernels (exact in both modes), not OpenBLAS: one fixed
+ * summation order per row whatever n is (sgemv and sgemm add in different orders, so a
+ * row's result depended on its batch) and the backend's pool instead of OpenMP threads. */
 static int cpu_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
                       int n_out, int n_in)
 {
-    float *yf = y;
-    if (n == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, w, n_in, x, 1, 0.0f, yf, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n_out, n_in, 1.0f, x, n_in, w, n_in,
-                    0.0f, yf, n_out);
-    if (bias)
-        add_bias(yf, bias, n, n_out);
-    return DERAS_OK;
+    const qmm_args a = {.y = y, .x = x, .w = w, .dtype = DT_F32, .n = n, .n_out = n_out,
+                        .n_in = n_in, .mode = QMM_EXACT, .pool = ((cpu_backend *)b)->pool};
+    int rc = qmm_matmul(&a);
+    if (!rc && bias)
+        add_bias(y, bias, n, n_out);
+    return rc;
 }
 
-/* Every format qmatmul.h computes on stays as stored: F32 goes to OpenBLAS, the others
- * to qmatmul.h (F16 and BF16 included, so a 16-bit checkpoint takes 2 bytes a weight). */
+/* Every format qmatmul.h computes on stays as stored (F16 and BF16 included, so a 16-bit
+ * checkpoint takes 2 bytes a weight). */
 static bool cpu_keeps(int dtype)
 {
     return qmm_computes(dtype);
 }
 
-/* OpenBLAS reads F32 weights as floats; qmatmul.h reads any address. */
+/* The F32 kernels read weights as floats (4-byte aligned); the other formats any address. */
 static bool cpu_can_map(int dtype, const void *p)
 {
     return dtype != DT_F32 || ((uintptr_t)p & (sizeof(float) - 1)) == 0;
 }
 
-/* y (n, rows), rows ldy floats apart, = x (n, cols) W^T for one matrix or part W. */
-static int product(const cpu_backend *cb, float *y, int ldy, const float *x, int dtype,
-                   const void *w, int rows, int cols, int n)
+/* The Q8 mode's scratch holds at least `need` bytes (64-byte aligned). */
+static int scratch_at_least(cpu_backend *cb, size_t need)
 {
-    if (dtype == DT_F32) {
-        if (n == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w, cols, x, 1, 0.0f, y, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, w,
-                        cols, 0.0f, y, ldy);
+    if (need <= cb->scratch_bytes)
         return DERAS_OK;
+    free(cb->scratch);
+    cb->scratch_bytes = 0;
+    if (!(cb->scratch = aligned_alloc(64, (need + 63) & ~(size_t)63)))
+        return deras_fail(DERAS_ENOMEM, "cpu matmul: %zu bytes of scratch", need);
+    cb->scratch_bytes = need;
+    return DERAS_OK;
+}
+
+/* The largest Q8 scratch of any block format for rows x cols (rounded up to whole blocks
+ * of 256: an upper bound for every layout). */
+static int cpu_reserve_matmul(backend_t *b, int max_rows, int max_cols)
+{
+    cpu_backend *cb = (cpu_backend *)b;
+    if (cb->mm_mode != BACKEND_MM_Q8)
+        return DERAS_OK;
+    const int cols = (max_cols + 255) / 256 * 256, dts[] = {DT_BF16, DT_Q8_0, DT_Q4_K};
+    size_t most = 0, s;
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        int rc = qmm_scratch_bytes(dts[i], QMM_Q8, max_rows, cols, &s);
+        if (rc)
+            return rc;
+        most = s > most ? s : most;
     }
+    return scratch_at_least(cb, most);
+}
+
+/* y (n, rows), rows ldy floats apart, = x (n, cols) W^T for one matrix or part W: qmatmul.h
+ * in the backend's mode (F32 exact in both), on the backend's pool. The Q8 mode's scratch
+ * is reserved at load (backend_reserve_matmul) and grows only for a call beyond it. */
+static int product(cpu_backend *cb, float *y, int ldy, const float *x, int dtype, const void *w,
+                   int rows, int cols, int n)
+{
+    const int mode = dtype != DT_F32 && cb->mm_mode == BACKEND_MM_Q8 ? QMM_Q8 : QMM_EXACT;
+    size_t need;
+    int rc = qmm_scratch_bytes(dtype, mode, n, cols, &need);
+    if (rc || (rc = scratch_at_least(cb, need)))
+        return rc;
     const qmm_args a = {.y = y, .x = x, .w = w, .dtype = dtype, .n = n, .n_out = rows,
-                        .n_in = cols, .mode = QMM_EXACT, .n_threads = cb->n_threads, .ldy = ldy};
+                        .n_in = cols, .mode = mode, .scratch = need ? cb->scratch : NULL,
+                        .scratch_bytes = need ? cb->scratch_bytes : 0, .ldy = ldy,
+                        .pool = cb->pool};
     return qmm_matmul(&a);
 }
 
@@ -206,12 +300,12 @@ static void unpermute(float *y, int ldy, int n, int rows, int hd)
         }
 }
 
-/* Weights in a format other than f32, or made of parts: qmatmul.h in exact mode (no
- * scratch), on the backend's threads; each part is one product into its columns. */
+/* Weights in a format other than f32, or made of parts: one product per part into its
+ * columns. */
 static int cpu_matmul_q(backend_t *b, void *y, const void *x, const backend_weight *w,
                         const void *bias, int n)
 {
-    const cpu_backend *cb = (const cpu_backend *)b;
+    cpu_backend *cb = (cpu_backend *)b;
     int rc = DERAS_OK;
     if (!w->n_parts)
         rc = product(cb, y, w->rows, x, w->dtype, w->data, w->rows, w->cols, n);
@@ -263,55 +357,103 @@ static int cpu_gather_rows(backend_t *b, void *out, const void *x, const int32_t
     return DERAS_OK;
 }
 
+typedef struct rope_args {
+    float *x, *cos_sin;
+    const int32_t *positions;
+    const float *inv_freq;
+    int n_heads, head_dim, row_stride;
+} rope_args;
+
+static void rope_table_row(const void *args, int i)
+{
+    const rope_args *a = args;
+    const int half = a->head_dim / 2;
+    float *cs = a->cos_sin + (size_t)i * a->head_dim;
+    const float pos = (float)a->positions[i];
+    for (int j = 0; j < half; j++) {
+        /* The angle is rounded to f32 before cos/sin, as Hugging Face computes it. */
+        float angle = pos * a->inv_freq[j];
+        cs[j] = cosf(angle);
+        cs[half + j] = sinf(angle);
+    }
+}
+
 static int cpu_rope_table(backend_t *b, float *cos_sin, const int32_t *positions,
                           const float *inv_freq, int n, int head_dim)
 {
-    int half = head_dim / 2;
-#pragma omp parallel for if (n > 16)
-    for (int i = 0; i < n; i++) {
-        float *cs = cos_sin + (size_t)i * head_dim;
-        float pos = (float)positions[i];
+    const rope_args a = {NULL, cos_sin, positions, inv_freq, 0, head_dim, 0};
+    for_rows(b, n, 16, rope_table_row, &a);
+    return DERAS_OK;
+}
+
+static void rope_row(const void *args, int i)
+{
+    const rope_args *a = args;
+    const int half = a->head_dim / 2;
+    const float *c = a->cos_sin + (size_t)i * a->head_dim;
+    const float *s = c + half;
+    for (int h = 0; h < a->n_heads; h++) {
+        float *v = a->x + (size_t)i * a->row_stride + (size_t)h * a->head_dim;
+#pragma omp simd
         for (int j = 0; j < half; j++) {
-            /* The angle is rounded to f32 before cos/sin, as Hugging Face computes it. */
-            float angle = pos * inv_freq[j];
-            cs[j] = cosf(angle);
-            cs[half + j] = sinf(angle);
+            float x1 = v[j], x2 = v[j + half];
+            v[j] = x1 * c[j] - x2 * s[j];
+            v[j + half] = x2 * c[j] + x1 * s[j];
         }
     }
-    return DERAS_OK;
 }
 
 static int cpu_rope(backend_t *b, void *x, const float *cos_sin, int n, int n_heads, int head_dim,
                     int row_stride)
 {
-    int half = head_dim / 2;
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++) {
-        const float *c = cos_sin + (size_t)i * head_dim;
-        const float *s = c + half;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = (float *)x + (size_t)i * row_stride + (size_t)h * head_dim;
-#pragma omp simd
-            for (int j = 0; j < half; j++) {
-                float x1 = v[j], x2 = v[j + half];
-                v[j] = x1 * c[j] - x2 * s[j];
-                v[j + half] = x2 * c[j] + x1 * s[j];
-            }
-        }
-    }
+    const rope_args a = {x, (float *)cos_sin, NULL, NULL, n_heads, head_dim, row_stride};
+    for_rows(b, n, 4, rope_row, &a);
     return DERAS_OK;
+}
+
+typedef struct silu_args {
+    float *out;
+    const float *gu;
+    int d_ff;
+} silu_args;
+
+static void silu_row(const void *args, int i)
+{
+    const silu_args *a = args;
+    const int d_ff = a->d_ff;
+    const float *g = a->gu + (size_t)i * 2 * d_ff;
+    const float *u = g + d_ff;
+    float *o = a->out + (size_t)i * d_ff;
+    int j = 0;
+#ifdef __AVX2__ /* the build's baseline (x86-64-v3): cpu_expf's steps, eight lanes at once */
+    const __m256 lo = _mm256_set1_ps(CPU_EXP_LO), hi = _mm256_set1_ps(CPU_EXP_HI);
+    const __m256 rnd = _mm256_set1_ps(CPU_EXP_ROUND), one = _mm256_set1_ps(1.0f);
+    for (; j + 8 <= d_ff; j += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + j);
+        __m256 x = _mm256_max_ps(lo, _mm256_xor_ps(gv, _mm256_set1_ps(-0.0f)));
+        x = _mm256_min_ps(hi, x);
+        const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(CPU_EXP_LOG2E), rnd), rnd);
+        const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CPU_EXP_LN2_LO),
+                                          _mm256_fnmadd_ps(n, _mm256_set1_ps(CPU_EXP_LN2_HI), x));
+        __m256 p = _mm256_set1_ps(cpu_exp_poly[0]);
+        for (int k = 1; k < 6; k++)
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(cpu_exp_poly[k]));
+        p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), one);
+        const __m256i e = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+        const __m256 ex = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, ex)),
+                                              _mm256_loadu_ps(u + j)));
+    }
+#endif
+    for (; j < d_ff; j++)
+        o[j] = g[j] / (1.0f + cpu_expf(-g[j])) * u[j];
 }
 
 static int cpu_silu_mul(backend_t *b, void *out, const void *gu, int n, int d_ff)
 {
-#pragma omp parallel for if (n > 4)
-    for (int i = 0; i < n; i++) {
-        const float *g = (const float *)gu + (size_t)i * 2 * d_ff;
-        const float *u = g + d_ff;
-        float *o = (float *)out + (size_t)i * d_ff;
-        for (int j = 0; j < d_ff; j++)
-            o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-    }
+    const silu_args a = {out, gu, d_ff};
+    for_rows(b, n, 4, silu_row, &a);
     return DERAS_OK;
 }
 
@@ -339,6 +481,8 @@ static const struct backend_ops cpu_ops = {
     .matmul_q = cpu_matmul_q,
     .embed_q = cpu_embed_q,
     .can_map = cpu_can_map,
+    .set_matmul_mode = cpu_set_matmul_mode,
+    .reserve_matmul = cpu_reserve_matmul,
 };
 
 int backend_cpu_new(int n_threads, backend_t **out)
@@ -349,6 +493,12 @@ int backend_cpu_new(int n_threads, backend_t **out)
     if (n_threads <= 0)
         n_threads = omp_get_num_procs();
     cb->n_threads = n_threads;
+    int rc = cpu_pool_new(n_threads, &cb->pool);
+    if (rc) {
+        free(cb);
+        return rc;
+    }
+    /* the backend's ops use none of these; a benchmark's sgemm floor (bench/) does */
     omp_set_num_threads(n_threads);
     openblas_set_num_threads(n_threads);
     cb->base.ops = &cpu_ops;

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "kernels/backend.h"
 
@@ -20,6 +21,43 @@ static inline void cpu_rmsnorm_row(float *out, const float *x, const float *w, i
     for (int j = 0; j < d; j++)
         out[j] = w[j] * (x[j] * inv);
 }
+
+/* e^x: Cephes' expf, x = n ln2 + r with n rounded to nearest and ln2 split in two so r is
+ * exact, |r| <= ln2 / 2, a degree-6 polynomial, then 2^n through the exponent bits;
+ * within 2 ulp of e^x. x is first clamped to [-87.33, 88.37] (2^n stays a normal number):
+ * e^x of a larger |x| comes out as e^88.37 = 2.4e38 or e^-87.33 = 1.2e-38, which the
+ * caller here (silu) turns into what the exact value gives; a NaN stays NaN. Every step is
+ * one IEEE operation (fmaf where fused), so cpu_backend.c's 8-lane AVX2 copy of it gives
+ * the same bits. */
+#define CPU_EXP_LO (-87.3365447504f)
+#define CPU_EXP_HI 88.3762626647949f
+#define CPU_EXP_ROUND 12582912.0f /* 1.5 * 2^23: adding and taking it away rounds to integer */
+#define CPU_EXP_LOG2E 1.44269504088896341f
+#define CPU_EXP_LN2_HI 0.693359375f
+#define CPU_EXP_LN2_LO (-2.12194440e-4f)
+static const float cpu_exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                      4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+static inline float cpu_expf(float x)
+{
+    x = x < CPU_EXP_LO ? CPU_EXP_LO : x;
+    x = x > CPU_EXP_HI ? CPU_EXP_HI : x;
+    const float n = fmaf(x, CPU_EXP_LOG2E, CPU_EXP_ROUND) - CPU_EXP_ROUND;
+    const float r = fmaf(-n, CPU_EXP_LN2_LO, fmaf(-n, CPU_EXP_LN2_HI, x));
+    float p = cpu_exp_poly[0];
+    for (int k = 1; k < 6; k++)
+        p = fmaf(p, r, cpu_exp_poly[k]);
+    p = fmaf(p, r * r, r) + 1.0f;
+    const int32_t ni = n == n ? (int32_t)n : 0; /* n in [-126, 127]; a NaN's p is NaN anyway */
+    const union {
+        uint32_t i;
+        float f;
+    } two_n = {.i = (uint32_t)(ni + 127) << 23};
+    return p * two_n.f;
+}
+
+/* The backend's thread pool (kernels/cpu/cpu_pool.h), for ops in other files. */
+struct cpu_pool *cpu_backend_pool(backend_t *b);
 
 /* Paged causal attention (cpu_attention.c). */
 int cpu_attention(backend_t *b, const attn_args *a);

@@ -2,30 +2,34 @@
 /* qmatmul.c - the driver of qmatmul.h: argument checks, the Q8 activations, the tiling and
  * the threads.
  *
- * One OpenMP parallel region per call. In it, Q8 mode first quantizes x (units of 256
- * elements spread statically over the threads, then a barrier; a few rows are converted
- * before the region instead, cheaper than the barrier), then the threads take chunks of
- * weight rows dynamically (a preempted thread on a shared machine delays only its
- * chunk). A chunk holds about CHUNK_BYTES of weights, so within it every tile of
+ * At most two jobs of the caller's cpu_pool per call. In Q8 mode the first quantizes x
+ * (units of 256 elements; a few rows are converted on the calling thread instead, cheaper
+ * than a job), then the threads take chunks of weight rows dynamically (a thread that is
+ * preempted on a shared machine delays only the chunk it holds, and one that has not
+ * started yet delays nothing). A chunk holds about CHUNK_BYTES of weights, so within it every tile of
  * activation rows re-reads the weights from L2, not from memory, and there are at least
  * four chunks per thread. Within a chunk: for each tile of rt activation rows (8, 4, 2 or
  * 1, as many as are left, the last tile padded with a repeated row), the kernel of that
  * level walks the chunk ot weight rows at a time, asking for short rows ahead of use
  * (software prefetch: the hardware prefetcher loses track of many short streams). Small
- * products run on the calling thread with no region at all: below MIN_WORK multiply-adds
- * per thread a fork would cost more than it saves. Cost per call beyond the arithmetic:
- * the region's fork and join (1-2 us on 2 cores; bench/bench_qmatmul.c measures it) and
- * one atomic per chunk.
+ * products run on the calling thread alone: below MIN_WORK multiply-adds per thread a
+ * job would cost more than it saves. Cost per call beyond the arithmetic: the pool job
+ * (bench/bench_qmatmul.c measures it) and two atomics per chunk.
  */
-#include <omp.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/base/status.h"
+#include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 #include "kernels/cpu/qmm_impl.h"
 
 #define CHUNK_BYTES (128 * 1024)
+#define PANEL_BYTES (192 * 1024) /* f32 weights decoded per chunk in panel mode (in L2) */
+#define PANEL_MIN_ROWS 16        /* activation rows from which panel mode pays */
 #define CHUNKS_PER_THREAD 4
 #define MIN_WORK (64 * 1024)
 #define UNIT 256 /* elements per activation conversion unit */
@@ -96,20 +100,20 @@ static void convert_unit(const qmm_act_fns *f, int act, const float *x, uint8_t 
 typedef struct job {
     const qmm_args *a;
     const qmm_kern *tab; /* the kernels of the format and mode, per level */
+    const qmm_kern *f32; /* panel mode: the F32 kernels the decoded panel goes through; NULL: off */
+    qmm_decode_fn decode; /* panel mode: the path's decoder */
     const uint8_t *xa;   /* activation rows (x itself, or the scratch) */
     size_t xa_row, w_row;
     int rows;            /* weight rows per chunk */
     size_t ldy;          /* y's row stride */
 } job;
 
-/* Chunk c of weight rows against every activation row. */
-static void run_chunk(const job *j, int c)
+/* Weight rows [o0, o1), row o at w + (o - o0) * w_row, against every activation row with
+ * the kernels tab; prefetch: ask for the weights ahead (they come from memory). */
+static void tiles(const job *j, const qmm_kern *tab, const uint8_t *w, size_t w_row, int o0,
+                  int o1, bool prefetch)
 {
     const qmm_args *a = j->a;
-    const qmm_kern *tab = j->tab;
-    const uint8_t *xa = j->xa;
-    const size_t xa_row = j->xa_row, w_row = j->w_row;
-    const int o0 = c * j->rows, o1 = a->n_out - o0 < j->rows ? a->n_out : o0 + j->rows;
     qmm_tile t;
     t.n_in = a->n_in;
     for (int r0 = 0; r0 < a->n;) {
@@ -122,16 +126,17 @@ static void run_chunk(const job *j, int c)
         t.ot = k->ot;
         t.rt = k->rt;
         for (int r = 0; r < k->rt; r++)
-            t.x[r] = xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * xa_row;
-        const uint8_t *pf = (const uint8_t *)a->w + (size_t)o0 * w_row;
-        const uint8_t *const end = (const uint8_t *)a->w + (size_t)a->n_out * w_row;
+            t.x[r] = j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row;
+        const uint8_t *pf = w;
+        const uint8_t *const end = w + (size_t)(a->n_out - o0) * w_row; /* the weights' end */
         for (int o = o0; o < o1; o += k->ot) {
             const int no = k->ot < o1 - o ? k->ot : o1 - o;
             for (int i = 0; i < k->ot; i++)
-                t.w[i] = (const uint8_t *)a->w + (size_t)(o + (i < no ? i : no - 1)) * w_row;
+                t.w[i] = w + (size_t)(o - o0 + (i < no ? i : no - 1)) * w_row;
             /* the tile's rows are PREFETCH bytes behind what has been asked for */
             const uint8_t *want = t.w[0] + (size_t)no * w_row + PREFETCH;
-            for (want = want < end ? want : end; w_row <= PREFETCH_ROW && pf < want; pf += 64)
+            for (want = want < end ? want : end; prefetch && w_row <= PREFETCH_ROW && pf < want;
+                 pf += 64)
                 __builtin_prefetch(pf, 0, 3);
             k->fn(&t);
             for (int r = 0; r < nr; r++)
@@ -140,6 +145,87 @@ static void run_chunk(const job *j, int c)
         }
         r0 += nr;
     }
+}
+
+/* This thread's panel buffer of at least `bytes`, 64-byte aligned, kept for the thread's
+ * life (grown, never shrunk; freed at thread exit); NULL when out of memory. */
+static pthread_key_t panel_key;
+static pthread_once_t panel_once = PTHREAD_ONCE_INIT;
+
+typedef struct panel_buf {
+    size_t bytes;
+    float *f;
+} panel_buf;
+
+static void panel_free(void *v)
+{
+    panel_buf *p = v;
+    free(p->f);
+    free(p);
+}
+
+static void panel_init(void)
+{
+    pthread_key_create(&panel_key, panel_free);
+}
+
+static float *panel_get(size_t bytes)
+{
+    pthread_once(&panel_once, panel_init);
+    panel_buf *p = pthread_getspecific(panel_key);
+    if (!p) {
+        if (!(p = calloc(1, sizeof *p)))
+            return NULL;
+        pthread_setspecific(panel_key, p);
+    }
+    if (p->bytes < bytes) {
+        free(p->f);
+        p->bytes = 0;
+        if (!(p->f = aligned_alloc(64, (bytes + 63) & ~(size_t)63)))
+            return NULL;
+        p->bytes = bytes;
+    }
+    return p->f;
+}
+
+/* Chunk c of weight rows against every activation row. Panel mode (exact mode, many
+ * rows, a path with a decoder: AVX-512; AVX2's F32 tiles are too small to gain from it):
+ * the chunk's weights are first decoded to f32 (the values the quantized kernels compute
+ * in registers, bit for bit) and then go through the path's F32 kernels, which add in the
+ * same order, so a row's result is the same either way. */
+static void run_chunk(const job *j, int c)
+{
+    const qmm_args *a = j->a;
+    const int o0 = c * j->rows, o1 = a->n_out - o0 < j->rows ? a->n_out : o0 + j->rows;
+    const uint8_t *w = (const uint8_t *)a->w + (size_t)o0 * j->w_row;
+    float *panel = j->f32 ? panel_get((size_t)(o1 - o0) * a->n_in * sizeof(float)) : NULL;
+    if (!panel) { /* not panel mode, or no memory for it: the same results, slower */
+        tiles(j, j->tab, w, j->w_row, o0, o1, true);
+        return;
+    }
+    const int64_t n = (int64_t)(o1 - o0) * a->n_in;
+    j->decode(qmm_fmt_of(a->dtype), w, panel, (int)(n / dtype_block_elems(a->dtype)));
+    tiles(j, j->f32, (const uint8_t *)panel, (size_t)a->n_in * sizeof(float), o0, o1, false);
+}
+
+/* Pool items: conversion units, then chunks. */
+typedef struct conv_job {
+    const qmm_args *a;
+    const qmm_act_fns *f;
+    int act, units;
+    size_t xa_row;
+} conv_job;
+
+static void convert_item(void *ctx, int i)
+{
+    const conv_job *c = ctx;
+    convert_unit(c->f, c->act, c->a->x, c->a->scratch, c->xa_row, c->a->n_in, i / c->units,
+                 i % c->units);
+}
+
+static void chunk_item(void *ctx, int c)
+{
+    run_chunk(ctx, c);
 }
 
 int qmm_matmul(const qmm_args *a)
@@ -169,41 +255,32 @@ int qmm_matmul(const qmm_args *a)
     const size_t xa_row = act == QA_F32 ? (size_t)a->n_in * sizeof(float) : need / (size_t)a->n;
     const uint8_t *xa = act == QA_F32 ? (const uint8_t *)a->x : a->scratch;
 
-    int nt = a->n_threads > 0 ? a->n_threads : omp_get_max_threads();
+    const int pool_nt = cpu_pool_threads(a->pool);
+    int nt = a->n_threads > 0 && a->n_threads < pool_nt ? a->n_threads : pool_nt;
     const double work = (double)a->n * a->n_out * a->n_in;
     if (work < (double)MIN_WORK * nt)
         nt = (int)(work / MIN_WORK) > 1 ? (int)(work / MIN_WORK) : 1;
-    int rows = (int)(CHUNK_BYTES / w_row), min_chunks = CHUNKS_PER_THREAD * nt;
+    /* panel mode: exact mode on a block format with enough rows to amortize the decoding */
+    const bool panel = act == QA_F32 && dtype_block_elems(a->dtype) > 1 && p->decode &&
+                       a->n >= PANEL_MIN_ROWS;
+    int rows = (int)(panel ? PANEL_BYTES / (a->n_in * sizeof(float)) : CHUNK_BYTES / w_row);
+    int min_chunks = CHUNKS_PER_THREAD * nt;
     if (rows > (a->n_out + min_chunks - 1) / min_chunks)
         rows = (a->n_out + min_chunks - 1) / min_chunks;
-    rows = rows < QMM_MAX_OT ? QMM_MAX_OT : rows / QMM_MAX_OT * QMM_MAX_OT;
+    /* whole tiles: 4 rows, and in panel mode 12 (the F32 kernels' tiles are 3 and 4 rows) */
+    const int unit = panel ? 12 : QMM_MAX_OT;
+    rows = rows < unit ? unit : rows / unit * unit;
     const int n_chunks = (a->n_out + rows - 1) / rows;
     const int units = (a->n_in + UNIT - 1) / UNIT;
-    const long n_units = (long)a->n * units;
-    /* a few rows of activations cost less to convert here than a barrier in the region */
-    const int convert_here = act != QA_F32 && (nt == 1 || (long)a->n * a->n_in <= CONVERT_HERE);
-    for (long i = 0; convert_here && i < n_units; i++)
-        convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
-                     (int)(i % units));
-    const job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], xa, xa_row, w_row, rows,
-                   (size_t)(a->ldy ? a->ldy : a->n_out)};
-    if (nt == 1) {
-        for (int c = 0; c < n_chunks; c++)
-            run_chunk(&j, c);
-        return DERAS_OK;
+    if (act != QA_F32) {
+        conv_job cj = {a, &p->act, act, units, xa_row};
+        /* a few rows of activations cost less to convert here than a pool job */
+        const int here = nt == 1 || (long)a->n * a->n_in <= CONVERT_HERE;
+        cpu_pool_run(a->pool, a->n * units, here ? 1 : nt, convert_item, &cj);
     }
-#pragma omp parallel num_threads(nt)
-    {
-        if (act != QA_F32 && !convert_here) {
-#pragma omp for schedule(static)
-            for (long i = 0; i < n_units; i++)
-                convert_unit(&p->act, act, a->x, a->scratch, xa_row, a->n_in, (int)(i / units),
-                             (int)(i % units));
-        }
-#pragma omp for schedule(dynamic, 1) nowait
-        for (int c = 0; c < n_chunks; c++)
-            run_chunk(&j, c);
-    }
+    job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], panel ? p->exact[QF_F32] : NULL,
+             p->decode, xa, xa_row, w_row, rows, (size_t)(a->ldy ? a->ldy : a->n_out)};
+    cpu_pool_run(a->pool, n_chunks, nt, chunk_item, &j);
     return DERAS_OK;
 }
 

@@ -31,8 +31,8 @@
  *
  * Cost: n * n_out * n_in multiply-adds; the weights are read from memory once per call
  * (rows are blocked so a block of W stays in cache while every row tile of x passes over
- * it). Work is spread over n_out across OpenMP threads (the OpenBLAS pool); the fixed
- * cost of a call is one parallel region (bench/bench_qmatmul.c measures it).
+ * it). Work is spread over n_out across the threads of a cpu_pool (kernels/cpu/cpu_pool.h);
+ * the fixed cost of a call is one pool job (bench/bench_qmatmul.c measures it).
  */
 #ifndef DERAS_QMATMUL_H
 #define DERAS_QMATMUL_H
@@ -52,11 +52,12 @@ typedef struct qmm_args {
     int dtype;           /* enum deras_dtype */
     int n, n_out, n_in;  /* n_in: a whole number of the format's blocks */
     int mode;            /* enum qmm_mode */
-    int n_threads;       /* OpenMP threads at most; 0: omp_get_max_threads() */
+    int n_threads;       /* threads at most; 0: all of the pool's */
     void *scratch;       /* qmm_scratch_bytes() bytes, 64-byte aligned; NULL if that is 0 */
     size_t scratch_bytes;
     int ldy;             /* y's rows are ldy floats apart (>= n_out); 0: n_out. A matrix of
                             several weights fills its columns one product at a time */
+    struct cpu_pool *pool; /* kernels/cpu/cpu_pool.h; NULL: the calling thread alone */
 } qmm_args;
 
 /* y = x W^T as described above. DERAS_EINVAL for NULL pointers, non-positive sizes, an

@@ -36,6 +36,60 @@ INL float hsum(__m512 v)
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+/* The tile's results: res[o][r] = hsum(acc[o][r]) bit for bit, sixteen accumulators at a
+ * time through one transposed tree (15 shuffle pairs and adds for 16 sums instead of ~7
+ * operations each): level 1 adds lanes i and i + 8, level 2 i and i + 4, level 3 i and
+ * i + 2, level 4 i and i + 1, exactly hsum's pairs, so every sum is hsum's. After level
+ * 4, accumulator k sits in lane 4 (k % 4) + k / 4. Unused accumulators are zeros, which
+ * never meet a used one. */
+INL __m512 sum_pairs_x4(__m512 a, __m512 b, const int lo, const int hi)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, lo), _mm512_shuffle_f32x4(a, b, hi));
+}
+
+INL __m512 sum_pairs_ps(__m512 a, __m512 b, const int lo, const int hi)
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, lo), _mm512_shuffle_ps(a, b, hi));
+}
+
+INL void hsum16(const __m512 *a, const int n, float out[16])
+{
+    __m512 l1[8], l2[4], l3[2];
+    const __m512 z = _mm512_setzero_ps();
+    UNROLL for (int k = 0; k < 8; k++)
+        l1[k] = 2 * k < n ? sum_pairs_x4(a[2 * k], 2 * k + 1 < n ? a[2 * k + 1] : z, 0x44, 0xEE) : z;
+    UNROLL for (int k = 0; k < 4; k++)
+        l2[k] = 4 * k < n ? sum_pairs_x4(l1[2 * k], l1[2 * k + 1], 0x88, 0xDD) : z;
+    UNROLL for (int k = 0; k < 2; k++)
+        l3[k] = 8 * k < n ? sum_pairs_ps(l2[2 * k], l2[2 * k + 1], 0x44, 0xEE) : z;
+    _mm512_storeu_ps(out, sum_pairs_ps(l3[0], l3[1], 0x88, 0xDD));
+}
+
+/* res[o][r] = hsum(acc[o][r]) for an OT x RT tile (OT * RT <= 32); below 8 sums, one hsum
+ * each. */
+#define TILE_SUMS(acc, OT, RT, res)                                                               \
+    do {                                                                                          \
+        __m512 flat_[32];                                                                         \
+        float sums_[32];                                                                          \
+        UNROLL for (int o_ = 0; o_ < (OT); o_++)                                                  \
+            UNROLL for (int r_ = 0; r_ < (RT); r_++)                                              \
+                flat_[o_ * (RT) + r_] = (acc)[o_][r_];                                            \
+        const int n_ = (OT) * (RT);                                                               \
+        if (n_ < 8) { /* too few to share the tree's shuffles */                                 \
+            UNROLL for (int k_ = 0; k_ < n_; k_++)                                                \
+                (res)[k_ / (RT)][k_ % (RT)] = hsum(flat_[k_]);                                    \
+            break;                                                                                \
+        }                                                                                         \
+        hsum16(flat_, n_ < 16 ? n_ : 16, sums_);                                                  \
+        if (n_ > 16)                                                                              \
+            hsum16(flat_ + 16, n_ - 16, sums_ + 16);                                              \
+        UNROLL for (int o_ = 0; o_ < (OT); o_++)                                                  \
+            UNROLL for (int r_ = 0; r_ < (RT); r_++) {                                            \
+                const int k_ = o_ * (RT) + r_, j_ = k_ % 16;                                      \
+                (res)[o_][r_] = sums_[16 * (k_ / 16) + 4 * (j_ % 4) + j_ / 4];                    \
+            }                                                                                     \
+    } while (0)
+
 INL __m256i bits_to_bytes(uint32_t bits)
 {
     return _mm256_maskz_mov_epi8((__mmask32)bits, _mm256_set1_epi8(16));

@@ -85,9 +85,7 @@ INLV void tile_legacy(qmm_tile *t, const int f, const int OT, const int RT)
             }
         }
     }
-    UNROLL for (int o = 0; o < OT; o++)
-        UNROLL for (int r = 0; r < RT; r++)
-            t->res[o][r] = hsum(acc[o][r]);
+    TILE_SUMS(acc, OT, RT, t->res);
 }
 
 /* ---- K formats ---- */
@@ -123,9 +121,7 @@ INLV void tile_k(qmm_tile *t, const int f, const int OT, const int RT)
             }
         }
     }
-    UNROLL for (int o = 0; o < OT; o++)
-        UNROLL for (int r = 0; r < RT; r++)
-            t->res[o][r] = hsum(acc[o][r]);
+    TILE_SUMS(acc, OT, RT, t->res);
 }
 
 /* ---- BF16 with bf16 activations (AVX512-BF16) ---- */

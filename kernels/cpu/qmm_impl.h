@@ -75,12 +75,18 @@ typedef struct qmm_act_fns {
     void (*bf16)(const float *x, uint16_t *q, int n);
 } qmm_act_fns;
 
+/* Rows of a block format decoded to f32, bit for bit as dtype_to_f32 (qmatmul.c's panel
+ * mode): n_blocks whole blocks of format fmt at w into out. */
+typedef void (*qmm_decode_fn)(int fmt, const uint8_t *w, float *out, int n_blocks);
+
 /* What a path provides. exact/q8: [format][level]; a NULL q8 entry means the format's Q8
- * mode computes as its exact mode (F32, F16). */
+ * mode computes as its exact mode (F32, F16). decode: NULL where the path has no panel
+ * mode (qmatmul.c). */
 typedef struct qmm_path {
     qmm_kern exact[QF_COUNT][QMM_LEVELS];
     qmm_kern q8[QF_COUNT][QMM_LEVELS];
     qmm_act_fns act;
+    qmm_decode_fn decode;
 } qmm_path;
 
 /* qmm_scalar.c: every format and mode in plain C. */
@@ -93,6 +99,7 @@ extern const qmm_act_fns qmm_avx2_act;
 /* qmm_avx512_exact.c (F/BW/VL), qmm_avx512_q8.c (plus VNNI; its BF16 entries need
  * AVX512-BF16 as well). */
 extern const qmm_kern qmm_avx512_exact[QF_COUNT][QMM_LEVELS];
+void qmm_avx512_decode(int fmt, const uint8_t *w, float *out, int n_blocks);
 extern const qmm_kern qmm_avx512_vnni[QF_COUNT][QMM_LEVELS];
 extern const qmm_kern qmm_avx512_bf16[QMM_LEVELS];
 #endif

@@ -96,6 +96,7 @@ static void compose(void)
     path_avx2.act = qmm_avx2_act;
     path_avx512 = path_avx2;
     memcpy(path_avx512.exact, qmm_avx512_exact, sizeof path_avx512.exact);
+    path_avx512.decode = qmm_avx512_decode;
     if (has_vnni)
         for (int f = 0; f < QF_COUNT; f++)
             if (qmm_avx512_vnni[f][0].fn)

@@ -195,6 +195,8 @@ static const struct backend_ops cuda_ops = {
     .matmul_q = nullptr,
     .embed_q = nullptr,
     .can_map = nullptr, /* weights are copied to the device at load, never used in place */
+    .set_matmul_mode = nullptr, /* exact only: bf16/fp16 weights and activations */
+    .reserve_matmul = nullptr,
 };
 
 /* The part of creation that can fail after the struct exists; cleanup is the caller's. */

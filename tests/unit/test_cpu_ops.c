@@ -18,6 +18,8 @@
 #include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/qmatmul.h"
 #include "qmm_ref.h"
 #include "test_util.h"
 
@@ -174,6 +176,21 @@ static void silu_mul_embed_and_gather(void **state)
     free(gu), free(out), free(ref), free(table), free(emb), free(g);
 }
 
+/* rows x cols Q8_0 weights: random f16 scales 0.002..0.017, codes -127..127 (never all
+ * zero). */
+static uint8_t *q8_0_weights(int rows, int cols, uint64_t *seed)
+{
+    const int n_blocks = rows * cols / 32;
+    uint8_t *q = malloc((size_t)n_blocks * 34);
+    for (int b = 0; b < n_blocks; b++) {
+        const uint16_t dh = f32_to_fp16(0.002f + 0.001f * (float)(test_rng_next(seed) % 16));
+        memcpy(q + (size_t)b * 34, &dh, 2);
+        for (int i = 0; i < 32; i++)
+            q[(size_t)b * 34 + 2 + i] = (uint8_t)(test_rng_next(seed) % 255 + 1);
+    }
+    return q;
+}
+
 /* Weights kept in a block format (Q8_0 here; kernels/cpu/qmatmul.h tests every format)
  * go through the same calls: the product and the embedding rows equal those of the
  * dequantized f32 weights, up to f32 summation order for the product (exact mode: the
@@ -187,13 +204,7 @@ static void block_format_weights_match_their_f32_dequantization(void **state)
     assert_int_equal(backend_weight_dtype(be, 10 /* Q2_K */), DT_F32);
     assert_int_equal(backend_weight_bytes(DT_Q8_0, NO, NI), (size_t)NO * NI / 32 * BB);
     uint64_t seed = 21;
-    uint8_t *q = malloc((size_t)NO * NI / 32 * BB);
-    for (int b = 0; b < NO * NI / 32; b++) {
-        const uint16_t dh = f32_to_fp16(0.002f + 0.001f * (float)(test_rng_next(&seed) % 16));
-        memcpy(q + (size_t)b * BB, &dh, 2);
-        for (int i = 0; i < 32; i++)
-            q[(size_t)b * BB + 2 + i] = (uint8_t)(test_rng_next(&seed) % 255 + 1);
-    }
+    uint8_t *q = q8_0_weights(NO, NI, &seed);
     float *wf = malloc(sizeof(float) * NO * NI), *x = rnd((size_t)N * NI, &seed, 1);
     float *bias = rnd(NO, &seed, 1), *yq = malloc(sizeof(float) * N * NO);
     float *yf = malloc(sizeof(float) * N * NO), *eq = malloc(sizeof(float) * 2 * NI);
@@ -216,6 +227,93 @@ static void block_format_weights_match_their_f32_dequantization(void **state)
     assert_memory_equal(eq + NI, wf + 3 * NI, NI * sizeof(float));
     assert_int_equal(backend_embed(be, eq, &wq, bad, 1), DERAS_ERANGE);
     free(q), free(wf), free(x), free(bias), free(yq), free(yf), free(eq);
+}
+
+/* silu's e^x (cpu_kernels.h's cpu_expf, which the backend's 8-lane loop repeats step for
+ * step): within 2 ulp of e^x over its range (the Cephes polynomial's bound, 0.98 ulp
+ * measured here, in units of the f32 spacing at the double result), saturating beyond it; and the backend's
+ * silu_mul, vector lanes and scalar tail alike, equal to the scalar formula bit for bit on
+ * values from -120 to 120 (both clamps), zeros of both signs and tiny ones. */
+static void silu_exp_is_within_two_ulp_and_lanes_match_the_scalar_formula(void **state)
+{
+    (void)state;
+    double worst = 0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+        const double want = exp((double)x), got = cpu_expf(x);
+        const double ulp = ldexp(1.0, ilogb(want) - 23);
+        worst = fmax(worst, fabs(got - want) / ulp);
+    }
+    print_message("cpu_expf: worst error %.2f ulp\n", worst);
+    assert_true(worst <= 2.0);
+    assert_true(cpu_expf(-200.0f) > 0 && cpu_expf(-200.0f) < 1.2e-38f);
+    assert_true(cpu_expf(200.0f) > 2e38f && isfinite(cpu_expf(200.0f)));
+    assert_true(isnan(cpu_expf(NAN)));
+
+    enum { N = 3, DFF = 8 * 40 + 5 }; /* 40 vector steps and a 5-element tail per row */
+    uint64_t seed = 41;
+    float *gu = rnd((size_t)N * 2 * DFF, &seed, 1), *out = malloc(sizeof(float) * N * DFF);
+    for (int i = 0; i < N * 2 * DFF; i += 2 * DFF)
+        for (int j = 0; j < DFF; j++) /* gate from -120 to 120, plus specials */
+            gu[i + j] = j % 41 == 0 ? 0.0f : j % 41 == 1 ? -0.0f : j % 41 == 2 ? 1e-30f
+                                                                 : -120.0f + 240.0f * j / DFF;
+    assert_int_equal(backend_silu_mul(be, out, gu, N, DFF), DERAS_OK);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < DFF; j++) {
+            const float g = gu[(size_t)i * 2 * DFF + j], u = gu[(size_t)i * 2 * DFF + DFF + j];
+            const float want = g / (1.0f + cpu_expf(-g)) * u;
+            if (memcmp(&want, &out[i * DFF + j], sizeof want))
+                fail_msg("silu row %d col %d (g %g): %.9g, scalar formula %.9g", i, j, g,
+                         out[i * DFF + j], want);
+        }
+    free(gu), free(out);
+}
+
+/* The matmul mode switches the backend's products between qmatmul.h's modes: q8 through the
+ * backend equals qmm_matmul's q8 bit for bit (the backend adds nothing but the scratch,
+ * reserved or grown), exact again after switching back; names parse both ways. Rows: 17
+ * and 3, across exact mode's panel threshold (qmatmul.c), so both of its kernels run. */
+static void matmul_mode_picks_the_kernels_arithmetic(void **state)
+{
+    (void)state;
+    enum { NO = 37, NI = 96 };
+    uint64_t seed = 31;
+    uint8_t *q = q8_0_weights(NO, NI, &seed);
+    const backend_weight wq = {.dtype = DT_Q8_0, .rows = NO, .cols = NI, .data = q};
+    const int rows[] = {17, 3};
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+        const int n = rows[ri];
+        float *x = rnd((size_t)n * NI, &seed, 1), *y = malloc(sizeof(float) * n * NO);
+        float *want = malloc(sizeof(float) * n * NO), *exact = malloc(sizeof(float) * n * NO);
+        size_t bytes;
+        assert_int_equal(qmm_scratch_bytes(DT_Q8_0, QMM_Q8, n, NI, &bytes), DERAS_OK);
+        void *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        qmm_args a = {want, x, q, DT_Q8_0, n, NO, NI, QMM_Q8, 1, scratch, bytes, 0, NULL};
+        assert_int_equal(qmm_matmul(&a), DERAS_OK);
+        a.y = exact, a.mode = QMM_EXACT;
+        assert_int_equal(qmm_matmul(&a), DERAS_OK);
+        assert_int_equal(backend_set_matmul_mode(be, BACKEND_MM_Q8), DERAS_OK);
+        if (ri == 0) /* the first size reserved, the second within it */
+            assert_int_equal(backend_reserve_matmul(be, n, NI), DERAS_OK);
+        assert_int_equal(backend_matmul(be, y, x, &wq, NULL, n), DERAS_OK);
+        assert_memory_equal(y, want, sizeof(float) * n * NO);
+        assert_true(memcmp(y, exact, sizeof(float) * n * NO) != 0); /* int8 activations show */
+        assert_int_equal(backend_set_matmul_mode(be, BACKEND_MM_EXACT), DERAS_OK);
+        assert_int_equal(backend_matmul(be, y, x, &wq, NULL, n), DERAS_OK);
+        assert_memory_equal(y, exact, sizeof(float) * n * NO);
+        free(x), free(y), free(want), free(exact), free(scratch);
+    }
+    int m = -1;
+    assert_int_equal(backend_mm_mode_parse("q8", &m), DERAS_OK);
+    assert_int_equal(m, BACKEND_MM_Q8);
+    assert_int_equal(backend_mm_mode_parse("exact", &m), DERAS_OK);
+    assert_int_equal(m, BACKEND_MM_EXACT);
+    assert_int_equal(backend_mm_mode_parse("int8", &m), DERAS_EINVAL);
+    assert_non_null(strstr(deras_errmsg(), "exact or q8"));
+    assert_string_equal(backend_mm_mode_name(BACKEND_MM_Q8), "q8");
+    assert_string_equal(backend_mm_mode_name(5), "unknown");
+    assert_int_equal(backend_set_matmul_mode(be, 2), DERAS_EINVAL);
+    assert_int_equal(backend_reserve_matmul(be, 0, 5), DERAS_EINVAL);
+    free(q);
 }
 
 /* A fused matrix of parts, each in its own format and place, some in GGUF's Q/K row
@@ -370,6 +468,8 @@ int main(void)
         cmocka_unit_test(rope_rotates_half_pairs_by_position),
         cmocka_unit_test(silu_mul_embed_and_gather),
         cmocka_unit_test(block_format_weights_match_their_f32_dequantization),
+        cmocka_unit_test(matmul_mode_picks_the_kernels_arithmetic),
+        cmocka_unit_test(silu_exp_is_within_two_ulp_and_lanes_match_the_scalar_formula),
         cmocka_unit_test(parts_multiply_as_their_tensors_do),
         cmocka_unit_test(parts_that_do_not_make_a_matrix_are_refused),
         cmocka_unit_test(ops_reject_invalid_arguments),

@@ -38,6 +38,7 @@
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
+#include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
 #include "kernels/cpu/qmm_impl.h"
 #include "qmm_ref.h"
@@ -74,7 +75,10 @@ static int run(int dtype, int mode, const uint8_t *w, const float *x, int n, int
 {
     size_t bytes;
     void *scratch = scratch_for(dtype, mode, n, n_in, &bytes);
-    qmm_args a = {y, x, w, dtype, n, n_out, n_in, mode, threads, scratch, bytes, 0};
+    static cpu_pool_t *pool; /* two threads, kept for the whole run */
+    if (!pool)
+        assert_int_equal(cpu_pool_new(2, &pool), DERAS_OK);
+    qmm_args a = {y, x, w, dtype, n, n_out, n_in, mode, threads, scratch, bytes, 0, pool};
     int rc = qmm_matmul(&a);
     free(scratch);
     return rc;
@@ -275,7 +279,7 @@ static int env_case(const char *value)
         int got = qmm_isa_active();
         float x[32] = {1}, y[1];
         uint8_t w[34] = {0};
-        qmm_args a = {y, x, w, DT_Q8_0, 1, 1, 32, QMM_EXACT, 1, NULL, 0, 0};
+        qmm_args a = {y, x, w, DT_Q8_0, 1, 1, 32, QMM_EXACT, 1, NULL, 0, 0, NULL};
         int mm = qmm_matmul(&a);
         if (rc) /* unknown name: every call refuses */
             _exit(got == DERAS_EINVAL && mm == DERAS_EINVAL && strstr(deras_errmsg(), "DERAS_CPU_ISA") ? 0 : 1);
@@ -303,7 +307,7 @@ static void bad_arguments_fail_cleanly(void **state)
     float x[64] = {1}, y[4];
     uint8_t w[4 * 36] = {0};
     uint8_t buf[256] __attribute__((aligned(64)));
-    qmm_args a = {y, x, w, DT_Q8_0, 1, 2, 32, QMM_EXACT, 1, NULL, 0, 0}, b;
+    qmm_args a = {y, x, w, DT_Q8_0, 1, 2, 32, QMM_EXACT, 1, NULL, 0, 0, NULL}, b;
     assert_int_equal(qmm_matmul(&a), DERAS_OK);
     assert_int_equal(qmm_matmul(NULL), DERAS_EINVAL);
     b = a, b.y = NULL;

@@ -128,8 +128,11 @@ static void test_bad_options_exit_2_naming_the_option(void **state)
     run_expect(2, "--kv-cache-memory", "bad budget", "--model", model_dir, "--kv-cache-memory",
                "12 parsecs", NULL);
     run_expect(2, "--device", "bad device", "--model", model_dir, "--device", "tpu", NULL);
+    run_expect(2, "exact or q8", "bad matmul mode", "--model", model_dir, "--matmul-mode", "int4",
+               NULL);
     run_expect(2, NULL, "unknown option", "--model", model_dir, "--frobnicate", NULL);
     run_expect(0, "--kv-cache-memory", "--help", "--help", NULL);
+    run_expect(0, "--matmul-mode", "--help names the mode", "--help", NULL);
 }
 
 static void test_load_failures_exit_1_with_the_reason(void **state)
