@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* js_prims.c - the leaves of a JSON Schema as GBNF: strings (lengths, formats, patterns),
- * integers with exact bounds, numbers, literals and enums (js_internal.h).
+ * integers with exact bounds, numbers, literals and enums (js_internal.h), and the text
+ * builder they and the walk write with.
  *
  * Integer ranges: [lo, hi] splits by sign, then by digit count, then each fixed-length
  * range of digit strings [a, b] becomes the classic prefix recursion (a0 then [a1.., 9..],
@@ -11,6 +12,7 @@
  * stack, not n. Costs: linear in the schema and the text written.
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,50 @@
 
 #define MAX_ENUM_DEPTH 512
 #define MAX_ENUM_VALUES 65536
+
+/* ---- the text builder (js_internal.h) ---- */
+
+int sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p)
+            return deras_fail(DERAS_ENOMEM, "json_schema: out of memory");
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+    return DERAS_OK;
+}
+
+int sb_puts(sbuf *b, const char *s)
+{
+    return sb_put(b, s, strlen(s));
+}
+
+int sb_printf(sbuf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return deras_fail(DERAS_EINTERNAL, "json_schema: a formatted piece over %zu bytes",
+                          sizeof tmp);
+    return sb_put(b, tmp, (size_t)n);
+}
+
+void sb_free(sbuf *b)
+{
+    free(b->s);
+    *b = (sbuf){0};
+}
 
 int js_literal(sbuf *b, const char *s, size_t n)
 {

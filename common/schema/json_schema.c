@@ -32,48 +32,6 @@ void jschema_opts_default(jschema_opts *o)
     o->max_output = 1u << 20;
 }
 
-int sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p)
-            return deras_fail(DERAS_ENOMEM, "json_schema: out of memory");
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-    return DERAS_OK;
-}
-
-int sb_puts(sbuf *b, const char *s)
-{
-    return sb_put(b, s, strlen(s));
-}
-
-int sb_printf(sbuf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return deras_fail(DERAS_EINTERNAL, "json_schema: a formatted piece over %zu bytes",
-                          sizeof tmp);
-    return sb_put(b, tmp, (size_t)n);
-}
-
-void sb_free(sbuf *b)
-{
-    free(b->s);
-    *b = (sbuf){0};
-}
-
 int js_fail(js *c, int code, const char *fmt, ...)
 {
     char msg[384];

@@ -18,8 +18,8 @@
  * GGUF and as safetensors must give bit-identical logits (in the same format).
  *
  * Weights as stored against the dequantized-f32 path (--weight-format f32: every matrix
- * dequantized at load, OpenBLAS): both compute the same weight values in f32 and differ
- * only in summation order (qmatmul.h's kernels against OpenBLAS), ~1e-7 relative per dot
+ * dequantized at load): both compute the same weight values in f32 and differ only in
+ * summation order (qmatmul.h's block kernels against its F32 ones), ~1e-7 relative per dot
  * product of 48-1536 terms; 1e-5 relative L2 for the tiny models (2-3 layers) and 1e-4
  * for the test model (30 layers; it is ~5e-6 in practice) leave a factor of 10-20. The
  * test model's greedy continuations must be identical on both paths except after a step
@@ -29,7 +29,7 @@
  * offsets (conversions_and_misaligned_files): F32 converted to Q8_0 at load equals the
  * Q8_0 GGUF gguf-py wrote from the same weights bit for bit; a file whose tensors start at
  * odd offsets (tests/ref/make_misaligned_gguf.py) gives its source's logits bit for bit,
- * F32 copied (OpenBLAS wants floats aligned), Q8_0 read in place.
+ * F32 copied (its kernels want floats aligned), Q8_0 read in place.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,124 +43,12 @@
 
 #include "common/base/dtype.h"
 #include "common/checkpoint/checkpoint.h"
-#include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "common/tokenizer/tokenizer.h"
 #include "ref_json.h"
 #include "test_util.h"
 #include "engine/model.h"
-
-static backend_t *be;
-
-static int setup(void **state)
-{
-    (void)state;
-    return backend_new("cpu", 2, &be);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    backend_destroy(&be);
-    return 0;
-}
-
-static float *load_f32(const char *path, size_t n)
-{
-    size_t len = 0;
-    char *buf = test_read_file(path, &len);
-    if (!buf)
-        fail_msg("cannot read %s", path);
-    if (len != n * sizeof(float))
-        fail_msg("%s: %zu bytes, expected %zu", path, len, n * sizeof(float));
-    return (float *)buf;
-}
-
-/* A model with a cache for one sequence of up to `cap` tokens, blocks in order. */
-typedef struct runner {
-    checkpoint_t *ck;
-    model_t *m;
-    int32_t *table;
-    int cap, vocab;
-} runner;
-
-#define AS_STORED (-1)
-
-/* convert: AS_STORED, or the enum deras_dtype every matrix is converted to at load;
- * kv_dtype: the KV cache's element type. */
-static void runner_open_with(runner *r, const char *path, int cap, int block_size, int convert,
-                             int kv_dtype)
-{
-    memset(r, 0, sizeof *r);
-    if (checkpoint_open(path, &r->ck))
-        fail_msg("checkpoint_open(%s): %s", path, deras_errmsg());
-    int nb = (cap + block_size - 1) / block_size;
-    model_opts mo = {.max_batch_tokens = cap, .max_seqs = 1, .max_logits = cap,
-                     .block_size = block_size, .n_kv_blocks = nb, .max_blocks_per_seq = nb,
-                     .convert_weights = convert != AS_STORED, .weight_dtype = convert,
-                     .kv_dtype = kv_dtype};
-    if (model_new(r->ck, be, &mo, &r->m))
-        fail_msg("model_new(%s%s%s): %s", path, convert != AS_STORED ? " as " : "",
-                 convert != AS_STORED ? dtype_name(convert) : "", deras_errmsg());
-    r->table = malloc((size_t)nb * sizeof(int32_t));
-    /* blocks in reverse order, so a table mix-up cannot pass by accident */
-    for (int i = 0; i < nb; i++)
-        r->table[i] = nb - 1 - i;
-    r->cap = cap;
-    r->vocab = checkpoint_config(r->ck)->vocab_size;
-}
-
-static void runner_open_as(runner *r, const char *path, int cap, int block_size, int convert)
-{
-    runner_open_with(r, path, cap, block_size, convert, DT_F32);
-}
-
-static void runner_open(runner *r, const char *path, int cap, int block_size)
-{
-    runner_open_with(r, path, cap, block_size, AS_STORED, DT_F32);
-}
-
-static void runner_close(runner *r)
-{
-    model_destroy(&r->m);
-    checkpoint_destroy(&r->ck);
-    free(r->table);
-}
-
-/* Forward tokens[start, start+n) of one sequence; logits for all n rows (or only the last
- * when last_only) into out. */
-static void runner_step(runner *r, const int32_t *tokens, int start, int n, bool last_only, float *out)
-{
-    int32_t q_start[2] = {0, n}, ctx = start + n;
-    int32_t *rows = malloc((size_t)n * sizeof(int32_t));
-    for (int i = 0; i < n; i++)
-        rows[i] = last_only ? n - 1 : i;
-    model_batch bt = {n, tokens + start, 1, q_start, &ctx, r->table, last_only ? 1 : n, rows, 0, NULL};
-    if (model_forward(r->m, &bt, out))
-        fail_msg("model_forward: %s", deras_errmsg());
-    free(rows);
-}
-
-static int32_t argmax(const float *x, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
-/* Greedy continuation of n_gen tokens after prefilling ids[0..n_prompt); ids must have
- * room for n_prompt + n_gen. The first token comes from the prefill's last row. */
-static void runner_greedy(runner *r, int32_t *ids, int n_prompt, int n_gen, float *logits)
-{
-    runner_step(r, ids, 0, n_prompt, true, logits);
-    for (int i = 0; i < n_gen; i++) {
-        ids[n_prompt + i] = argmax(logits, r->vocab);
-        if (i + 1 < n_gen)
-            runner_step(r, ids, n_prompt + i, 1, true, logits);
-    }
-}
+#include "model_runner.h"
 
 /* Bytes of the checkpoint's vectors (norms, biases) as stored, and as the model holds them
  * (f32 on the CPU). */
@@ -390,16 +278,16 @@ static void conversions_and_misaligned_files(void **state)
                      .weight_dtype = DT_Q4_K};
     model_t *m = NULL;
     assert_int_equal(checkpoint_open(f32, &ck), DERAS_OK);
-    assert_int_equal(model_new(ck, be, &mo, &m), DERAS_EUNSUPPORTED);
+    assert_int_equal(model_new(ck, runner_backend, &mo, &m), DERAS_EUNSUPPORTED);
     assert_non_null(strstr(deras_errmsg(), "Q4_K"));
     mo.weight_dtype = 10; /* Q2_K */
-    assert_int_equal(model_new(ck, be, &mo, &m), DERAS_EUNSUPPORTED);
+    assert_int_equal(model_new(ck, runner_backend, &mo, &m), DERAS_EUNSUPPORTED);
     assert_null(m);
     checkpoint_destroy(&ck);
     char *mha = test_data_path("tiny/llama-mha-linear"); /* hidden 48 */
     assert_int_equal(checkpoint_open(mha, &ck), DERAS_OK);
     mo.weight_dtype = DT_Q8_0;
-    assert_int_equal(model_new(ck, be, &mo, &m), DERAS_EFORMAT);
+    assert_int_equal(model_new(ck, runner_backend, &mo, &m), DERAS_EFORMAT);
     if (!strstr(deras_errmsg(), "48 columns are not whole blocks of Q8_0"))
         fail_msg("Q8_0 of 48 columns: %s", deras_errmsg());
     assert_null(m);
@@ -791,17 +679,17 @@ int main(int argc, char **argv)
     const struct CMUnitTest tiny_kv[] = {cmocka_unit_test(tiny_models_with_16_bit_kv_caches)};
     const struct CMUnitTest full_kv[] = {cmocka_unit_test(test_model_with_16_bit_kv_caches)};
     if (argc > 1 && !strcmp(argv[1], "tiny"))
-        return cmocka_run_group_tests(tiny, setup, teardown);
+        return cmocka_run_group_tests(tiny, runner_setup, runner_teardown);
     if (argc > 1 && !strcmp(argv[1], "tiny-kv"))
-        return cmocka_run_group_tests(tiny_kv, setup, teardown);
+        return cmocka_run_group_tests(tiny_kv, runner_setup, runner_teardown);
     if (argc > 1 && !strcmp(argv[1], "f32path")) {
         test_model_path();
-        return cmocka_run_group_tests(f32path, setup, teardown);
+        return cmocka_run_group_tests(f32path, runner_setup, runner_teardown);
     }
     if (argc > 1 && !strcmp(argv[1], "kv")) {
         test_model_path();
-        return cmocka_run_group_tests(full_kv, setup, teardown);
+        return cmocka_run_group_tests(full_kv, runner_setup, runner_teardown);
     }
     test_model_path(); /* skips (or fails under DERAS_REQUIRE_MODEL) without the model */
-    return cmocka_run_group_tests(full, setup, teardown);
+    return cmocka_run_group_tests(full, runner_setup, runner_teardown);
 }
