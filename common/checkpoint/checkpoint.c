@@ -554,6 +554,20 @@ int checkpoint_read_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer, i
     return DERAS_OK;
 }
 
+/* Rows [row0, +n_rows) and columns [col0, +n_cols) lie inside tensor e; DERAS_ERANGE naming
+ * both otherwise. */
+static int check_window(const struct entry *e, int64_t row0, int64_t n_rows, int64_t col0,
+                        int64_t n_cols)
+{
+    if (row0 < 0 || n_rows < 0 || row0 > e->rows || n_rows > e->rows - row0 || col0 < 0 ||
+        n_cols < 0 || col0 > e->cols || n_cols > e->cols - col0)
+        return deras_fail(DERAS_ERANGE, "%s: rows %lld+%lld, columns %lld+%lld of tensor '%s' "
+                          "requested, it is (%lld, %lld)", e->file, (long long)row0,
+                          (long long)n_rows, (long long)col0, (long long)n_cols, e->v.name,
+                          (long long)e->rows, (long long)e->cols);
+    return DERAS_OK;
+}
+
 int checkpoint_read_cols(const checkpoint_t *c, enum ckpt_tensor t, int layer, int64_t row0,
                          int64_t n_rows, int64_t col0, int64_t n_cols, float *dst,
                          float *scratch)
@@ -562,12 +576,8 @@ int checkpoint_read_cols(const checkpoint_t *c, enum ckpt_tensor t, int layer, i
     int rc = lookup(c, t, layer, &e);
     if (rc)
         return rc;
-    if (row0 < 0 || n_rows < 0 || row0 > e->rows || n_rows > e->rows - row0 || col0 < 0 ||
-        n_cols < 0 || col0 > e->cols || n_cols > e->cols - col0)
-        return deras_fail(DERAS_ERANGE, "%s: rows %lld+%lld, columns %lld+%lld of tensor '%s' "
-                          "requested, it is (%lld, %lld)", e->file, (long long)row0,
-                          (long long)n_rows, (long long)col0, (long long)n_cols, e->v.name,
-                          (long long)e->rows, (long long)e->cols);
+    if ((rc = check_window(e, row0, n_rows, col0, n_cols)))
+        return rc;
     if (n_rows == 0 || n_cols == 0)
         return DERAS_OK;
     const int64_t blk = dtype_block_elems(e->v.dtype);
@@ -605,12 +615,8 @@ int checkpoint_read_stored(const checkpoint_t *c, enum ckpt_tensor t, int layer,
     int rc = lookup(c, t, layer, &e);
     if (rc)
         return rc;
-    if (row0 < 0 || n_rows < 0 || row0 > e->rows || n_rows > e->rows - row0 || col0 < 0 ||
-        n_cols < 0 || col0 > e->cols || n_cols > e->cols - col0)
-        return deras_fail(DERAS_ERANGE, "%s: rows %lld+%lld, columns %lld+%lld of tensor '%s' "
-                          "requested, it is (%lld, %lld)", e->file, (long long)row0,
-                          (long long)n_rows, (long long)col0, (long long)n_cols, e->v.name,
-                          (long long)e->rows, (long long)e->cols);
+    if ((rc = check_window(e, row0, n_rows, col0, n_cols)))
+        return rc;
     const int64_t blk = dtype_block_elems(e->v.dtype);
     if (blk <= 0 || col0 % blk || n_cols % blk)
         return deras_fail(DERAS_EFORMAT, "%s: tensor '%s' (%s): columns %lld+%lld are not whole "

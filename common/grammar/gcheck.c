@@ -12,8 +12,10 @@
  * Specialization: rules not in a cycle with other rules (self tail recursion, as in x*, is
  * fine) that are referenced from several places get a copy per call site, callers before
  * callees, within an element budget (16x the lowered grammar + 64k, within max_elements):
- * a rule whose copies do not fit stays shared and the smaller ones after it go on. A rule with one call site has one return position, so the mask cache can treat
- * what lies under it as known (token_grammar.h). The language does not change.
+ * a rule whose copies, with the copies of what it calls, do not fit stays shared and the
+ * smaller ones after it go on. A rule with one call site has one return position, so the
+ * mask cache can treat what lies under it as known (token_grammar.h). The language does
+ * not change.
  * Costs: O(rules + elements) for the graph passes (Tarjan's SCCs, iterative), nullable
  * and productive fixpoints in SCC order, plus the copies made.
  */
@@ -243,7 +245,8 @@ static int specialize(glow *w, int root, const int32_t *order, const int32_t *co
         budget = w->lim.max_elements;
     gb_vec *sites = calloc((size_t)n, sizeof *sites);
     uint8_t *single = calloc((size_t)n, 1); /* its component is itself alone */
-    if (!sites || !single) {
+    long *expand = malloc((size_t)(n ? n : 1) * sizeof *expand);
+    if (!sites || !single || !expand) {
         rc = deras_fail(DERAS_ENOMEM, "grammar: out of memory");
         goto done;
     }
@@ -255,12 +258,27 @@ static int specialize(glow *w, int root, const int32_t *order, const int32_t *co
             for (int e = g->first[r]; e < g->first[r + 1] && !rc; e++)
                 if (g->to[e] != r)
                     rc = gb_push(&sites[g->to[e]], g->pos[e]);
+    /* expand[r]: the elements one more copy of r costs once the rules it calls are copied
+     * along, as they will be (each copy of r is one more call site of each): its own size
+     * plus its callees' expansions (recursive ones are never copied: a call into one is its
+     * reference alone); callees come first in `order`; saturates above the budget. Deciding
+     * by it rather than by r's own size keeps a rule called from many places whose copies
+     * would exhaust the budget (an object under x{0,20}) shared, so that the small rules
+     * under it (strings, numbers), where most tokens cross a rule's end, are still copied
+     * per call site inside it. */
+    for (int i = 0; i < n; i++) {
+        int r = order[i];
+        long size = rule_size(w, r);
+        for (int e = g->first[r]; single[r] && e < g->first[r + 1] && size <= budget; e++)
+            if (g->to[e] != r && single[g->to[e]])
+                size += expand[g->to[e]];
+        expand[r] = size <= budget ? size : budget + 1;
+    }
     for (int i = n - 1; i >= 0 && !rc; i--) { /* callers first */
         int r = order[i];
         if (r == root || !reach[r] || !single[r] || sites[r].n < 2)
             continue;
-        int size = rule_size(w, r);
-        if (w->el.n + (long)size * (sites[r].n - 1) > budget)
+        if (expand[r] > (budget - w->el.n) / (sites[r].n - 1))
             continue; /* too big for what is left: this one stays shared (still correct) */
         for (int s = 1; s < sites[r].n && !rc; s++) {
             int c = -1;
@@ -278,6 +296,7 @@ done:
         gb_vec_free(&sites[r]);
     free(sites);
     free(single);
+    free(expand);
     return rc;
 }
 
