@@ -23,7 +23,6 @@
  * deras-worker's (default: the device's). Results are JSON lines on stdout, progress on
  * stderr.
  */
-#include <cblas.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +30,7 @@
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
+#include "bench/bench_floor.h"
 #include "common/cli/cli_util.h"
 #include "engine/loader.h"
 #include "kernels/backend.h"
@@ -47,57 +47,6 @@ static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Bytes per second reading a 1 GiB array (best of 3). */
-static double read_bandwidth(void)
-{
-    size_t n = (1u << 30) / sizeof(float);
-    float *a = malloc(n * sizeof(float));
-    if (!a)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        a[i] = (float)(i & 7);
-    double best = 0;
-    volatile float sink = 0;
-    for (int r = 0; r < 3; r++) {
-        double t0 = cli_now();
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp parallel for reduction(+ : s0, s1, s2, s3)
-        for (size_t i = 0; i < n; i += 4) {
-            s0 += a[i];
-            s1 += a[i + 1];
-            s2 += a[i + 2];
-            s3 += a[i + 3];
-        }
-        double dt = cli_now() - t0;
-        sink = s0 + s1 + s2 + s3;
-        best = n * sizeof(float) / dt > best ? n * sizeof(float) / dt : best;
-    }
-    (void)sink;
-    free(a);
-    return best;
-}
-
-/* FLOP/s of sgemm on 2048^3 (best of 3). */
-static double sgemm_rate(void)
-{
-    const int n = 2048;
-    float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float)),
-          *c = malloc((size_t)n * n * sizeof(float));
-    if (!a || !b || !c)
-        return 0;
-    for (size_t i = 0; i < (size_t)n * n; i++)
-        a[i] = b[i] = (float)(i % 13) * 0.01f;
-    double best = 0;
-    for (int r = 0; r < 3; r++) {
-        double t0 = cli_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        double rate = 2.0 * n * n * n / (cli_now() - t0);
-        best = rate > best ? rate : best;
-    }
-    free(a), free(b), free(c);
-    return best;
 }
 
 static int parse_lens(const char *s, int *lens, int *n)
@@ -199,7 +148,7 @@ int main(int argc, char **argv)
 
     if (on_cpu)
         fprintf(stderr, "measuring memory bandwidth and sgemm rate...\n");
-    double bw = on_cpu ? read_bandwidth() : given_bw, flops = on_cpu ? sgemm_rate() : given_flops;
+    double bw = on_cpu ? bench_read_bandwidth(0) : given_bw, flops = on_cpu ? bench_sgemm_rate() : given_flops;
     uint64_t wbytes = model_weight_bytes(m);
     /* matrix parameters per token: every linear layer plus the LM head for one row */
     double mm_params = (double)c->n_layers *

@@ -28,7 +28,6 @@
  * ||y - ref|| / ||ref|| against sum w x in double over the weights dequantized by
  * common/base/dtype.c. JSON lines on stdout, progress on stderr.
  */
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -38,6 +37,7 @@
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
+#include "bench/bench_floor.h"
 #include "common/cli/cli_util.h"
 #include "kernels/cpu/cpu_pool.h"
 #include "kernels/cpu/qmatmul.h"
@@ -56,58 +56,6 @@ static const struct shape {
     {"49152x576", 49152, 576}, {"4096x14336", 4096, 14336},
 };
 #define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
-
-/* Bytes per second reading a 1 GiB array on nt threads (best of 3). The reduction is an
- * XOR of 64-bit words into four independent accumulators (one-cycle latency, two loads a
- * cycle: over 40 GB/s per core from cache), so the loop is bound by memory, not by the
- * latency of a chain of float additions (which capped an earlier version near 12 GB/s). */
-static double read_bandwidth(int nt)
-{
-    size_t n = (1u << 30) / sizeof(uint64_t);
-    uint64_t *a = malloc(n * sizeof(uint64_t));
-    if (!a)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        a[i] = i * 0x9e3779b97f4a7c15u;
-    double best = 0;
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < 3; r++) {
-        double t0 = cli_now();
-        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp parallel for num_threads(nt) reduction(^ : s0, s1, s2, s3)
-        for (size_t i = 0; i < n; i += 4) {
-            s0 ^= a[i];
-            s1 ^= a[i + 1];
-            s2 ^= a[i + 2];
-            s3 ^= a[i + 3];
-        }
-        double dt = cli_now() - t0;
-        sink = s0 ^ s1 ^ s2 ^ s3;
-        best = n * sizeof(uint64_t) / dt > best ? n * sizeof(uint64_t) / dt : best;
-    }
-    (void)sink;
-    free(a);
-    return best;
-}
-
-/* FLOP/s of OpenBLAS sgemm on 2048^3 (best of 3), all threads. */
-static double sgemm_rate(void)
-{
-    const int n = 2048;
-    float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float)),
-          *c = malloc((size_t)n * n * sizeof(float));
-    double best = 0;
-    for (size_t i = 0; a && b && c && i < (size_t)n * n; i++)
-        a[i] = b[i] = (float)(i % 13) * 0.01f;
-    for (int r = 0; a && b && c && r < 3; r++) {
-        double t0 = cli_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        double rate = 2.0 * n * n * n / (cli_now() - t0);
-        best = rate > best ? rate : best;
-    }
-    free(a), free(b), free(c);
-    return best;
-}
 
 static int parse_list(const char *s, const char *what, int *out, int max,
                       int (*one)(const char *, int *))
@@ -350,9 +298,9 @@ int main(int argc, char **argv)
         fclose(lf);
     double bw[MAX_LIST];
     printf("{\"bench\":\"machine\",\"best_path\":\"%s\",\"loadavg_1min\":%s,\"sgemm_GFLOPs\":%.1f",
-           qmm_isa_name(qmm_isa_best()), load, sgemm_rate() / 1e9);
+           qmm_isa_name(qmm_isa_best()), load, bench_sgemm_rate() / 1e9);
     for (int t = 0; t < n_threads; t++) {
-        bw[t] = read_bandwidth(threads[t]);
+        bw[t] = bench_read_bandwidth(threads[t]);
         printf(",\"read_bandwidth_GBps_%dt\":%.2f", threads[t], bw[t] / 1e9);
     }
     printf("}\n");
