@@ -230,13 +230,27 @@ static void test_schema_masks(void **state)
     json_t *c = corpus();
     int32_t eog;
     gvocab_t *v = gg_synthetic_vocab(32000, 9, &eog);
-    grammar_t *g = schema_grammar(find(c, "nested realistic"), NULL);
+    /* No recursion: every context is static once small rules are copied per call site. The
+     * bounded nested arrays (an object under x{0,20} holding an array under x{1,8}) are
+     * where specialization must leave the big object shared to copy the small rules under
+     * it: copied by their own size, the object's copies used up the budget and left the
+     * strings and numbers shared, with tens of thousands of uncertain tokens; now only the
+     * tokens that cross the shared object's end depend on which call site it came from. */
+    grammar_t *g = schema_grammar(find(c, "bounded nested arrays"), NULL);
     token_grammar_t *tg = NULL;
     assert_int_equal(token_grammar_new(&g, v, NULL, &tg), 0);
     assert_int_equal(token_grammar_precompute(tg), 0);
     token_grammar_stats st;
     token_grammar_get_stats(tg, &st);
-    assert_int_equal(st.n_uncertain, 0); /* no recursion: every context is static */
+    printf("bounded nested arrays: %llu uncertain ids over every position\n",
+           (unsigned long long)st.n_uncertain);
+    assert_true(st.n_uncertain < 100); /* the shared object's ends (4 here; 92,107 before) */
+    token_grammar_destroy(&tg);
+    g = schema_grammar(find(c, "nested realistic"), NULL);
+    assert_int_equal(token_grammar_new(&g, v, NULL, &tg), 0);
+    assert_int_equal(token_grammar_precompute(tg), 0);
+    token_grammar_get_stats(tg, &st);
+    assert_int_equal(st.n_uncertain, 0);
     /* walks through the mask against brute force on a sample, to the end of the object */
     uint32_t *mask = calloc(gvocab_mask_words(v), 4);
     uint64_t rng = 4;
