@@ -42,27 +42,24 @@ INL float hsum(__m512 v)
  * i + 2, level 4 i and i + 1, exactly hsum's pairs, so every sum is hsum's. After level
  * 4, accumulator k sits in lane 4 (k % 4) + k / 4. Unused accumulators are zeros, which
  * never meet a used one. */
-INL __m512 sum_pairs_x4(__m512 a, __m512 b, const int lo, const int hi)
-{
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, lo), _mm512_shuffle_f32x4(a, b, hi));
-}
-
-INL __m512 sum_pairs_ps(__m512 a, __m512 b, const int lo, const int hi)
-{
-    return _mm512_add_ps(_mm512_shuffle_ps(a, b, lo), _mm512_shuffle_ps(a, b, hi));
-}
+/* Macros, not functions: the shuffles' selectors must be constants where they are written
+ * (clang checks before inlining, and the fuzz build is clang at -O0). */
+#define SUM_PAIRS_X4(a, b, lo, hi)                                                                \
+    _mm512_add_ps(_mm512_shuffle_f32x4((a), (b), (lo)), _mm512_shuffle_f32x4((a), (b), (hi)))
+#define SUM_PAIRS_PS(a, b, lo, hi)                                                                \
+    _mm512_add_ps(_mm512_shuffle_ps((a), (b), (lo)), _mm512_shuffle_ps((a), (b), (hi)))
 
 INL void hsum16(const __m512 *a, const int n, float out[16])
 {
     __m512 l1[8], l2[4], l3[2];
     const __m512 z = _mm512_setzero_ps();
     UNROLL for (int k = 0; k < 8; k++)
-        l1[k] = 2 * k < n ? sum_pairs_x4(a[2 * k], 2 * k + 1 < n ? a[2 * k + 1] : z, 0x44, 0xEE) : z;
+        l1[k] = 2 * k < n ? SUM_PAIRS_X4(a[2 * k], 2 * k + 1 < n ? a[2 * k + 1] : z, 0x44, 0xEE) : z;
     UNROLL for (int k = 0; k < 4; k++)
-        l2[k] = 4 * k < n ? sum_pairs_x4(l1[2 * k], l1[2 * k + 1], 0x88, 0xDD) : z;
+        l2[k] = 4 * k < n ? SUM_PAIRS_X4(l1[2 * k], l1[2 * k + 1], 0x88, 0xDD) : z;
     UNROLL for (int k = 0; k < 2; k++)
-        l3[k] = 8 * k < n ? sum_pairs_ps(l2[2 * k], l2[2 * k + 1], 0x44, 0xEE) : z;
-    _mm512_storeu_ps(out, sum_pairs_ps(l3[0], l3[1], 0x88, 0xDD));
+        l3[k] = 8 * k < n ? SUM_PAIRS_PS(l2[2 * k], l2[2 * k + 1], 0x44, 0xEE) : z;
+    _mm512_storeu_ps(out, SUM_PAIRS_PS(l3[0], l3[1], 0x88, 0xDD));
 }
 
 /* res[o][r] = hsum(acc[o][r]) for an OT x RT tile (OT * RT <= 32); below 8 sums, one hsum
