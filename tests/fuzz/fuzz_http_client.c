@@ -7,7 +7,8 @@
  * same result however the bytes arrive: checked against one read of the whole), the rest
  * is a response. The decoded body never exceeds the bytes fed; every `data:` event of it
  * goes through the chunk scanner, which must agree with jansson: whatever jansson reads as
- * an object the scanner accepts, with the same usage and finish_reason. A bounded head
+ * an object the scanner accepts, with the same usage and finish_reason (for events without
+ * a raw NUL byte, which jansson skips between tokens and the scanner refuses). A bounded head
  * cap is checked too.
  */
 #include <jansson.h>
@@ -33,7 +34,10 @@ static void scan_event(const char *p, size_t n)
     int rc = oai_chunk_scan(p, n, &c);
     CHECK(rc == DERAS_OK || rc == DERAS_EFORMAT);
     json_t *o = json_loadb(p, n, JSON_ALLOW_NUL, NULL);
-    if (json_is_object(o)) {
+    /* A raw NUL byte outside a string is not JSON; jansson reads past one between tokens
+     * (`"text":0\0,`), the scanner refuses it: agreement is asked only without raw NULs
+     * (escaped \u0000 in strings is JSON, and both read it). */
+    if (json_is_object(o) && !memchr(p, 0, n)) {
         CHECK(rc == DERAS_OK);
         const json_t *usage = json_object_get(o, "usage");
         const json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
