@@ -207,20 +207,6 @@ static void add_bias(float *y, const float *bias, int n, int n_out)
     }
 }
 
-/* f32 weights: qmatmul.h's F32 kernels (exact in both modes), not OpenBLAS: one fixed
- * summation order per row whatever n is (sgemv and sgemm add in different orders, so a
- * row's result depended on its batch) and the backend's pool instead of OpenMP threads. */
-static int cpu_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
-                      int n_out, int n_in)
-{
-    const qmm_args a = {.y = y, .x = x, .w = w, .dtype = DT_F32, .n = n, .n_out = n_out,
-                        .n_in = n_in, .mode = QMM_EXACT, .pool = ((cpu_backend *)b)->pool};
-    int rc = qmm_matmul(&a);
-    if (!rc && bias)
-        add_bias(y, bias, n, n_out);
-    return rc;
-}
-
 /* Every format qmatmul.h computes on stays as stored (F16 and BF16 included, so a 16-bit
  * checkpoint takes 2 bytes a weight). */
 static bool cpu_keeps(int dtype)
@@ -298,6 +284,18 @@ static void unpermute(float *y, int ldy, int n, int rows, int hd)
                 s[half + i] = tmp[2 * i + 1];
             }
         }
+}
+
+/* f32 weights: qmatmul.h's F32 kernels (exact in both modes), not OpenBLAS: one fixed
+ * summation order per row whatever n is (sgemv and sgemm add in different orders, so a
+ * row's result depended on its batch) and the backend's pool instead of OpenMP threads. */
+static int cpu_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
+                      int n_out, int n_in)
+{
+    int rc = product((cpu_backend *)b, y, n_out, x, DT_F32, w, n_out, n_in, n);
+    if (!rc && bias)
+        add_bias(y, bias, n, n_out);
+    return rc;
 }
 
 /* Weights in a format other than f32, or made of parts: one product per part into its
