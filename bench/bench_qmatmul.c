@@ -2,7 +2,7 @@
 /* bench_qmatmul.c - the quantized matrix products (kernels/cpu/qmatmul.h) against this
  * machine's floors, and their error against a double-precision reference.
  *
- *   bench_qmatmul [--formats Q4_0,Q8_0,...] [--paths scalar,avx2,avx512] [--modes exact,q8]
+ *   bench_qmatmul [--formats Q4_0,Q8_0,...] [--paths scalar,avx2,avx512] [--modes exact,q8,packed]
  *                 [--shapes 576x576,...] [--ns 1,128,512] [--threads 1,2] [--min-time 0.3]
  *                 [--no-errors]
  *
@@ -82,9 +82,16 @@ static int one_dtype(const char *s, int *v)
     return -1;
 }
 
+/* The modes measured: qmatmul.h's two, and q8 on packed weights (qmm_pack). */
+#define PACKED 2
+static const char *const mode_names[] = {"exact", "q8", "packed"};
+
 static int one_mode(const char *s, int *v)
 {
-    return !strcmp(s, "exact") ? (*v = QMM_EXACT, 0) : !strcmp(s, "q8") ? (*v = QMM_Q8, 0) : -1;
+    for (int i = 0; i <= PACKED; i++)
+        if (!strcmp(s, mode_names[i]))
+            return *v = i, 0;
+    return -1;
 }
 
 static int one_shape(const char *s, int *v)
@@ -105,6 +112,8 @@ static int one_int(const char *s, int *v)
 typedef struct bench {
     uint8_t *pool;     /* copies of one matrix, at least POOL_BYTES */
     size_t mat_bytes;
+    uint8_t *packed;   /* the same copies packed (qmm_pack), NULL for other formats */
+    size_t packed_bytes;
     int n_copies;
     float *x, *y;
     void *scratch;
@@ -116,11 +125,13 @@ typedef struct bench {
 /* Best seconds per call of qmm_matmul with these arguments, rotating through the copies. */
 static double time_calls(bench *b, int dtype, int mode, int n, int n_out, int n_in, int nt)
 {
-    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, nt, b->scratch, b->scratch_bytes,
-                  0, b->threads};
+    const int packed = mode == PACKED;
+    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, packed ? QMM_Q8 : mode, nt,
+                  b->scratch, b->scratch_bytes, 0, b->threads, packed};
     double best = 1e30, start = cli_now();
     for (int i = 0; i < 3 || cli_now() - start < b->min_time; i++) {
-        a.w = b->pool + (size_t)(i % b->n_copies) * b->mat_bytes;
+        a.w = packed ? b->packed + (size_t)(i % b->n_copies) * b->packed_bytes
+                     : b->pool + (size_t)(i % b->n_copies) * b->mat_bytes;
         double t0 = cli_now();
         if (qmm_matmul(&a)) {
             fprintf(stderr, "bench_qmatmul: %s\n", deras_errmsg());
@@ -138,8 +149,9 @@ static void measure_error(bench *b, int dtype, int mode, const struct shape *s, 
     const int n = 4, n_out = s->n_out, n_in = s->n_in;
     float *wf = malloc(sizeof(float) * (size_t)n_out * n_in);
     dtype_to_f32(dtype, b->pool, wf, (int64_t)n_out * n_in);
-    qmm_args a = {b->y, b->x, b->pool, dtype, n, n_out, n_in, mode, 0, b->scratch, b->scratch_bytes,
-                  0, b->threads};
+    const int packed = mode == PACKED;
+    qmm_args a = {b->y, b->x, packed ? b->packed : b->pool, dtype, n, n_out, n_in,
+                  packed ? QMM_Q8 : mode, 0, b->scratch, b->scratch_bytes, 0, b->threads, packed};
     if (qmm_matmul(&a)) {
         fprintf(stderr, "bench_qmatmul: %s\n", deras_errmsg());
         exit(1);
@@ -157,7 +169,7 @@ static void measure_error(bench *b, int dtype, int mode, const struct shape *s, 
         }
     printf("{\"bench\":\"qmatmul_error\",\"format\":\"%s\",\"mode\":\"%s\",\"path\":\"%s\","
            "\"shape\":\"%s\",\"rows\":%d,\"max_err_over_max_ref\":%.3e,\"rel_l2\":%.3e}\n",
-           dtype_name(dtype), mode ? "q8" : "exact", path, s->name, n, max_err / max_ref,
+           dtype_name(dtype), mode_names[mode], path, s->name, n, max_err / max_ref,
            sqrt(num / den));
     fflush(stdout);
     free(wf);
@@ -178,7 +190,7 @@ static void measure_overhead(bench *b)
     static uint8_t w[128 * 1024 / 32 * 18];
     qref_weights(DT_Q4_0, 128, 1024, &seed, w);
     const int reps = 20000;
-    qmm_args a = {b->y, b->x, w, DT_Q4_0, 1, 4, 32, QMM_EXACT, 1, NULL, 0, 0, b->threads};
+    qmm_args a = {b->y, b->x, w, DT_Q4_0, 1, 4, 32, QMM_EXACT, 1, NULL, 0, 0, b->threads, 0};
     double best_tiny = 1e30, best_region = 1e30, best_job = 1e30, best1 = 1e30, best2 = 1e30;
     for (int round = 0; round < 5; round++) {
         double t0 = cli_now();
@@ -198,7 +210,7 @@ static void measure_overhead(bench *b)
             cpu_pool_run(b->threads, 2, 2, empty_item, NULL);
         best_job = fmin(best_job, (cli_now() - t0) / reps);
         /* 128 x 1024 Q4_0: 131k multiply-adds, just enough for two threads */
-        qmm_args c = {b->y, b->x, w, DT_Q4_0, 1, 128, 1024, QMM_EXACT, 1, NULL, 0, 0, b->threads};
+        qmm_args c = {b->y, b->x, w, DT_Q4_0, 1, 128, 1024, QMM_EXACT, 1, NULL, 0, 0, b->threads, 0};
         t0 = cli_now();
         for (int i = 0; i < reps / 10; i++)
             qmm_matmul(&c);
@@ -218,7 +230,7 @@ static void measure_overhead(bench *b)
 
 int main(int argc, char **argv)
 {
-    int dts[MAX_LIST], n_dts = 0, paths[3], n_paths = 0, modes[2] = {QMM_EXACT, QMM_Q8}, n_modes = 2;
+    int dts[MAX_LIST], n_dts = 0, paths[3], n_paths = 0, modes[3] = {QMM_EXACT, QMM_Q8, PACKED}, n_modes = 3;
     int ns[MAX_LIST] = {1, 128, 512}, n_ns = 3, threads[MAX_LIST] = {1, 2}, n_threads = 2;
     int shs[MAX_LIST], n_shs = 0;
     bool errors = true;
@@ -242,7 +254,7 @@ int main(int argc, char **argv)
         else if (!strcmp(arg, "--paths"))
             rc = n_paths = parse_list(val, "path", paths, 3, qmm_isa_parse);
         else if (!strcmp(arg, "--modes"))
-            rc = n_modes = parse_list(val, "mode", modes, 2, one_mode);
+            rc = n_modes = parse_list(val, "mode", modes, 3, one_mode);
         else if (!strcmp(arg, "--shapes"))
             rc = n_shs = parse_list(val, "shape", shs, MAX_LIST, one_shape);
         else if (!strcmp(arg, "--ns"))
@@ -254,7 +266,7 @@ int main(int argc, char **argv)
         else
             rc = -1;
         if (rc <= 0) {
-            fprintf(stderr, "usage: bench_qmatmul [--formats F,..] [--paths P,..] [--modes exact,q8] "
+            fprintf(stderr, "usage: bench_qmatmul [--formats F,..] [--paths P,..] [--modes exact,q8,packed] "
                             "[--shapes 576x576,..] [--ns 1,128,512] [--threads 1,2] [--min-time S] "
                             "[--no-errors]\n");
             return 2;
@@ -320,11 +332,16 @@ int main(int argc, char **argv)
             qref_weights(dt, s->n_out, s->n_in, &seed, b.pool);
             for (int c = 1; c < b.n_copies; c++)
                 memcpy(b.pool + c * b.mat_bytes, b.pool, b.mat_bytes);
+            b.packed = NULL;
+            if (qmm_packs(dt) && !qmm_pack_bytes(dt, s->n_out, s->n_in, &b.packed_bytes) &&
+                (b.packed = malloc(b.packed_bytes * b.n_copies)))
+                for (int c = 0; c < b.n_copies; c++)
+                    qmm_pack(b.packed + c * b.packed_bytes, b.pool, dt, s->n_out, s->n_in);
             fprintf(stderr, "%s %s (%.1f MB)\n", dtype_name(dt), s->name, b.mat_bytes / 1e6);
             for (int mi = 0; mi < n_modes; mi++) {
                 const int mode = modes[mi];
-                if (mode == QMM_Q8 && (dt == DT_F32 || dt == DT_F16))
-                    continue; /* computed as exact */
+                if ((mode == QMM_Q8 && (dt == DT_F32 || dt == DT_F16)) || (mode == PACKED && !b.packed))
+                    continue; /* computed as exact; no packed layout */
                 if (errors && s->n_out * (double)s->n_in < 1e8) {
                     qmm_isa_force(qmm_isa_best());
                     measure_error(&b, dt, mode, s, qmm_isa_name(qmm_isa_best()));
@@ -343,13 +360,13 @@ int main(int argc, char **argv)
                                    "\"path\":\"%s\",\"shape\":\"%s\",\"n\":%d,\"threads\":%d,"
                                    "\"us\":%.1f,\"floor_us\":%.1f,\"weight_GBps\":%.2f,"
                                    "\"GFLOPs\":%.2f,\"frac_read_bw\":%.3f}\n",
-                                   dtype_name(dt), mode ? "q8" : "exact", qmm_isa_name(paths[pi]),
+                                   dtype_name(dt), mode_names[mode], qmm_isa_name(paths[pi]),
                                    s->name, n, nt, t * 1e6, b.mat_bytes / bw[ti] * 1e6, gbps,
                                    2 * macs / t / 1e9, gbps * 1e9 / bw[ti]);
                             fflush(stdout);
                         }
             }
-            free(b.pool);
+            free(b.pool), free(b.packed);
         }
     }
     free(b.x), free(b.y), free(b.scratch);

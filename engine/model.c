@@ -278,6 +278,8 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
         m->lm_head = ws_first_rows(&m->tok_embd, m->vocab);
     else if ((rc = ws_matrix(ws, &m->lm_head, &head, 1, 0, ck, 0)))
         goto fail;
+    if ((rc = ws_pack(ws, &m->lm_head))) /* the embedding lookups keep the stored rows */
+        goto fail;
     if (opts->progress)
         opts->progress(opts->progress_ctx, 2, total);
 
@@ -303,7 +305,9 @@ int model_new(const checkpoint_t *ck, backend_t *b, const model_opts *opts, mode
             (rc = ws_matrix(ws, &L->wo, &wo, 1, l, ck, 0)) ||
             (rc = ws_vectors(ws, &L->ffn_norm, &ffn_norm, 1, l, ck)) ||
             (rc = ws_matrix(ws, &L->wgu, gu, 2, l, ck, 0)) ||
-            (rc = ws_matrix(ws, &L->wdown, &down, 1, l, ck, 0)))
+            (rc = ws_matrix(ws, &L->wdown, &down, 1, l, ck, 0)) ||
+            (rc = ws_pack(ws, &L->wqkv)) || (rc = ws_pack(ws, &L->wo)) ||
+            (rc = ws_pack(ws, &L->wgu)) || (rc = ws_pack(ws, &L->wdown)))
             goto fail;
         if ((rc = balloc(m, &L->k_cache, cache_bytes, 1)) ||
             (rc = balloc(m, &L->v_cache, cache_bytes, 1)))

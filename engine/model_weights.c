@@ -70,6 +70,9 @@ void ws_release(weight_store *ws)
     free(ws->bufs);
     ws->bufs = NULL;
     ws->n_bufs = ws->cap_bufs = 0;
+    free(ws->maps);
+    ws->maps = NULL;
+    ws->n_maps = ws->cap_maps = 0;
     checkpoint_destroy(&ws->ck);
     ws_done_loading(ws);
     ws->owned_bytes = ws->mapped_bytes = 0;
@@ -183,6 +186,59 @@ static int fill(weight_store *ws, const plan *p, int layer, const checkpoint_t *
     return DERAS_OK;
 }
 
+/* Note a mapped range; one that continues the last (a file's gate and up tensors, which
+ * merge_parts makes one descriptor) extends it. */
+static int note_map(weight_store *ws, const void *p, size_t n)
+{
+    struct ws_map *last = ws->n_maps ? &ws->maps[ws->n_maps - 1] : NULL;
+    if (last && (const char *)last->p + last->n == (const char *)p) {
+        last->n += n;
+        return DERAS_OK;
+    }
+    if (ws->n_maps == ws->cap_maps) {
+        const int cap = ws->cap_maps ? 2 * ws->cap_maps : 64;
+        struct ws_map *m = realloc(ws->maps, (size_t)cap * sizeof *m);
+        if (!m)
+            return deras_fail(DERAS_ENOMEM, "model: out of memory");
+        ws->maps = m;
+        ws->cap_maps = cap;
+    }
+    ws->maps[ws->n_maps++] = (struct ws_map){p, n};
+    return DERAS_OK;
+}
+
+/* Drop the pages of [p, p + n) from the process when the range is one a weight maps
+ * (never memory the store owns: those bytes would be lost). */
+static void drop_if_mapped(weight_store *ws, const void *p, size_t n)
+{
+    for (int i = 0; i < ws->n_maps; i++) {
+        const char *m = ws->maps[i].p;
+        if ((const char *)p >= m && (const char *)p + n <= m + ws->maps[i].n) {
+            checkpoint_release(p, n);
+            ws->mapped_bytes -= n < ws->mapped_bytes ? n : ws->mapped_bytes;
+            return;
+        }
+    }
+}
+
+int ws_pack(weight_store *ws, backend_weight *w)
+{
+    const size_t bytes = backend_pack_bytes(ws->be, w);
+    if (!bytes)
+        return DERAS_OK;
+    void *buf;
+    int rc = ws_alloc(ws, bytes, &buf);
+    if (rc || (rc = backend_pack(ws->be, w, buf)))
+        return rc;
+    if (!w->n_parts && w->packed)
+        drop_if_mapped(ws, w->data, backend_weight_bytes(w->dtype, w->rows, w->cols));
+    for (int i = 0; i < w->n_parts; i++)
+        if (w->parts[i].packed)
+            drop_if_mapped(ws, w->parts[i].data,
+                           backend_weight_bytes(w->parts[i].dtype, w->parts[i].rows, w->cols));
+    return DERAS_OK;
+}
+
 /* Merge parts that continue one another in memory (same format and row order), e.g. a
  * file's gate and up tensors stored back to back. */
 static void merge_parts(backend_weight *w)
@@ -243,13 +299,15 @@ int ws_matrix(weight_store *ws, backend_weight *w, const ws_slice *slices, int n
     }
     for (int i = 0; i < n; i++) {
         backend_weight_part *part = &w->parts[w->n_parts++];
-        *part = (backend_weight_part){p[i].kept, (int)p[i].s.n_rows, p[i].src, p[i].perm};
+        *part = (backend_weight_part){p[i].kept, (int)p[i].s.n_rows, p[i].src, p[i].perm, NULL};
         const size_t bytes = (size_t)p[i].s.n_rows * p[i].out_row_bytes;
         if (p[i].how == MAP) {
             if (!ws->ck)
                 ws->ck = checkpoint_retain(ck);
             checkpoint_prefetch(p[i].src, bytes);
             ws->mapped_bytes += bytes;
+            if ((rc = note_map(ws, p[i].src, bytes)))
+                return rc;
         } else if ((rc = ws_alloc(ws, bytes, &buf)) || (rc = fill(ws, &p[i], layer, ck, buf))) {
             return rc;
         } else {
@@ -260,7 +318,7 @@ int ws_matrix(weight_store *ws, backend_weight *w, const ws_slice *slices, int n
         const size_t bytes = backend_weight_bytes(p[0].kept, extra_rows, cols);
         if ((rc = ws_alloc(ws, bytes, &buf)))
             return rc;
-        w->parts[w->n_parts++] = (backend_weight_part){p[0].kept, extra_rows, buf, 0};
+        w->parts[w->n_parts++] = (backend_weight_part){p[0].kept, extra_rows, buf, 0, NULL};
     }
     merge_parts(w);
     return DERAS_OK;

@@ -54,6 +54,8 @@ typedef struct weight_store {
     void **bufs;         /* backend memory the store owns */
     int n_bufs, cap_bufs;
     uint64_t owned_bytes, mapped_bytes;
+    struct ws_map { const void *p; size_t n; } *maps; /* the file ranges weights map */
+    int n_maps, cap_maps;
     float *stage;        /* host staging: stage_elems f32 rows, then as many bytes for the
                             converted rows */
     size_t stage_elems;
@@ -88,6 +90,13 @@ int ws_kept_dtype(const weight_store *ws, int stored);
  * format; checkpoint and backend errors as they come. */
 int ws_matrix(weight_store *ws, backend_weight *w, const ws_slice *slices, int n, int layer,
               const checkpoint_t *ck, int extra_rows);
+
+/* w laid out again for the backend's matmul mode (backend_pack: the CPU's q8 mode), in
+ * memory the store owns; the file pages of what w maps are then dropped from the
+ * process (madvise: they come back from the page cache if an embedding lookup or an
+ * exact-mode product reads them), so weights are not held twice. Nothing when the backend
+ * packs nothing. DERAS_ENOMEM, backend errors. O(weight bytes). */
+int ws_pack(weight_store *ws, backend_weight *w);
 
 /* Vectors (norms, fused biases) end to end in one buffer in the backend's dtype. */
 int ws_vectors(weight_store *ws, void **dst, const ws_slice *slices, int n, int layer,

@@ -286,6 +286,17 @@ int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols)
     return b->ops->reserve_matmul ? b->ops->reserve_matmul(b, max_rows, max_cols) : DERAS_OK;
 }
 
+size_t backend_pack_bytes(const backend_t *b, const backend_weight *w)
+{
+    return b && w && b->ops->pack_bytes ? b->ops->pack_bytes(b, w) : 0;
+}
+
+int backend_pack(backend_t *b, backend_weight *w, void *buf)
+{
+    CHECK(b && w && buf, "pack");
+    return b->ops->pack ? b->ops->pack(b, w, buf) : DERAS_OK;
+}
+
 int backend_gather_rows(backend_t *b, void *out, const void *x, const int32_t *rows, int n, int d)
 {
     CHECK(b && out && x && rows && n > 0 && d > 0 && out != x, "gather_rows");

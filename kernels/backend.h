@@ -82,12 +82,14 @@ typedef struct backend_weight_part {
     int rows;
     const void *data;   /* (rows, cols) in dtype, any alignment backend_can_map accepts */
     int qk_perm_hd;     /* 0, or the head size of the GGUF Q/K row order (even, divides rows) */
+    const void *packed; /* NULL, or the same rows as backend_pack laid them out */
 } backend_weight_part;
 
 typedef struct backend_weight {
     int dtype;
     int rows, cols;
     const void *data;
+    const void *packed; /* NULL, or data as backend_pack laid it out (n_parts 0) */
     int n_parts;        /* 0: data holds the matrix; 1..BACKEND_WEIGHT_MAX_PARTS: parts */
     backend_weight_part parts[BACKEND_WEIGHT_MAX_PARTS];
 } backend_weight;
@@ -166,6 +168,19 @@ int backend_set_matmul_mode(backend_t *b, int mode);
  * DERAS_ENOMEM. O(max_rows * max_cols) bytes at most 2 per element; nothing on backends
  * that need nothing. */
 int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols);
+
+/* Weights laid out again for the current matmul mode, once, at load: on the CPU in q8
+ * mode the legacy block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) get a copy in
+ * kernels/cpu/qmatmul.h's packed layout (16 rows in the lanes of a vector; the copy has
+ * the stored bytes), which backend_matmul then reads in q8 mode instead of the stored
+ * rows. backend_pack_bytes: the bytes that copy of w (of each of its parts) takes, 0 when
+ * nothing is packed (another mode, format or backend). backend_pack: writes it into buf
+ * (backend memory of that many bytes, owned by the caller for w's life) and sets w's
+ * `packed` pointers; w's data stays valid and is still what embedding lookups and exact
+ * mode read (a caller that will not read it again may drop its pages). DERAS_EINVAL for
+ * NULL arguments. O(weight bytes). */
+size_t backend_pack_bytes(const backend_t *b, const backend_weight *w);
+int backend_pack(backend_t *b, backend_weight *w, void *buf);
 
 /* "exact", "q8"; backend_mm_mode_parse is the inverse (DERAS_EINVAL naming the choices). */
 const char *backend_mm_mode_name(int mode);

@@ -54,6 +54,9 @@ struct backend_ops {
     int (*set_matmul_mode)(backend_t *b, int mode);
     /* checked sizes; NULL where nothing is needed */
     int (*reserve_matmul)(backend_t *b, int max_rows, int max_cols);
+    /* backend_pack_bytes, backend_pack (w and buf checked); NULL where nothing is packed */
+    size_t (*pack_bytes)(const backend_t *b, const backend_weight *w);
+    int (*pack)(backend_t *b, backend_weight *w, void *buf);
 };
 
 struct backend {

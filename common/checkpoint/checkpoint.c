@@ -663,6 +663,17 @@ void checkpoint_prefetch(const void *p, size_t n)
         (void)*(const volatile unsigned char *)a;
 }
 
+void checkpoint_release(const void *p, size_t n)
+{
+    if (!p || !n)
+        return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)p + n) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 uint64_t checkpoint_file_bytes(const checkpoint_t *c)
 {
     return c ? c->file_bytes : 0;

@@ -133,6 +133,11 @@ int checkpoint_stored_rows(const checkpoint_t *c, enum ckpt_tensor t, int layer,
  * is ready, not at its first request. Harmless on any other readable memory. O(n / page). */
 void checkpoint_prefetch(const void *p, size_t n);
 
+/* The opposite: the whole pages inside [p, p + n) of a tensor in a mapped file leave the
+ * process's resident memory (they are read again from the page cache if touched). Only
+ * for file mappings that are never written. Advice: a failure changes nothing. */
+void checkpoint_release(const void *p, size_t n);
+
 /* Bytes of the mapped tensor data the model uses (what reading every role of every layer
  * would touch); unused tensors (a tied config's lm_head, rope_freqs) are not counted. */
 uint64_t checkpoint_file_bytes(const checkpoint_t *c);

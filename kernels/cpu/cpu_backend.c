@@ -255,18 +255,60 @@ static int cpu_reserve_matmul(backend_t *b, int max_rows, int max_cols)
  * in the backend's mode (F32 exact in both), on the backend's pool. The Q8 mode's scratch
  * is reserved at load (backend_reserve_matmul) and grows only for a call beyond it. */
 static int product(cpu_backend *cb, float *y, int ldy, const float *x, int dtype, const void *w,
-                   int rows, int cols, int n)
+                   const void *packed, int rows, int cols, int n)
 {
     const int mode = dtype != DT_F32 && cb->mm_mode == BACKEND_MM_Q8 ? QMM_Q8 : QMM_EXACT;
     size_t need;
     int rc = qmm_scratch_bytes(dtype, mode, n, cols, &need);
     if (rc || (rc = scratch_at_least(cb, need)))
         return rc;
-    const qmm_args a = {.y = y, .x = x, .w = w, .dtype = dtype, .n = n, .n_out = rows,
-                        .n_in = cols, .mode = mode, .scratch = need ? cb->scratch : NULL,
+    const int use_packed = packed && mode == QMM_Q8;
+    const qmm_args a = {.y = y, .x = x, .w = use_packed ? packed : w, .dtype = dtype, .n = n,
+                        .n_out = rows, .n_in = cols, .mode = mode,
+                        .scratch = need ? cb->scratch : NULL,
                         .scratch_bytes = need ? cb->scratch_bytes : 0, .ldy = ldy,
-                        .pool = cb->pool};
+                        .pool = cb->pool, .packed = use_packed};
     return qmm_matmul(&a);
+}
+
+/* Packing (backend_pack): in q8 mode, each packable matrix (w itself or each part) gets
+ * qmatmul.h's packed copy, one after another in buf. */
+static size_t pack_size(int dtype, int rows, int cols)
+{
+    size_t b = 0;
+    return qmm_packs(dtype) && !qmm_pack_bytes(dtype, rows, cols, &b) ? (b + 63) & ~(size_t)63 : 0;
+}
+
+static size_t cpu_pack_bytes(const backend_t *b, const backend_weight *w)
+{
+    if (((const cpu_backend *)b)->mm_mode != BACKEND_MM_Q8)
+        return 0;
+    size_t total = w->n_parts ? 0 : pack_size(w->dtype, w->rows, w->cols);
+    for (int i = 0; i < w->n_parts; i++)
+        total += pack_size(w->parts[i].dtype, w->parts[i].rows, w->cols);
+    return total;
+}
+
+static int cpu_pack(backend_t *b, backend_weight *w, void *buf)
+{
+    if (((cpu_backend *)b)->mm_mode != BACKEND_MM_Q8)
+        return DERAS_OK;
+    char *at = buf;
+    int rc = DERAS_OK;
+    if (!w->n_parts && pack_size(w->dtype, w->rows, w->cols)) {
+        if (!(rc = qmm_pack(at, w->data, w->dtype, w->rows, w->cols)))
+            w->packed = at;
+    }
+    for (int i = 0; !rc && i < w->n_parts; i++) {
+        backend_weight_part *p = &w->parts[i];
+        const size_t sz = pack_size(p->dtype, p->rows, w->cols);
+        if (!sz)
+            continue;
+        if (!(rc = qmm_pack(at, p->data, p->dtype, p->rows, w->cols)))
+            p->packed = at;
+        at += sz;
+    }
+    return rc;
 }
 
 /* A part stored in GGUF's Q/K row order gave y its outputs in that order: put them in the
@@ -292,7 +334,7 @@ static void unpermute(float *y, int ldy, int n, int rows, int hd)
 static int cpu_matmul(backend_t *b, void *y, const void *x, const void *w, const void *bias, int n,
                       int n_out, int n_in)
 {
-    int rc = product((cpu_backend *)b, y, n_out, x, DT_F32, w, n_out, n_in, n);
+    int rc = product((cpu_backend *)b, y, n_out, x, DT_F32, w, NULL, n_out, n_in, n);
     if (!rc && bias)
         add_bias(y, bias, n, n_out);
     return rc;
@@ -306,11 +348,11 @@ static int cpu_matmul_q(backend_t *b, void *y, const void *x, const backend_weig
     cpu_backend *cb = (cpu_backend *)b;
     int rc = DERAS_OK;
     if (!w->n_parts)
-        rc = product(cb, y, w->rows, x, w->dtype, w->data, w->rows, w->cols, n);
+        rc = product(cb, y, w->rows, x, w->dtype, w->data, w->packed, w->rows, w->cols, n);
     for (int i = 0, off = 0; !rc && i < w->n_parts; off += w->parts[i++].rows) {
         const backend_weight_part *p = &w->parts[i];
         float *yp = (float *)y + off;
-        if (!(rc = product(cb, yp, w->rows, x, p->dtype, p->data, p->rows, w->cols, n)) &&
+        if (!(rc = product(cb, yp, w->rows, x, p->dtype, p->data, p->packed, p->rows, w->cols, n)) &&
             p->qk_perm_hd)
             unpermute(yp, w->rows, n, p->rows, p->qk_perm_hd);
     }
@@ -326,7 +368,7 @@ static int cpu_embed_q(backend_t *b, void *out, const backend_weight *t, const i
             return deras_fail(DERAS_ERANGE, "embed: token id %d at row %d is outside [0, %d)",
                               ids[i], i, t->rows);
     for (int i = 0; i < n; i++) {
-        backend_weight_part p = {t->dtype, t->rows, t->data, 0};
+        backend_weight_part p = {t->dtype, t->rows, t->data, 0, NULL};
         int64_t row = ids[i];
         for (int k = 0; k < t->n_parts; k++) { /* the part holding the row, and its index there */
             p = t->parts[k];
@@ -481,6 +523,8 @@ static const struct backend_ops cpu_ops = {
     .can_map = cpu_can_map,
     .set_matmul_mode = cpu_set_matmul_mode,
     .reserve_matmul = cpu_reserve_matmul,
+    .pack_bytes = cpu_pack_bytes,
+    .pack = cpu_pack,
 };
 
 int backend_cpu_new(int n_threads, backend_t **out)

@@ -13,7 +13,8 @@
  * level walks the chunk ot weight rows at a time, asking for short rows ahead of use
  * (software prefetch: the hardware prefetcher loses track of many short streams). Small
  * products run on the calling thread alone: below MIN_WORK multiply-adds per thread a
- * job would cost more than it saves. Cost per call beyond the arithmetic: the pool job
+ * job would cost more than it saves. Packed weights (qmm_pack) are walked the same way a
+ * strip of 16 rows at a time, each strip one contiguous stream (no software prefetch). Cost per call beyond the arithmetic: the pool job
  * (bench/bench_qmatmul.c measures it) and two atomics per chunk.
  */
 #include <pthread.h>
@@ -106,7 +107,38 @@ typedef struct job {
     size_t xa_row, w_row;
     int rows;            /* weight rows per chunk */
     size_t ldy;          /* y's row stride */
+    const qmm_skern *stab; /* packed weights: the strip kernels per level; NULL: not packed */
 } job;
+
+/* Packed weights (qmm_impl.h): the strips of weight rows [o0, o1) (o0 a multiple of
+ * QMM_STRIP) against every activation row, a tile of activation rows at a time, each tile
+ * walking the chunk's strips (which stay in L2 between tiles). */
+static void strips(const job *j, int o0, int o1)
+{
+    const qmm_args *a = j->a;
+    const int nb = a->n_in / 32;
+    const size_t sbytes = j->w_row * QMM_STRIP; /* one strip */
+    float res[QMM_STRIP * 8];
+    const qmm_q8_32 *xp[8];
+    for (int r0 = 0; r0 < a->n;) {
+        const int left = a->n - r0;
+        int level = left >= 8 ? 3 : left >= 3 ? 2 : left - 1;
+        while (!j->stab[level].fn)
+            level--;
+        const qmm_skern *k = &j->stab[level];
+        const int nr = k->rt < left ? k->rt : left;
+        for (int r = 0; r < k->rt; r++)
+            xp[r] = (const qmm_q8_32 *)(j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row);
+        for (int o = o0; o < o1; o += QMM_STRIP) {
+            k->fn((const uint8_t *)a->w + (size_t)(o / QMM_STRIP) * sbytes, xp, nb, res);
+            const int no = o1 - o < QMM_STRIP ? o1 - o : QMM_STRIP;
+            for (int r = 0; r < nr; r++)
+                memcpy(a->y + (size_t)(r0 + r) * j->ldy + o, res + QMM_STRIP * r,
+                       (size_t)no * sizeof(float));
+        }
+        r0 += nr;
+    }
+}
 
 /* Weight rows [o0, o1), row o at w + (o - o0) * w_row, against every activation row with
  * the kernels tab; prefetch: ask for the weights ahead (they come from memory). */
@@ -225,6 +257,12 @@ static void convert_item(void *ctx, int i)
 
 static void chunk_item(void *ctx, int c)
 {
+    const job *j = ctx;
+    if (j->stab) {
+        const int o0 = c * j->rows;
+        strips(j, o0, j->a->n_out - o0 < j->rows ? j->a->n_out : o0 + j->rows);
+        return;
+    }
     run_chunk(ctx, c);
 }
 
@@ -248,9 +286,14 @@ int qmm_matmul(const qmm_args *a)
                           "qmm_matmul: %s %s needs %zu bytes of 64-byte aligned scratch, got %zu "
                           "at %p", dtype_name(a->dtype), a->mode == QMM_Q8 ? "q8" : "exact",
                           need, a->scratch_bytes, a->scratch);
+    if (a->packed && (a->mode != QMM_Q8 || !qmm_packs(a->dtype)))
+        return deras_fail(DERAS_EINVAL, "qmm_matmul: packed %s weights in %s mode (packed: the "
+                          "legacy block formats in q8 mode)", dtype_name(a->dtype),
+                          a->mode == QMM_Q8 ? "q8" : "exact");
     const qmm_path *p;
     if ((rc = qmm_path_active(&p)))
         return rc;
+    /* packed: a strip of 16 rows has 16 rows' bytes, so the per-row size is the same */
     const size_t w_row = (size_t)(a->n_in / dtype_block_elems(a->dtype)) * dtype_block_bytes(a->dtype);
     const size_t xa_row = act == QA_F32 ? (size_t)a->n_in * sizeof(float) : need / (size_t)a->n;
     const uint8_t *xa = act == QA_F32 ? (const uint8_t *)a->x : a->scratch;
@@ -267,8 +310,9 @@ int qmm_matmul(const qmm_args *a)
     int min_chunks = CHUNKS_PER_THREAD * nt;
     if (rows > (a->n_out + min_chunks - 1) / min_chunks)
         rows = (a->n_out + min_chunks - 1) / min_chunks;
-    /* whole tiles: 4 rows, and in panel mode 12 (the F32 kernels' tiles are 3 and 4 rows) */
-    const int unit = panel ? 12 : QMM_MAX_OT;
+    /* whole tiles: 4 rows, in panel mode 12 (the F32 kernels' tiles are 3 and 4 rows),
+     * packed a strip */
+    const int unit = a->packed ? QMM_STRIP : panel ? 12 : QMM_MAX_OT;
     rows = rows < unit ? unit : rows / unit * unit;
     const int n_chunks = (a->n_out + rows - 1) / rows;
     const int units = (a->n_in + UNIT - 1) / UNIT;
@@ -279,7 +323,8 @@ int qmm_matmul(const qmm_args *a)
         cpu_pool_run(a->pool, a->n * units, here ? 1 : nt, convert_item, &cj);
     }
     job j = {a, act == QA_F32 ? p->exact[fmt] : p->q8[fmt], panel ? p->exact[QF_F32] : NULL,
-             p->decode, xa, xa_row, w_row, rows, (size_t)(a->ldy ? a->ldy : a->n_out)};
+             p->decode, xa, xa_row, w_row, rows, (size_t)(a->ldy ? a->ldy : a->n_out),
+             a->packed ? p->packed[fmt] : NULL};
     cpu_pool_run(a->pool, n_chunks, nt, chunk_item, &j);
     return DERAS_OK;
 }

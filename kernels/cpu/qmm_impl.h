@@ -79,18 +79,78 @@ typedef struct qmm_act_fns {
  * mode): n_blocks whole blocks of format fmt at w into out. */
 typedef void (*qmm_decode_fn)(int fmt, const uint8_t *w, float *out, int n_blocks);
 
+/* Packed weights (qmm_pack in qmatmul.h; Q8 mode, the legacy formats). A strip is
+ * QMM_STRIP consecutive weight rows (the last strip padded with zero rows) and its blocks
+ * follow one another; strip block b holds, for the 16 rows r of the strip:
+ *   d[16]     the rows' f16 scales (the file's bits)
+ *   m[16]     the rows' f16 offsets (Q4_1, Q5_1 only)
+ *   hmask[8]  u64 (Q5_0, Q5_1 only): bit 4r + i of hmask[k] is the fifth bit of element
+ *             4k + i of row r
+ *   codes     Q8_0: 8 vectors of 64 bytes, byte 4r + i of vector k = row r's code of
+ *             element 4k + i plus 128 (unsigned); the 4- and 5-bit formats: 4 vectors of
+ *             64 bytes, byte 4r + i of vector g = row r's byte 4g + i of the file (low
+ *             nibble: element 4g + i, high nibble: element 16 + 4g + i).
+ * So after the nibble split a 64-byte vector k holds elements 4k .. 4k + 3 of each of the
+ * 16 rows in its dword lane r: one vpdpbusd against those 4 activations, broadcast, adds
+ * them for 16 rows, and a block's f32 work (its scale, offset and accumulation) is shared
+ * by 16 rows. A strip block takes exactly 16 file blocks' bytes.
+ *
+ * The arithmetic every path reproduces bit for bit (qmm_pack.c's scalar kernel is the
+ * semantics): per row and activation row, acc = 0, then per block, in order,
+ *   isum = sum_i (code_i - off) q_i                    (exact integer)
+ *   acc  = fmaf((float)isum, d * dx, acc)
+ *   acc  = fmaf(m, dx * (float)S, acc)                 (the _1 formats)
+ * with off = 128 (Q8_0's stored codes), 8 (Q4_0), 16 (Q5_0), 0 (_1 formats). */
+#define QMM_STRIP 16
+
+/* A strip kernel: res[a * QMM_STRIP + r] = row r of the strip against activation row a
+ * (Q8 blocks x[a], nb of them), for a < rt. */
+typedef void (*qmm_strip_fn)(const uint8_t *strip, const qmm_q8_32 *const *x, int nb, float *res);
+
+typedef struct qmm_skern {
+    qmm_strip_fn fn; /* NULL: no kernel at this level */
+    int rt;
+} qmm_skern;
+
+static inline int qmm_pk_has_m(int fmt)
+{
+    return fmt == QF_Q4_1 || fmt == QF_Q5_1;
+}
+
+static inline int qmm_pk_has_h(int fmt)
+{
+    return fmt == QF_Q5_0 || fmt == QF_Q5_1;
+}
+
+static inline int qmm_pk_off(int fmt)
+{
+    return fmt == QF_Q8_0 ? 128 : fmt == QF_Q4_0 ? 8 : fmt == QF_Q5_0 ? 16 : 0;
+}
+
+/* Bytes of one strip block of a packed format (0: the format is not packed). */
+static inline size_t qmm_pk_block(int fmt)
+{
+    if (fmt < QF_Q8_0 || fmt > QF_Q5_1)
+        return 0;
+    return 32 + 32 * (size_t)qmm_pk_has_m(fmt) + 64 * (size_t)qmm_pk_has_h(fmt) +
+           (fmt == QF_Q8_0 ? 512 : 256);
+}
+
 /* What a path provides. exact/q8: [format][level]; a NULL q8 entry means the format's Q8
- * mode computes as its exact mode (F32, F16). decode: NULL where the path has no panel
- * mode (qmatmul.c). */
+ * mode computes as its exact mode (F32, F16). packed: strip kernels per level (rows of
+ * 1 << level at most). decode: NULL where the path has no panel mode (qmatmul.c). */
 typedef struct qmm_path {
     qmm_kern exact[QF_COUNT][QMM_LEVELS];
     qmm_kern q8[QF_COUNT][QMM_LEVELS];
+    qmm_skern packed[QF_COUNT][QMM_LEVELS];
     qmm_act_fns act;
     qmm_decode_fn decode;
 } qmm_path;
 
 /* qmm_scalar.c: every format and mode in plain C. */
 extern const qmm_path qmm_path_scalar;
+/* qmm_pack.c: the packed formats' strip kernels in plain C (the semantics). */
+extern const qmm_skern qmm_pack_scalar[QF_COUNT][QMM_LEVELS];
 #ifdef QMM_X86
 /* qmm_avx2_exact.c, qmm_avx2_q8.c (AVX2 + FMA + F16C). */
 extern const qmm_kern qmm_avx2_exact[QF_COUNT][QMM_LEVELS];
@@ -102,6 +162,9 @@ extern const qmm_kern qmm_avx512_exact[QF_COUNT][QMM_LEVELS];
 void qmm_avx512_decode(int fmt, const uint8_t *w, float *out, int n_blocks);
 extern const qmm_kern qmm_avx512_vnni[QF_COUNT][QMM_LEVELS];
 extern const qmm_kern qmm_avx512_bf16[QMM_LEVELS];
+/* qmm_pack_avx2.c (AVX2 + FMA + F16C), qmm_pack_avx512.c (F/BW/VL + VNNI). */
+extern const qmm_skern qmm_pack_avx2[QF_COUNT][QMM_LEVELS];
+extern const qmm_skern qmm_pack_avx512[QF_COUNT][QMM_LEVELS];
 #endif
 
 /* qmm_isa.c: the active path (selected on first use); the negative status of

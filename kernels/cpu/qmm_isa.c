@@ -5,7 +5,8 @@
  * also checks that the OS saves the wide registers; F16C through CPUID, which clang 14's
  * builtin does not know) and each path's table is composed:
  * the AVX-512 path takes its VNNI integer kernels only where the CPU has AVX512-VNNI, its
- * bf16 dot products only with AVX512-BF16, and the AVX2 kernels for those otherwise, so
+ * bf16 dot products only with AVX512-BF16 and its packed strip kernels only with VNNI, and
+ * the AVX2 kernels for those otherwise, so
  * every entry runs on any CPU that passes the path's check. Nothing compiled for AVX2 or
  * AVX-512 is reached before that check: those files hold only kernels (target
  * attributes) and the tables are data. The active path is one atomic int; reading it is
@@ -28,6 +29,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int best = QMM_ISA_SCALAR;
 static int active = QMM_ISA_SCALAR; /* or a negative status from $DERAS_CPU_ISA */
 static char env_error[160];
+static qmm_path path_scalar;
 #ifdef QMM_X86
 static bool has_vnni, has_bf16;
 static qmm_path path_avx2, path_avx512;
@@ -103,11 +105,16 @@ static void compose(void)
                 memcpy(path_avx512.q8[f], qmm_avx512_vnni[f], sizeof path_avx512.q8[f]);
     if (has_bf16)
         memcpy(path_avx512.q8[QF_BF16], qmm_avx512_bf16, sizeof path_avx512.q8[QF_BF16]);
+    memcpy(path_avx2.packed, qmm_pack_avx2, sizeof path_avx2.packed);
+    memcpy(path_avx512.packed, has_vnni ? qmm_pack_avx512 : qmm_pack_avx2,
+           sizeof path_avx512.packed);
 }
 #endif
 
 static void init(void)
 {
+    path_scalar = qmm_path_scalar;
+    memcpy(path_scalar.packed, qmm_pack_scalar, sizeof path_scalar.packed);
 #ifdef QMM_X86
     __builtin_cpu_init();
     has_vnni = __builtin_cpu_supports("avx512vnni");
@@ -166,7 +173,7 @@ int qmm_path_active(const qmm_path **out)
     int isa = qmm_isa_active();
     if (isa < 0)
         return isa;
-    *out = &qmm_path_scalar;
+    *out = &path_scalar;
 #ifdef QMM_X86
     if (isa == QMM_ISA_AVX512)
         *out = &path_avx512;

@@ -197,6 +197,8 @@ static const struct backend_ops cuda_ops = {
     .can_map = nullptr, /* weights are copied to the device at load, never used in place */
     .set_matmul_mode = nullptr, /* exact only: bf16/fp16 weights and activations */
     .reserve_matmul = nullptr,
+    .pack_bytes = nullptr,
+    .pack = nullptr,
 };
 
 /* The part of creation that can fail after the struct exists; cleanup is the caller's. */

@@ -45,6 +45,7 @@ void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, int max_t
     if (checkpoint_open(path, &g->ck))
         fail_msg("%s", deras_errmsg());
     assert_int_equal(backend_new(test_backend_spec(), 2, &g->be), DERAS_OK);
+    test_matmul_mode(g->be);
     model_opts mo = {.max_batch_tokens = max_tokens, .max_seqs = max_seqs,
                      .max_logits = max_seqs * (1 + k), .block_size = 16,
                      .n_kv_blocks = n_kv_blocks, .max_blocks_per_seq = 64, .max_copies = max_seqs,

@@ -287,7 +287,7 @@ static void matmul_mode_picks_the_kernels_arithmetic(void **state)
         size_t bytes;
         assert_int_equal(qmm_scratch_bytes(DT_Q8_0, QMM_Q8, n, NI, &bytes), DERAS_OK);
         void *scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        qmm_args a = {want, x, q, DT_Q8_0, n, NO, NI, QMM_Q8, 1, scratch, bytes, 0, NULL};
+        qmm_args a = {want, x, q, DT_Q8_0, n, NO, NI, QMM_Q8, 1, scratch, bytes, 0, NULL, 0};
         assert_int_equal(qmm_matmul(&a), DERAS_OK);
         a.y = exact, a.mode = QMM_EXACT;
         assert_int_equal(qmm_matmul(&a), DERAS_OK);
@@ -355,7 +355,7 @@ static void parts_multiply_as_their_tensors_do(void **state)
         for (int s = 0; s < r; s++)
             memcpy(whf + (size_t)(rows + hf_row(s, PARTS[p].perm)) * PNI, wf + (size_t)s * PNI,
                    PNI * sizeof(float));
-        w.parts[p] = (backend_weight_part){dt, r, data[p], PARTS[p].perm};
+        w.parts[p] = (backend_weight_part){dt, r, data[p], PARTS[p].perm, NULL};
         rows += r;
     }
     w.rows = rows;
@@ -460,6 +460,72 @@ static void ops_reject_invalid_arguments(void **state)
     assert_null(none);
 }
 
+/* backend_pack in q8 mode: the packable parts (legacy formats) get packed copies, the
+ * others none; products then equal qmatmul.h's packed products part by part, bit for bit
+ * (rows of a GGUF-ordered part unpermuted), and exact mode still reads the stored rows. In
+ * exact mode nothing is packed. */
+static void packing_lays_out_q8_weights_for_the_kernels(void **state)
+{
+    (void)state;
+    enum { NI = 256, NP = 4 };
+    static const part_spec specs[NP] = {{DT_Q4_1, 20, 4}, {DT_Q8_0, 16, 0}, {DT_Q4_K, 16, 0},
+                                        {DT_Q5_0, 7, 0}};
+    uint64_t seed = 97;
+    uint8_t *data[NP];
+    backend_weight w = {.dtype = specs[0].dtype, .cols = NI, .n_parts = NP};
+    for (int p = 0; p < NP; p++) {
+        data[p] = malloc(qref_row_bytes(specs[p].dtype, NI) * (size_t)specs[p].rows);
+        qref_weights(specs[p].dtype, specs[p].rows, NI, &seed, data[p]);
+        w.parts[p] = (backend_weight_part){specs[p].dtype, specs[p].rows, data[p], specs[p].perm, NULL};
+        w.rows += specs[p].rows;
+    }
+    assert_int_equal(backend_pack_bytes(be, &w), 0); /* exact mode */
+    assert_int_equal(backend_set_matmul_mode(be, BACKEND_MM_Q8), DERAS_OK);
+    size_t want = 0, one;
+    for (int p = 0; p < NP; p++)
+        if (qmm_packs(specs[p].dtype)) {
+            assert_int_equal(qmm_pack_bytes(specs[p].dtype, specs[p].rows, NI, &one), DERAS_OK);
+            want += (one + 63) & ~(size_t)63;
+        }
+    assert_int_equal(backend_pack_bytes(be, &w), want);
+    void *buf = aligned_alloc(64, want);
+    assert_int_equal(backend_pack(be, &w, buf), DERAS_OK);
+    for (int p = 0; p < NP; p++)
+        assert_true((w.parts[p].packed != NULL) == qmm_packs(specs[p].dtype));
+    const int n = 3;
+    float *x = rnd((size_t)n * NI, &seed, 1), *y = malloc(sizeof(float) * n * w.rows);
+    float *yp = malloc(sizeof(float) * n * 32);
+    size_t sb;
+    assert_int_equal(qmm_scratch_bytes(DT_Q4_K, QMM_Q8, n, NI, &sb), DERAS_OK);
+    void *scratch = aligned_alloc(64, sb);
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, n), DERAS_OK);
+    for (int p = 0, off = 0; p < NP; off += specs[p++].rows) {
+        const backend_weight_part *pt = &w.parts[p];
+        qmm_args a = {yp, x, pt->packed ? pt->packed : pt->data, pt->dtype, n, pt->rows, NI,
+                      QMM_Q8, 1, scratch, sb, 0, NULL, pt->packed != NULL};
+        assert_int_equal(qmm_matmul(&a), DERAS_OK);
+        for (int r = 0; r < n; r++)
+            for (int s2 = 0; s2 < pt->rows; s2++)
+                if (y[r * w.rows + off + hf_row(s2, specs[p].perm)] != yp[r * pt->rows + s2])
+                    fail_msg("packed part %d (%s) row %d stored row %d: %.9g, kernels %.9g", p,
+                             dtype_name(pt->dtype), r, s2,
+                             y[r * w.rows + off + hf_row(s2, specs[p].perm)], yp[r * pt->rows + s2]);
+    }
+    /* exact mode reads the stored rows as before packing */
+    assert_int_equal(backend_set_matmul_mode(be, BACKEND_MM_EXACT), DERAS_OK);
+    float *ye = malloc(sizeof(float) * n * w.rows);
+    backend_weight plain = w;
+    for (int p = 0; p < NP; p++)
+        plain.parts[p].packed = NULL;
+    assert_int_equal(backend_matmul(be, y, x, &w, NULL, n), DERAS_OK);
+    assert_int_equal(backend_matmul(be, ye, x, &plain, NULL, n), DERAS_OK);
+    assert_memory_equal(y, ye, sizeof(float) * n * w.rows);
+    assert_int_equal(backend_pack(be, &w, NULL), DERAS_EINVAL);
+    for (int p = 0; p < NP; p++)
+        free(data[p]);
+    free(buf), free(x), free(y), free(yp), free(ye), free(scratch);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -471,6 +537,7 @@ int main(void)
         cmocka_unit_test(matmul_mode_picks_the_kernels_arithmetic),
         cmocka_unit_test(silu_exp_is_within_two_ulp_and_lanes_match_the_scalar_formula),
         cmocka_unit_test(parts_multiply_as_their_tensors_do),
+        cmocka_unit_test(packing_lays_out_q8_weights_for_the_kernels),
         cmocka_unit_test(parts_that_do_not_make_a_matrix_are_refused),
         cmocka_unit_test(ops_reject_invalid_arguments),
     };

@@ -127,6 +127,7 @@ static void rig_open(rig *g, const char *path, int n_kv_blocks, int max_seqs, in
     if (checkpoint_open(path, &g->ck))
         fail_msg("%s", deras_errmsg());
     assert_int_equal(backend_new(test_backend_spec(), 2, &g->be), DERAS_OK);
+    test_matmul_mode(g->be);
     model_opts mo = {.max_batch_tokens = max_tokens, .max_seqs = max_seqs, .max_logits = max_seqs,
                      .block_size = 16, .n_kv_blocks = n_kv_blocks, .max_blocks_per_seq = 96,
                      .max_copies = max_seqs, .kv_dtype = test_kv_dtype()};

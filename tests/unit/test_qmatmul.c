@@ -70,18 +70,24 @@ static void *scratch_for(int dtype, int mode, int n, int n_in, size_t *bytes)
     return *bytes ? aligned_alloc(64, (*bytes + 63) & ~(size_t)63) : NULL;
 }
 
-static int run(int dtype, int mode, const uint8_t *w, const float *x, int n, int n_out, int n_in,
-               int threads, float *y)
+static int run_as(int dtype, int mode, int packed, const uint8_t *w, const float *x, int n,
+                  int n_out, int n_in, int threads, float *y)
 {
     size_t bytes;
     void *scratch = scratch_for(dtype, mode, n, n_in, &bytes);
     static cpu_pool_t *pool; /* two threads, kept for the whole run */
     if (!pool)
         assert_int_equal(cpu_pool_new(2, &pool), DERAS_OK);
-    qmm_args a = {y, x, w, dtype, n, n_out, n_in, mode, threads, scratch, bytes, 0, pool};
+    qmm_args a = {y, x, w, dtype, n, n_out, n_in, mode, threads, scratch, bytes, 0, pool, packed};
     int rc = qmm_matmul(&a);
     free(scratch);
     return rc;
+}
+
+static int run(int dtype, int mode, const uint8_t *w, const float *x, int n, int n_out, int n_in,
+               int threads, float *y)
+{
+    return run_as(dtype, mode, 0, w, x, n, n_out, n_in, threads, y);
 }
 
 static double tol_f32(int mode, int dtype, const qref_pair *p, int n_in)
@@ -174,6 +180,74 @@ static void every_format_mode_and_path_matches_references(void **state)
         }
     }
     assert_int_equal(qmm_isa_force(best), DERAS_OK);
+}
+
+/* Packed weights (Q8 mode, the legacy formats; 37 rows: the last strip padded): every
+ * path equals the packed scalar kernels bit for bit (qmm_impl.h fixes the arithmetic), and
+ * those meet the Q8 mode's references within its tolerances (the header's (a) and (b));
+ * batches and threads change nothing. */
+static void packed_weights_match_references_on_every_path(void **state)
+{
+    (void)state;
+    uint64_t seed = 424242;
+    const int best = qmm_isa_best(), packed[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1};
+    for (size_t di = 0; di < sizeof packed / sizeof packed[0]; di++) {
+        const int dt = packed[di];
+        int sizes[3], n_sizes = n_ins(dt, sizes);
+        for (int si = 0; si < n_sizes; si++) {
+            const int n_in = sizes[si];
+            size_t pbytes;
+            assert_int_equal(qmm_pack_bytes(dt, N_OUT, n_in, &pbytes), DERAS_OK);
+            assert_int_equal(pbytes, 3 * 16 * qref_row_bytes(dt, n_in)); /* 48 rows' bytes */
+            uint8_t *w = malloc(qref_row_bytes(dt, n_in) * N_OUT), *pw = malloc(pbytes);
+            float *wf = malloc(sizeof(float) * N_OUT * n_in), *wmin = malloc(sizeof(float) * N_OUT * n_in);
+            float *x = malloc(sizeof(float) * N_MAX * n_in);
+            qref_pair *pairs = malloc(sizeof *pairs * N_MAX * N_OUT);
+            float *ys = malloc(sizeof(float) * N_MAX * N_OUT), *y1 = malloc(sizeof(float) * N_MAX * N_OUT);
+            float *yb = malloc(sizeof(float) * N_MAX * N_OUT);
+            qref_weights(dt, N_OUT, n_in, &seed, w);
+            qref_dequant(dt, w, N_OUT, n_in, wf, wmin);
+            qref_activations(x, (size_t)N_MAX * n_in, &seed);
+            qref_pairs(dt, wf, wmin, x, N_MAX, N_OUT, n_in, pairs);
+            assert_int_equal(qmm_pack(pw, w, dt, N_OUT, n_in), DERAS_OK);
+            double max_rel = 0;
+            assert_int_equal(qmm_isa_force(QMM_ISA_SCALAR), DERAS_OK);
+            assert_int_equal(run_as(dt, QMM_Q8, 1, pw, x, N_MAX, N_OUT, n_in, 2, ys), DERAS_OK);
+            check_against_references(dt, QMM_Q8, QMM_ISA_SCALAR, ys, ys, pairs, n_in, &max_rel);
+            for (int isa = QMM_ISA_SCALAR; isa <= best; isa++) {
+                assert_int_equal(qmm_isa_force(isa), DERAS_OK);
+                for (int r = 0; r < N_MAX; r++)
+                    assert_int_equal(run_as(dt, QMM_Q8, 1, pw, x + (size_t)r * n_in, 1, N_OUT,
+                                            n_in, 1, y1 + (size_t)r * N_OUT), DERAS_OK);
+                if (memcmp(y1, ys, sizeof(float) * N_MAX * N_OUT))
+                    fail_msg("packed %s %s n_in %d: differs from the scalar kernels", dtype_name(dt),
+                             qmm_isa_name(isa), n_in);
+                for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        const int n = batches[bi];
+                        assert_int_equal(run_as(dt, QMM_Q8, 1, pw, x, n, N_OUT, n_in, threads, yb),
+                                         DERAS_OK);
+                        if (memcmp(yb, y1, sizeof(float) * n * N_OUT))
+                            fail_msg("packed %s %s n_in %d: a batch of %d on %d threads differs "
+                                     "from the rows alone", dtype_name(dt), qmm_isa_name(isa),
+                                     n_in, n, threads);
+                    }
+            }
+            print_message("%-5s packed n_in %4d: max |y - ref| / sum|w x| = %.2e\n", dtype_name(dt),
+                          n_in, max_rel);
+            free(w), free(pw), free(wf), free(wmin), free(x), free(pairs), free(ys), free(y1), free(yb);
+        }
+    }
+    assert_int_equal(qmm_isa_force(best), DERAS_OK);
+    /* refused: exact mode, formats without a packed layout */
+    float xx[32] = {1}, yy[16];
+    uint8_t ww[16 * 34] = {0};
+    assert_int_equal(run_as(DT_Q8_0, QMM_EXACT, 1, ww, xx, 1, 16, 32, 1, yy), DERAS_EINVAL);
+    assert_int_equal(run_as(DT_Q4_K, QMM_Q8, 1, ww, xx, 1, 1, 256, 1, yy), DERAS_EINVAL);
+    size_t b;
+    assert_int_equal(qmm_pack_bytes(DT_Q4_K, 16, 256, &b), DERAS_EUNSUPPORTED);
+    assert_int_equal(qmm_pack_bytes(DT_Q8_0, 16, 48, &b), DERAS_EINVAL);
+    assert_int_equal(qmm_pack(NULL, ww, DT_Q8_0, 16, 32), DERAS_EINVAL);
 }
 
 /* Exact mode against one-hot activations returns the weights themselves: the in-register
@@ -279,7 +353,7 @@ static int env_case(const char *value)
         int got = qmm_isa_active();
         float x[32] = {1}, y[1];
         uint8_t w[34] = {0};
-        qmm_args a = {y, x, w, DT_Q8_0, 1, 1, 32, QMM_EXACT, 1, NULL, 0, 0, NULL};
+        qmm_args a = {y, x, w, DT_Q8_0, 1, 1, 32, QMM_EXACT, 1, NULL, 0, 0, NULL, 0};
         int mm = qmm_matmul(&a);
         if (rc) /* unknown name: every call refuses */
             _exit(got == DERAS_EINVAL && mm == DERAS_EINVAL && strstr(deras_errmsg(), "DERAS_CPU_ISA") ? 0 : 1);
@@ -307,7 +381,7 @@ static void bad_arguments_fail_cleanly(void **state)
     float x[64] = {1}, y[4];
     uint8_t w[4 * 36] = {0};
     uint8_t buf[256] __attribute__((aligned(64)));
-    qmm_args a = {y, x, w, DT_Q8_0, 1, 2, 32, QMM_EXACT, 1, NULL, 0, 0, NULL}, b;
+    qmm_args a = {y, x, w, DT_Q8_0, 1, 2, 32, QMM_EXACT, 1, NULL, 0, 0, NULL, 0}, b;
     assert_int_equal(qmm_matmul(&a), DERAS_OK);
     assert_int_equal(qmm_matmul(NULL), DERAS_EINVAL);
     b = a, b.y = NULL;
@@ -374,6 +448,7 @@ int main(void)
         cmocka_unit_test(activation_converters_agree_byte_for_byte),
         cmocka_unit_test(exact_mode_decodes_weights_bit_for_bit),
         cmocka_unit_test(every_format_mode_and_path_matches_references),
+        cmocka_unit_test(packed_weights_match_references_on_every_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
