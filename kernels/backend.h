@@ -170,9 +170,9 @@ int backend_set_matmul_mode(backend_t *b, int mode);
 int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols);
 
 /* Weights laid out again for the current matmul mode, once, at load: on the CPU in q8
- * mode the legacy block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) get a copy in
+ * mode the block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) get a copy in
  * kernels/cpu/qmatmul.h's packed layout (16 rows in the lanes of a vector; the copy has
- * the stored bytes), which backend_matmul then reads in q8 mode instead of the stored
+ * the stored bytes, Q4_K/Q5_K 3% more), which backend_matmul then reads in q8 mode instead of the stored
  * rows. backend_pack_bytes: the bytes that copy of w (of each of its parts) takes, 0 when
  * nothing is packed (another mode, format or backend). backend_pack: writes it into buf
  * (backend memory of that many bytes, owned by the caller for w's life) and sets w's

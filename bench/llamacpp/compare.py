@@ -2,7 +2,7 @@
 """compare.py - deras against llama.cpp on the same GGUF files, the same threads, in one run.
 
     bench/llamacpp/compare.py [--model GGUF] [--threads 2] [--formats Q4_1,Q8_0,Q4_K]
-        [--rounds 2] [--no-serve] [--build DERAS_BUILD_DIR] [--out FILE.jsonl]
+        [--modes exact,q8] [--rounds 2] [--no-serve] [--build DERAS_BUILD_DIR] [--out FILE.jsonl]
 
 What it does, in this order (issue 12's targets in brackets):
  1. bench/llamacpp/build.sh: llama.cpp from the llama-cpp-python sdist on PyPI, built once
@@ -17,7 +17,10 @@ What it does, in this order (issue 12's targets in brackets):
     llama-bench -p 128,512 -n 0 (prefill) and -p 0 -n 128 -d 128 (decode of 128 tokens after
     a 128-token context, as bench_model decodes) against bench_model --prompt-lens 128,512
     --decode-tokens 128; both with --threads. [decode >= 1.2x, prefill >= 1.5x]
- 4. Serving (first format only): llama-server -np 16 and deras serve, one after the other,
+ 3b. deras runs once per --modes (its --matmul-mode: exact, the default, f32 activations;
+    q8, llama.cpp's arithmetic: int8 activations, on weights packed at load), each mode's
+    ratios reported on their own lines.
+ 4. Serving (first format only): llama-server -np 16 and deras serve (each mode), one after the other,
     both loaded by bench/llamacpp/load.py with the same requests: 16 concurrent clients,
     prompts of 100 token ids, 64 output tokens, ignore_eos, streaming. [>= 2x]
 
@@ -110,10 +113,10 @@ def llama_bench(model, threads, args):
     return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
 
 
-def deras_bench(build, model, threads):
+def deras_bench(build, model, threads, mode):
     r = subprocess.run([os.path.join(build, "bench", "bench_model"), "--model", model,
                         "--threads", str(threads), "--prompt-lens", "128,512",
-                        "--decode-tokens", "128", "--repeat", "3"],
+                        "--decode-tokens", "128", "--repeat", "3", "--matmul-mode", mode],
                        check=True, capture_output=True, text=True)
     return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
 
@@ -144,7 +147,7 @@ def stop(proc):
             proc.wait()
 
 
-def serve_load(kind, build, model, threads, a):
+def serve_load(kind, build, model, threads, a, mode="exact"):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     extra = ""
@@ -159,7 +162,7 @@ def serve_load(kind, build, model, threads, a):
                "--threads", str(threads), "--metrics-listen", f"127.0.0.1:{port}",
                "--listen", f"tcp://127.0.0.1:{free_port()}",
                "--admin", f"ipc://{tempfile.gettempdir()}/deras-compare-{os.getpid()}.sock",
-               "--kv-cache-memory", "2GiB"] + sum(
+               "--kv-cache-memory", "2GiB", "--matmul-mode", mode] + sum(
                    (["--worker-arg", w] for w in a.deras_worker_arg), [])
     logf = open(os.path.join(CACHE, f"serve-{kind}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
@@ -176,8 +179,8 @@ def serve_load(kind, build, model, threads, a):
         logf.close()
 
 
-def ratio_rec(kind, fmt, what, deras, llama, extra=None):
-    rec = {"bench": "vs_llamacpp", "kind": kind, "format": fmt, "what": what,
+def ratio_rec(kind, fmt, mode, what, deras, llama, extra=None):
+    rec = {"bench": "vs_llamacpp", "kind": kind, "format": fmt, "mode": mode, "what": what,
            "deras": round(deras, 2), "llamacpp": round(llama, 2),
            "ratio": round(deras / llama, 3) if llama else None, "target": TARGETS[kind]}
     rec["met"] = rec["ratio"] is not None and rec["ratio"] >= rec["target"]
@@ -191,6 +194,7 @@ def main():
         "~/.cache/deras/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--formats", default="Q4_1,Q8_0,Q4_K")
+    p.add_argument("--modes", default="exact,q8", help="deras --matmul-mode values to run")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--no-serve", action="store_true")
@@ -217,59 +221,62 @@ def main():
                "llamacpp_version": llver[0] if llver else "", "loadavg_start": loadavg()})
 
     fmts = [f.strip() for f in a.formats.split(",") if f.strip()]
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     models = {f: requantize(a.model, f) for f in fmts}
     summary = []
     for fmt in [] if a.no_bench else fmts:
         m = models[fmt]
-        best = {}
+        best, best_ll = {}, {}
         for rnd in range(a.rounds):
             log(f"[{fmt}] round {rnd + 1}/{a.rounds}: llama-bench")
             ll = llama_bench(m, a.threads, ["-p", "128,512", "-n", "0"]) + \
                 llama_bench(m, a.threads, ["-p", "0", "-n", "128", "-d", "128"])
-            log(f"[{fmt}] round {rnd + 1}/{a.rounds}: bench_model")
-            dr = deras_bench(a.build, m, a.threads)
             for r in ll:
                 key = ("prefill", r["n_prompt"]) if r["n_prompt"] else ("decode", r["n_gen"])
                 emit(out, {"bench": "llamacpp_raw", "format": fmt, "round": rnd, "phase": key[0],
                            "tokens": key[1], "depth": r.get("n_depth", 0),
                            "tokens_per_s": round(r["avg_ts"], 2),
                            "stddev": round(r["stddev_ts"], 2)})
-                b = best.setdefault(key, [0, 0])
-                b[1] = max(b[1], r["avg_ts"])
-            for r in dr:
-                if r["bench"] not in ("prefill", "decode"):
-                    continue
-                key = ("prefill", r["prompt_tokens"]) if r["bench"] == "prefill" else \
-                      ("decode", r["tokens"])
-                emit(out, {"bench": "deras_raw", "format": fmt, "round": rnd, "phase": key[0],
-                           "tokens": key[1], "tokens_per_s": r["tokens_per_s"]})
-                b = best.setdefault(key, [0, 0])
-                b[0] = max(b[0], r["tokens_per_s"])
-        for (phase, n), (d, l) in sorted(best.items()):
-            rec = ratio_rec(phase, fmt, f"{phase} {n} tokens, tokens/s", d, l)
+                best_ll[key] = max(best_ll.get(key, 0), r["avg_ts"])
+            for mode in modes:
+                log(f"[{fmt}] round {rnd + 1}/{a.rounds}: bench_model --matmul-mode {mode}")
+                for r in deras_bench(a.build, m, a.threads, mode):
+                    if r["bench"] not in ("prefill", "decode"):
+                        continue
+                    key = ("prefill", r["prompt_tokens"]) if r["bench"] == "prefill" else \
+                          ("decode", r["tokens"])
+                    emit(out, {"bench": "deras_raw", "format": fmt, "mode": mode, "round": rnd,
+                               "phase": key[0], "tokens": key[1],
+                               "tokens_per_s": r["tokens_per_s"]})
+                    best[(mode,) + key] = max(best.get((mode,) + key, 0), r["tokens_per_s"])
+        for (mode, phase, n), d in sorted(best.items()):
+            rec = ratio_rec(phase, fmt, mode, f"{phase} {n} tokens, tokens/s", d,
+                            best_ll.get((phase, n), 0))
             emit(out, rec)
             summary.append(rec)
 
     if not a.no_serve:
         fmt = fmts[0]
-        best = [0, 0]
+        best = {}
         for rnd in range(a.rounds):
-            for i, kind in enumerate(("llama.cpp", "deras")):
-                log(f"[serve {fmt}] round {rnd + 1}/{a.rounds}: {kind}")
-                r = serve_load(kind, a.build, models[fmt], a.threads, a)
-                r.update({"bench": "serve_raw", "server": kind, "format": fmt, "round": rnd})
+            for kind, mode in [("llama.cpp", "")] + [("deras", m) for m in modes]:
+                log(f"[serve {fmt}] round {rnd + 1}/{a.rounds}: {kind} {mode}")
+                r = serve_load(kind, a.build, models[fmt], a.threads, a, mode or "exact")
+                r.update({"bench": "serve_raw", "server": kind, "mode": mode, "format": fmt,
+                          "round": rnd})
                 emit(out, r)
-                best[i] = max(best[i], r["output_tokens_per_s"])
-        rec = ratio_rec("serve", fmt, f"{a.concurrency} concurrent, output tokens/s", best[1],
-                        best[0])
-        emit(out, rec)
-        summary.append(rec)
+                best[mode] = max(best.get(mode, 0), r["output_tokens_per_s"])
+        for mode in modes:
+            rec = ratio_rec("serve", fmt, mode, f"{a.concurrency} concurrent, output tokens/s",
+                            best[mode], best[""])
+            emit(out, rec)
+            summary.append(rec)
 
     emit(out, {"bench": "vs_llamacpp_end", "loadavg_end": loadavg()})
-    log("\n| kind | format | measurement | deras | llama.cpp | ratio | target |")
-    log("|---|---|---|---:|---:|---:|---:|")
+    log("\n| kind | format | deras mode | measurement | deras | llama.cpp | ratio | target |")
+    log("|---|---|---|---|---:|---:|---:|---:|")
     for r in summary:
-        log(f"| {r['kind']} | {r['format']} | {r['what']} | {r['deras']} | {r['llamacpp']} | "
+        log(f"| {r['kind']} | {r['format']} | {r['mode']} | {r['what']} | {r['deras']} | {r['llamacpp']} | "
             f"{r['ratio']}x | {r['target']}x {'met' if r['met'] else 'MISSED'} |")
     return 0
 

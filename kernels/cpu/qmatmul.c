@@ -116,10 +116,10 @@ typedef struct job {
 static void strips(const job *j, int o0, int o1)
 {
     const qmm_args *a = j->a;
-    const int nb = a->n_in / 32;
+    const int nb = a->n_in / dtype_block_elems(a->dtype);
     const size_t sbytes = j->w_row * QMM_STRIP; /* one strip */
     float res[QMM_STRIP * 8];
-    const qmm_q8_32 *xp[8];
+    const void *xp[8];
     for (int r0 = 0; r0 < a->n;) {
         const int left = a->n - r0;
         int level = left >= 8 ? 3 : left >= 3 ? 2 : left - 1;
@@ -128,7 +128,7 @@ static void strips(const job *j, int o0, int o1)
         const qmm_skern *k = &j->stab[level];
         const int nr = k->rt < left ? k->rt : left;
         for (int r = 0; r < k->rt; r++)
-            xp[r] = (const qmm_q8_32 *)(j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row);
+            xp[r] = j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row;
         for (int o = o0; o < o1; o += QMM_STRIP) {
             k->fn((const uint8_t *)a->w + (size_t)(o / QMM_STRIP) * sbytes, xp, nb, res);
             const int no = o1 - o < QMM_STRIP ? o1 - o : QMM_STRIP;
@@ -288,13 +288,14 @@ int qmm_matmul(const qmm_args *a)
                           need, a->scratch_bytes, a->scratch);
     if (a->packed && (a->mode != QMM_Q8 || !qmm_packs(a->dtype)))
         return deras_fail(DERAS_EINVAL, "qmm_matmul: packed %s weights in %s mode (packed: the "
-                          "legacy block formats in q8 mode)", dtype_name(a->dtype),
+                          "block formats in q8 mode)", dtype_name(a->dtype),
                           a->mode == QMM_Q8 ? "q8" : "exact");
     const qmm_path *p;
     if ((rc = qmm_path_active(&p)))
         return rc;
-    /* packed: a strip of 16 rows has 16 rows' bytes, so the per-row size is the same */
-    const size_t w_row = (size_t)(a->n_in / dtype_block_elems(a->dtype)) * dtype_block_bytes(a->dtype);
+    /* packed: a strip's bytes over 16 (the file's row bytes but for Q4_K and Q5_K) */
+    const size_t w_row = (size_t)(a->n_in / dtype_block_elems(a->dtype)) *
+                         (a->packed ? qmm_pk_block(fmt) / QMM_STRIP : dtype_block_bytes(a->dtype));
     const size_t xa_row = act == QA_F32 ? (size_t)a->n_in * sizeof(float) : need / (size_t)a->n;
     const uint8_t *xa = act == QA_F32 ? (const uint8_t *)a->x : a->scratch;
 

@@ -19,12 +19,13 @@
  *              ulp). F32 and F16 weights have no partner worth having on x86 (no f16
  *              arithmetic): QMM_Q8 computes them exactly as QMM_EXACT.
  *
- * Packed weights (QMM_Q8 only; the legacy formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1):
- * qmm_pack rearranges W once (at load) so that the lanes of a vector are 16 consecutive
- * output rows; the integer sum of each 32-element block then costs its f32 steps once per
- * 16 rows instead of once per row (kernels/cpu/qmm_impl.h gives the layout and the exact
- * arithmetic, the same on every path). The products are those of QMM_Q8 in the file's
- * layout up to f32 rounding; the packed copy has the file's bytes.
+ * Packed weights (QMM_Q8 only; the block formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+ * Q5_K, Q6_K): qmm_pack rearranges W once (at load) so that the lanes of a vector are 16
+ * consecutive output rows; the integer sum of each block then costs its scale steps once
+ * per 16 rows instead of once per row (kernels/cpu/qmm_impl.h gives the layout and the
+ * exact arithmetic, the same on every path). The products are those of QMM_Q8 in the
+ * file's layout up to f32 rounding; the packed copy has the file's bytes (Q4_K, Q5_K: 3%
+ * and 2% more: their 6-bit scales unpacked).
  *
  * Paths: plain C (the semantics: every other path is tested against it), AVX2+FMA+F16C,
  * and AVX-512 F/BW/VL (with VNNI and BF16 where the CPU has them; without, its Q8 mode runs
@@ -80,8 +81,9 @@ int qmm_matmul(const qmm_args *a);
  * for the largest n and n_in of a model. Same failures as qmm_matmul's argument checks. */
 int qmm_scratch_bytes(int dtype, int mode, int n, int n_in, size_t *out);
 
-/* Packed weights. qmm_packs: true for the formats with a packed layout. qmm_pack_bytes:
- * the bytes of W (n_out, n_in) packed (n_out rounded up to 16 rows). qmm_pack: W into dst
+/* Packed weights. qmm_packs: true for the formats with a packed layout (the block
+ * formats). qmm_pack_bytes: the bytes of W (n_out, n_in) packed (n_out rounded up to 16
+ * rows). qmm_pack: W into dst
  * (qmm_pack_bytes of them, any alignment; W is not modified). DERAS_EUNSUPPORTED for
  * another format, DERAS_EINVAL for NULL pointers or sizes that are not positive whole
  * blocks. O(n_out * n_in), allocates nothing. */

@@ -79,33 +79,46 @@ typedef struct qmm_act_fns {
  * mode): n_blocks whole blocks of format fmt at w into out. */
 typedef void (*qmm_decode_fn)(int fmt, const uint8_t *w, float *out, int n_blocks);
 
-/* Packed weights (qmm_pack in qmatmul.h; Q8 mode, the legacy formats). A strip is
- * QMM_STRIP consecutive weight rows (the last strip padded with zero rows) and its blocks
- * follow one another; strip block b holds, for the 16 rows r of the strip:
- *   d[16]     the rows' f16 scales (the file's bits)
- *   m[16]     the rows' f16 offsets (Q4_1, Q5_1 only)
- *   hmask[8]  u64 (Q5_0, Q5_1 only): bit 4r + i of hmask[k] is the fifth bit of element
- *             4k + i of row r
+/* Packed weights (qmm_pack in qmatmul.h; Q8 mode). A strip is QMM_STRIP consecutive
+ * weight rows (the last strip padded with zero rows), and its blocks (legacy formats: 32
+ * elements; K formats: super-blocks of 256) follow one another. The codes of 32 elements
+ * of 16 rows are always laid out the same way, a "code group":
  *   codes     Q8_0: 8 vectors of 64 bytes, byte 4r + i of vector k = row r's code of
- *             element 4k + i plus 128 (unsigned); the 4- and 5-bit formats: 4 vectors of
- *             64 bytes, byte 4r + i of vector g = row r's byte 4g + i of the file (low
- *             nibble: element 4g + i, high nibble: element 16 + 4g + i).
- * So after the nibble split a 64-byte vector k holds elements 4k .. 4k + 3 of each of the
- * 16 rows in its dword lane r: one vpdpbusd against those 4 activations, broadcast, adds
- * them for 16 rows, and a block's f32 work (its scale, offset and accumulation) is shared
- * by 16 rows. A strip block takes exactly 16 file blocks' bytes.
+ *             element 4k + i plus 128 (unsigned); the other formats: 4 vectors of 64
+ *             bytes, byte 4r + i of vector g = row r's code of element 4g + i in the low
+ *             nibble and of element 16 + 4g + i in the high one (legacy formats: the
+ *             file's byte 4g + i as it is)
+ *   hmask[8]  u64 (Q5_0, Q5_1, Q5_K, before the codes): bit 4r + i of hmask[k] is the
+ *             fifth bit of element 4k + i of row r
+ *   high[2]   64 bytes each (Q6_K, after the codes): bits 2s, 2s + 1 of byte 4r + i of
+ *             high[t] are the top two bits of element 4k + i of row r, k = 4t + s
+ * so that vector k (after the nibble split) holds elements 4k .. 4k + 3 of each of the 16
+ * rows in its dword lane r: one vpdpbusd against those 4 activations, broadcast, adds
+ * them for 16 rows, and a block's scale work is done once for 16 rows. A strip block:
+ *   legacy    d[16] f16 (the file's bits); m[16] f16 (_1 formats); one code group
+ *   Q4_K/Q5_K d[16], dmin[16] f16; sc[8][16] u8 (sub-block j's 6-bit scale of row r at
+ *             16 j + r); mn[4][16][2] u8 (the mins of sub-blocks 2p, 2p + 1 of row r at
+ *             32 p + 2 r); 8 code groups
+ *   Q6_K      d[16] f16; sc[16][16] s8 (per 16 elements); 8 code groups
+ * Every strip block but Q4_K's and Q5_K's (1.03x, 1.02x) has exactly the bytes of 16 file
+ * blocks.
  *
- * The arithmetic every path reproduces bit for bit (qmm_pack.c's scalar kernel is the
- * semantics): per row and activation row, acc = 0, then per block, in order,
- *   isum = sum_i (code_i - off) q_i                    (exact integer)
- *   acc  = fmaf((float)isum, d * dx, acc)
- *   acc  = fmaf(m, dx * (float)S, acc)                 (the _1 formats)
- * with off = 128 (Q8_0's stored codes), 8 (Q4_0), 16 (Q5_0), 0 (_1 formats). */
+ * The arithmetic every path reproduces bit for bit (qmm_pack.c's scalar kernels are the
+ * semantics): per row and activation row (Q8 blocks of 32 or 256, scale dx, sums S or
+ * bs[16]), acc = 0, then per block in order (all integer sums exact, in int32):
+ *   legacy  isum = sum_i (c_i - off) q_i, off 128 (Q8_0's stored codes), 8 (Q4_0), 16
+ *           (Q5_0), 0 (_1 formats); acc = fmaf((float)isum, d * dx, acc); then the _1
+ *           formats: acc = fmaf(m, dx * (float)S, acc)
+ *   Q4_K/Q5_K  isum = sum_j sc_j sum_{32 j <= i < 32 j + 32} c_i q_i;
+ *           msum = sum_j mn_j (bs[2j] + bs[2j + 1]); acc = fmaf((float)isum, d * dx, acc);
+ *           acc = fmaf(-(float)msum, dmin * dx, acc)
+ *   Q6_K    isum = sum_g sc_g (sum_{16 g <= i < 16 g + 16} c_i q_i - 32 bs[g]);
+ *           acc = fmaf((float)isum, d * dx, acc) */
 #define QMM_STRIP 16
 
 /* A strip kernel: res[a * QMM_STRIP + r] = row r of the strip against activation row a
- * (Q8 blocks x[a], nb of them), for a < rt. */
-typedef void (*qmm_strip_fn)(const uint8_t *strip, const qmm_q8_32 *const *x, int nb, float *res);
+ * (nb blocks of qmm_q8_32 or qmm_q8_256 at x[a]), for a < rt. */
+typedef void (*qmm_strip_fn)(const uint8_t *strip, const void *const *x, int nb, float *res);
 
 typedef struct qmm_skern {
     qmm_strip_fn fn; /* NULL: no kernel at this level */
@@ -119,7 +132,7 @@ static inline int qmm_pk_has_m(int fmt)
 
 static inline int qmm_pk_has_h(int fmt)
 {
-    return fmt == QF_Q5_0 || fmt == QF_Q5_1;
+    return fmt == QF_Q5_0 || fmt == QF_Q5_1 || fmt == QF_Q5_K;
 }
 
 static inline int qmm_pk_off(int fmt)
@@ -127,13 +140,24 @@ static inline int qmm_pk_off(int fmt)
     return fmt == QF_Q8_0 ? 128 : fmt == QF_Q4_0 ? 8 : fmt == QF_Q5_0 ? 16 : 0;
 }
 
+/* Bytes of one code group (hmask and high bits included). */
+static inline size_t qmm_pk_group(int fmt)
+{
+    return fmt == QF_Q8_0 ? 512 : 256 + 64 * (size_t)qmm_pk_has_h(fmt) + (fmt == QF_Q6_K ? 128 : 0);
+}
+
+/* Bytes before the code groups in a strip block. */
+static inline size_t qmm_pk_head(int fmt)
+{
+    return fmt == QF_Q6_K ? 288 : fmt >= QF_Q4_K ? 320 : 32 + 32 * (size_t)qmm_pk_has_m(fmt);
+}
+
 /* Bytes of one strip block of a packed format (0: the format is not packed). */
 static inline size_t qmm_pk_block(int fmt)
 {
-    if (fmt < QF_Q8_0 || fmt > QF_Q5_1)
+    if (fmt < QF_Q8_0 || fmt >= QF_COUNT)
         return 0;
-    return 32 + 32 * (size_t)qmm_pk_has_m(fmt) + 64 * (size_t)qmm_pk_has_h(fmt) +
-           (fmt == QF_Q8_0 ? 512 : 256);
+    return qmm_pk_head(fmt) + (fmt >= QF_Q4_K ? 8 : 1) * qmm_pk_group(fmt);
 }
 
 /* What a path provides. exact/q8: [format][level]; a NULL q8 entry means the format's Q8

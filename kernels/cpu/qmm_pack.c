@@ -6,11 +6,12 @@
  * Why: in the file's layout a Q8-mode dot product of one weight row costs, per 32-element
  * block, a few integer instructions and then several f32 ones (scale products, the
  * offset, the accumulation), and at batch 1 the f32 part is as large as the integer part:
- * the kernels were compute-bound at about 1.4x the memory floor. With 16 rows in the
- * lanes of one vector the f32 work of a block is shared by 16 rows, and a strip is one
+ * the kernels were compute-bound at about 1.5x the memory floor. With 16 rows in the
+ * lanes of one vector the scale work of a block is shared by 16 rows, and a strip is one
  * contiguous stream for the hardware prefetcher instead of four interleaved rows.
  * Cost: packing reads and writes each weight byte once (O(n_out * n_in)); the packed copy
- * has exactly the file's bytes (16 rows per strip: up to 15 rows of zeros at the end).
+ * has the file's bytes (Q4_K, Q5_K: 3% and 2% more, their scales unpacked), plus up to 15
+ * rows of zeros at the end.
  */
 #include <math.h>
 #include <string.h>
@@ -29,11 +30,13 @@ bool qmm_packs(int dtype)
 static int check(const char *who, int dtype, int n_out, int n_in)
 {
     if (!qmm_packs(dtype))
-        return deras_fail(DERAS_EUNSUPPORTED, "%s: %s weights are not packed (the legacy block "
-                          "formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 are)", who, dtype_name(dtype));
-    if (n_out <= 0 || n_in <= 0 || n_in % 32)
-        return deras_fail(DERAS_EINVAL, "%s: %d rows of %d columns (whole blocks of 32 expected)",
-                          who, n_out, n_in);
+        return deras_fail(DERAS_EUNSUPPORTED, "%s: %s weights are not packed (the block formats "
+                          "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)", who,
+                          dtype_name(dtype));
+    const int be = dtype_block_elems(dtype);
+    if (n_out <= 0 || n_in <= 0 || n_in % be)
+        return deras_fail(DERAS_EINVAL, "%s: %d rows of %d columns (whole blocks of %d expected)",
+                          who, n_out, n_in, be);
     return DERAS_OK;
 }
 
@@ -45,42 +48,87 @@ int qmm_pack_bytes(int dtype, int n_out, int n_in, size_t *out)
     if (!out)
         return deras_fail(DERAS_EINVAL, "qmm_pack_bytes: out is NULL");
     const size_t strips = ((size_t)n_out + QMM_STRIP - 1) / QMM_STRIP;
-    *out = strips * (size_t)(n_in / 32) * qmm_pk_block(qmm_fmt_of(dtype));
+    *out = strips * (size_t)(n_in / dtype_block_elems(dtype)) * qmm_pk_block(qmm_fmt_of(dtype));
     return DERAS_OK;
+}
+
+/* Row r's codes c[32] (0..63; Q8_0: stored + 128) into the code group at p (zeroed). */
+static void put_group(int f, uint8_t *p, int r, const uint8_t *c)
+{
+    if (f == QF_Q8_0) {
+        for (int e = 0; e < 32; e++)
+            p[64 * (e / 4) + 4 * r + e % 4] = c[e];
+        return;
+    }
+    uint8_t *codes = p;
+    if (qmm_pk_has_h(f)) {
+        for (int e = 0; e < 32; e++) {
+            uint64_t m;
+            memcpy(&m, p + 8 * (e / 4), 8);
+            m |= (uint64_t)((c[e] >> 4) & 1) << (4 * r + e % 4);
+            memcpy(p + 8 * (e / 4), &m, 8);
+        }
+        codes += 64;
+    }
+    for (int e = 0; e < 16; e++)
+        codes[64 * (e / 4) + 4 * r + e % 4] = (uint8_t)((c[e] & 15) | (c[e + 16] & 15) << 4);
+    if (f == QF_Q6_K)
+        for (int e = 0; e < 32; e++) {
+            const int k = e / 4;
+            codes[256 + 64 * (k / 4) + 4 * r + e % 4] |= (uint8_t)((c[e] >> 4) << (2 * (k % 4)));
+        }
 }
 
 /* One file block of row r into strip block sb (zeroed by the caller). */
 static void pack_block(int f, const uint8_t *src, uint8_t *sb, int r)
 {
-    uint8_t *p = sb;
-    memcpy(p + 2 * r, src, 2); /* d */
-    p += 32;
-    size_t at = 2; /* what follows d in the file block */
-    if (qmm_pk_has_m(f)) {
-        memcpy(p + 2 * r, src + 2, 2);
-        p += 32, at = 4;
+    uint8_t c[256];
+    memcpy(sb + 2 * r, src + (f == QF_Q6_K ? 208 : 0), 2); /* d */
+    if (f < QF_Q4_K) { /* legacy: d, [m], [qh], qs */
+        size_t at = 2;
+        if (qmm_pk_has_m(f))
+            memcpy(sb + 32 + 2 * r, src + 2, 2), at = 4;
+        uint32_t qh = 0;
+        if (qmm_pk_has_h(f))
+            memcpy(&qh, src + at, 4), at += 4;
+        const uint8_t *qs = src + at;
+        for (int e = 0; e < 32; e++)
+            c[e] = f == QF_Q8_0 ? (uint8_t)(qs[e] ^ 0x80)
+                                : (uint8_t)((e < 16 ? qs[e] & 15 : qs[e - 16] >> 4) |
+                                            ((qh >> e) & 1) << 4);
+        put_group(f, sb + qmm_pk_head(f), r, c);
+        return;
     }
-    if (qmm_pk_has_h(f)) {
-        uint32_t qh;
-        memcpy(&qh, src + at, 4);
-        at += 4;
-        for (int k = 0; k < 8; k++) {
-            uint64_t m;
-            memcpy(&m, p + 8 * k, 8);
-            for (int i = 0; i < 4; i++)
-                m |= (uint64_t)((qh >> (4 * k + i)) & 1) << (4 * r + i);
-            memcpy(p + 8 * k, &m, 8);
+    if (f == QF_Q6_K) {
+        const uint8_t *ql = src, *qh = src + 128;
+        for (int g = 0; g < 16; g++)
+            sb[32 + 16 * g + r] = src[192 + g];
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32)
+            for (int l = 0; l < 32; l++) {
+                uint8_t *o = c + 128 * h + l;
+                o[0] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
+                o[32] = (uint8_t)((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
+                o[64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+                o[96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+            }
+    } else { /* Q4_K, Q5_K: d, dmin, 12 bytes of scales and mins, [qh], qs */
+        uint8_t sm[16];
+        memcpy(sb + 32 + 2 * r, src + 2, 2);
+        qmm_k4_scales(src + 4, sm);
+        for (int j = 0; j < 8; j++) {
+            sb[64 + 16 * j + r] = sm[j];
+            sb[192 + 32 * (j / 2) + 2 * r + j % 2] = sm[8 + j];
         }
-        p += 64;
+        const uint8_t *qh = src + 16, *ql = f == QF_Q5_K ? src + 48 : src + 16;
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t b = ql[(j / 2) * 32 + l];
+                c[32 * j + l] = (uint8_t)((j % 2 ? b >> 4 : b & 15) |
+                                          (f == QF_Q5_K ? ((qh[l] >> j) & 1) << 4 : 0));
+            }
     }
-    const uint8_t *qs = src + at;
-    if (f == QF_Q8_0)
-        for (int k = 0; k < 8; k++)
-            for (int i = 0; i < 4; i++)
-                p[64 * k + 4 * r + i] = (uint8_t)(qs[4 * k + i] ^ 0x80);
-    else
-        for (int g = 0; g < 4; g++)
-            memcpy(p + 64 * g + 4 * r, qs + 4 * g, 4);
+    for (int j = 0; j < 8; j++)
+        put_group(f, sb + qmm_pk_head(f) + j * qmm_pk_group(f), r, c + 32 * j);
 }
 
 int qmm_pack(void *dst, const void *w, int dtype, int n_out, int n_in)
@@ -90,7 +138,7 @@ int qmm_pack(void *dst, const void *w, int dtype, int n_out, int n_in)
         return rc;
     if (!dst || !w)
         return deras_fail(DERAS_EINVAL, "qmm_pack: NULL dst or w");
-    const int f = qmm_fmt_of(dtype), nb = n_in / 32;
+    const int f = qmm_fmt_of(dtype), nb = n_in / dtype_block_elems(dtype);
     const size_t fb = dtype_block_bytes(dtype), bb = qmm_pk_block(f);
     const int strips = (n_out + QMM_STRIP - 1) / QMM_STRIP;
     uint8_t *out = dst;
@@ -113,63 +161,96 @@ static float rdh(const uint8_t *p)
     return fp16_to_f32(h);
 }
 
-/* Row r's code of element e = 4k + i of strip block p (scales past). */
-static int code_at(int f, const uint8_t *codes, const uint8_t *hmask, int r, int e)
+/* Row r's code of element e (0..31) of the code group at p. */
+static int code_at(int f, const uint8_t *p, int r, int e)
 {
     const int k = e / 4, i = e % 4;
     if (f == QF_Q8_0)
-        return codes[64 * k + 4 * r + i];
-    const uint8_t v = codes[64 * (k % 4) + 4 * r + i];
-    int c = k < 4 ? v & 0x0f : v >> 4;
-    if (hmask) {
+        return p[64 * k + 4 * r + i];
+    int hi = 0;
+    if (qmm_pk_has_h(f)) {
         uint64_t m;
-        memcpy(&m, hmask + 8 * k, 8);
-        c |= (int)((m >> (4 * r + i)) & 1) << 4;
+        memcpy(&m, p + 8 * k, 8);
+        hi = (int)((m >> (4 * r + i)) & 1) << 4;
+        p += 64;
     }
-    return c;
+    const uint8_t v = p[64 * (k % 4) + 4 * r + i];
+    if (f == QF_Q6_K)
+        hi = ((p[256 + 64 * (k / 4) + 4 * r + i] >> (2 * (k % 4))) & 3) << 4;
+    return (k < 4 ? v & 15 : v >> 4) | hi;
 }
 
-static void strip_ref(int f, const uint8_t *s, const qmm_q8_32 *const *x, int nb, float *res,
-                      int rt)
+/* sum_{e < n} c_e q_e over elements e0 .. e0 + n - 1 of the code group at p. */
+static int32_t dot(int f, const uint8_t *p, int r, const int8_t *q, int e0, int n)
+{
+    int32_t s = 0;
+    for (int e = e0; e < e0 + n; e++)
+        s += code_at(f, p, r, e) * q[e];
+    return s;
+}
+
+static float legacy_block(int f, const uint8_t *p, int r, const qmm_q8_32 *xb, float acc)
+{
+    const int32_t isum = -qmm_pk_off(f) * xb->sum + dot(f, p + qmm_pk_head(f), r, xb->q, 0, 32);
+    const float scale = rdh(p + 2 * r) * xb->d;
+    acc = fmaf((float)isum, scale, acc);
+    if (qmm_pk_has_m(f)) {
+        const float mx = xb->d * (float)xb->sum;
+        acc = fmaf(rdh(p + 32 + 2 * r), mx, acc);
+    }
+    return acc;
+}
+
+static float k_block(int f, const uint8_t *p, int r, const qmm_q8_256 *xb, float acc)
+{
+    int32_t isum = 0, msum = 0;
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *g = p + qmm_pk_head(f) + j * qmm_pk_group(f);
+        const int8_t *q = xb->q + 32 * j;
+        if (f == QF_Q6_K) {
+            for (int h = 0; h < 2; h++)
+                isum += (int8_t)p[32 + 16 * (2 * j + h) + r] *
+                        (dot(f, g, r, q, 16 * h, 16) - 32 * xb->bsums[2 * j + h]);
+        } else {
+            isum += p[64 + 16 * j + r] * dot(f, g, r, q, 0, 32);
+            msum += p[192 + 32 * (j / 2) + 2 * r + j % 2] * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]);
+        }
+    }
+    const float scale = rdh(p + 2 * r) * xb->d;
+    acc = fmaf((float)isum, scale, acc);
+    if (f != QF_Q6_K) {
+        const float mscale = rdh(p + 32 + 2 * r) * xb->d;
+        acc = fmaf(-(float)msum, mscale, acc);
+    }
+    return acc;
+}
+
+static void strip_ref(int f, const uint8_t *s, const void *const *x, int nb, float *res, int rt)
 {
     const size_t bb = qmm_pk_block(f);
-    const int off = qmm_pk_off(f);
     for (int a = 0; a < rt; a++)
         for (int r = 0; r < QMM_STRIP; r++) {
             float acc = 0.0f;
-            for (int b = 0; b < nb; b++) {
-                const uint8_t *p = s + (size_t)b * bb;
-                const float d = rdh(p + 2 * r);
-                const float m = qmm_pk_has_m(f) ? rdh(p + 32 + 2 * r) : 0.0f;
-                const uint8_t *h = qmm_pk_has_h(f) ? p + 32 + 32 * qmm_pk_has_m(f) : NULL;
-                const uint8_t *codes = p + 32 + 32 * qmm_pk_has_m(f) + 64 * qmm_pk_has_h(f);
-                const qmm_q8_32 *xb = x[a] + b;
-                int32_t isum = -off * xb->sum;
-                for (int e = 0; e < 32; e++)
-                    isum += code_at(f, codes, h, r, e) * xb->q[e];
-                const float scale = d * xb->d;
-                acc = fmaf((float)isum, scale, acc);
-                if (qmm_pk_has_m(f)) {
-                    const float mx = xb->d * (float)xb->sum;
-                    acc = fmaf(m, mx, acc);
-                }
-            }
+            for (int b = 0; b < nb; b++)
+                acc = f >= QF_Q4_K ? k_block(f, s + b * bb, r, (const qmm_q8_256 *)x[a] + b, acc)
+                                   : legacy_block(f, s + b * bb, r, (const qmm_q8_32 *)x[a] + b, acc);
             res[a * QMM_STRIP + r] = acc;
         }
 }
 
 #define STRIPS(F)                                                                                  \
-    static void F##_1(const uint8_t *s, const qmm_q8_32 *const *x, int nb, float *res)             \
+    static void F##_1(const uint8_t *s, const void *const *x, int nb, float *res)                  \
     {                                                                                              \
         strip_ref(QF_##F, s, x, nb, res, 1);                                                       \
     }                                                                                              \
-    static void F##_8(const uint8_t *s, const qmm_q8_32 *const *x, int nb, float *res)             \
+    static void F##_8(const uint8_t *s, const void *const *x, int nb, float *res)                  \
     {                                                                                              \
         strip_ref(QF_##F, s, x, nb, res, 8);                                                       \
     }
-STRIPS(Q8_0) STRIPS(Q4_0) STRIPS(Q4_1) STRIPS(Q5_0) STRIPS(Q5_1)
+STRIPS(Q8_0) STRIPS(Q4_0) STRIPS(Q4_1) STRIPS(Q5_0) STRIPS(Q5_1) STRIPS(Q4_K) STRIPS(Q5_K)
+STRIPS(Q6_K)
 
 #define ROW(F) [QF_##F] = {{F##_1, 1}, {F##_1, 1}, {F##_1, 1}, {F##_8, 8}}
 const qmm_skern qmm_pack_scalar[QF_COUNT][QMM_LEVELS] = {
-    ROW(Q8_0), ROW(Q4_0), ROW(Q4_1), ROW(Q5_0), ROW(Q5_1),
+    ROW(Q8_0), ROW(Q4_0), ROW(Q4_1), ROW(Q5_0), ROW(Q5_1), ROW(Q4_K), ROW(Q5_K), ROW(Q6_K),
 };

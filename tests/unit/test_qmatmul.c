@@ -182,7 +182,7 @@ static void every_format_mode_and_path_matches_references(void **state)
     assert_int_equal(qmm_isa_force(best), DERAS_OK);
 }
 
-/* Packed weights (Q8 mode, the legacy formats; 37 rows: the last strip padded): every
+/* Packed weights (Q8 mode, the block formats; 37 rows: the last strip padded): every
  * path equals the packed scalar kernels bit for bit (qmm_impl.h fixes the arithmetic), and
  * those meet the Q8 mode's references within its tolerances (the header's (a) and (b));
  * batches and threads change nothing. */
@@ -190,7 +190,8 @@ static void packed_weights_match_references_on_every_path(void **state)
 {
     (void)state;
     uint64_t seed = 424242;
-    const int best = qmm_isa_best(), packed[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1};
+    const int best = qmm_isa_best(), packed[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0,
+                                                 DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
     for (size_t di = 0; di < sizeof packed / sizeof packed[0]; di++) {
         const int dt = packed[di];
         int sizes[3], n_sizes = n_ins(dt, sizes);
@@ -198,7 +199,10 @@ static void packed_weights_match_references_on_every_path(void **state)
             const int n_in = sizes[si];
             size_t pbytes;
             assert_int_equal(qmm_pack_bytes(dt, N_OUT, n_in, &pbytes), DERAS_OK);
-            assert_int_equal(pbytes, 3 * 16 * qref_row_bytes(dt, n_in)); /* 48 rows' bytes */
+            /* 3 strips of 16 rows: the file's bytes of 48 rows, but for Q4_K/Q5_K's scales */
+            const size_t file48 = 3 * 16 * qref_row_bytes(dt, n_in);
+            assert_int_equal(pbytes, dt == DT_Q4_K ? file48 / 144 * 148
+                                     : dt == DT_Q5_K ? file48 / 176 * 180 : file48);
             uint8_t *w = malloc(qref_row_bytes(dt, n_in) * N_OUT), *pw = malloc(pbytes);
             float *wf = malloc(sizeof(float) * N_OUT * n_in), *wmin = malloc(sizeof(float) * N_OUT * n_in);
             float *x = malloc(sizeof(float) * N_MAX * n_in);
@@ -243,9 +247,10 @@ static void packed_weights_match_references_on_every_path(void **state)
     float xx[32] = {1}, yy[16];
     uint8_t ww[16 * 34] = {0};
     assert_int_equal(run_as(DT_Q8_0, QMM_EXACT, 1, ww, xx, 1, 16, 32, 1, yy), DERAS_EINVAL);
-    assert_int_equal(run_as(DT_Q4_K, QMM_Q8, 1, ww, xx, 1, 1, 256, 1, yy), DERAS_EINVAL);
+    assert_int_equal(run_as(DT_BF16, QMM_Q8, 1, ww, xx, 1, 1, 32, 1, yy), DERAS_EINVAL);
     size_t b;
-    assert_int_equal(qmm_pack_bytes(DT_Q4_K, 16, 256, &b), DERAS_EUNSUPPORTED);
+    assert_int_equal(qmm_pack_bytes(DT_BF16, 16, 256, &b), DERAS_EUNSUPPORTED);
+    assert_int_equal(qmm_pack_bytes(DT_Q4_K, 16, 288, &b), DERAS_EINVAL);
     assert_int_equal(qmm_pack_bytes(DT_Q8_0, 16, 48, &b), DERAS_EINVAL);
     assert_int_equal(qmm_pack(NULL, ww, DT_Q8_0, 16, 32), DERAS_EINVAL);
 }
