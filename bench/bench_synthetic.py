@@ -5,6 +5,7 @@
 same file's decode tokens/s in llama.cpp.
 
     python3 bench/bench_synthetic.py --build build                      # Llama-3-8B, Q4_K_M
+    python3 bench/bench_synthetic.py --build build --matmul-mode q8     # llama.cpp's arithmetic
     python3 bench/bench_synthetic.py --build build --preset tiny --out /tmp/tiny.gguf --json
 
 1. The model: bench/make_synthetic_model.py writes --preset (default llama-3-8b: 32 layers,
@@ -16,7 +17,8 @@ same file's decode tokens/s in llama.cpp.
    checks the free disk space (1.2 x the file's size). The generator needs the PyPI
    packages gguf and numpy: this interpreter's if it has them, else a virtual environment
    made once in ~/.cache/deras/venv-gguf (pip install gguf==0.19.0 numpy).
-2. Serving: `deras serve` with one CPU worker (--threads, --kv-cache-memory), a private
+2. Serving: `deras serve` with one CPU worker (--threads, --kv-cache-memory, --matmul-mode:
+   exact, the default, or q8, whose worker packs the weights at load), a private
    runtime directory; then one text completion (`deras complete`: the tokenizer works) and
    --requests streaming requests one at a time (`deras bench`: --max-tokens tokens each,
    EOS ignored, greedy, random 16-token prompts); decode tokens/s = 1 / median time per
@@ -152,6 +154,7 @@ def main():
                     default=os.path.join(CACHE, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-cache-memory", default="1GiB")
+    ap.add_argument("--matmul-mode", default="exact", choices=("exact", "q8"))
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--no-venv", action="store_true", help="never make a virtual environment")
@@ -193,12 +196,13 @@ def main():
     serve_log = open(os.path.join(run, "serve.log"), "w+")
     serve_cmd = [deras, "serve", "--model", out, "--listen", address, "--admin", admin,
                  "--metrics-listen", "none", "--num-workers", "1", "--device", "cpu",
-                 "--threads", str(a.threads), "--kv-cache-memory", a.kv_cache_memory]
+                 "--threads", str(a.threads), "--kv-cache-memory", a.kv_cache_memory,
+                 "--matmul-mode", a.matmul_mode]
     log(" ".join(serve_cmd))
     t0 = time.time()
     serve = subprocess.Popen(serve_cmd, env=env, stdout=serve_log, stderr=subprocess.STDOUT)
     result = {"model": out, "preset": a.preset, "type": a.type, "file_bytes": file_bytes,
-              "kv_budget_bytes": kv, "threads": a.threads}
+              "kv_budget_bytes": kv, "threads": a.threads, "matmul_mode": a.matmul_mode}
     ok = True
     try:
         while subprocess.run([derasctl, "--admin", admin, "health"], env=env,

@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cmocka.h>
@@ -16,6 +17,13 @@ json_t *ref_json_load(const char *path)
     if (!j)
         fail_msg("%s: %s (line %d)", path, err.text, err.line);
     return j;
+}
+
+json_t *ref_json_in(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    return ref_json_load(path);
 }
 
 int32_t *ref_json_ids(const json_t *arr, int *n)

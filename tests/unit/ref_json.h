@@ -11,6 +11,9 @@
 /* The parsed file; fail_msg naming the file and line when it cannot be read or parsed. */
 json_t *ref_json_load(const char *path);
 
+/* dir/reference.json, the file every reference directory (tests/data/tiny, smollm2) has. */
+json_t *ref_json_in(const char *dir);
+
 /* arr's integers as token ids, *n of them (malloc'ed, at least one element). */
 int32_t *ref_json_ids(const json_t *arr, int *n);
 

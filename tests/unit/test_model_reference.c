@@ -103,8 +103,7 @@ static void tiny_models_match_transformers(void **state)
     (void)state;
     char *dir = test_data_path("tiny");
     char path[4096];
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = ref_json_load(path), *models = json_object_get(ref, "models");
+    json_t *ref = ref_json_in(dir), *models = json_object_get(ref, "models");
     assert_true(json_array_size(models) >= 5);
     size_t i;
     json_t *mj;
@@ -301,8 +300,7 @@ static void test_model_matches_transformers(void **state)
     const char *model_path = test_model_path();
     char *dir = test_data_path("smollm2");
     char path[4096];
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = ref_json_load(path), *prompts = json_object_get(ref, "prompts");
+    json_t *ref = ref_json_in(dir), *prompts = json_object_get(ref, "prompts");
     int vocab = (int)json_integer_value(json_object_get(ref, "vocab_size"));
     size_t n_prompts = json_array_size(prompts);
     assert_true(n_prompts >= 8);
@@ -402,9 +400,7 @@ static void test_model_as_stored_matches_the_f32_path(void **state)
     (void)state;
     const char *model_path = test_model_path();
     char *dir = test_data_path("smollm2");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = ref_json_load(path), *prompts = json_object_get(ref, "prompts");
+    json_t *ref = ref_json_in(dir), *prompts = json_object_get(ref, "prompts");
     int vocab = (int)json_integer_value(json_object_get(ref, "vocab_size"));
     const int n_gen = 32;
     int cap = 0;
@@ -608,8 +604,7 @@ static void tiny_models_with_16_bit_kv_caches(void **state)
     (void)state;
     char *dir = test_data_path("tiny");
     char path[4096];
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = ref_json_load(path), *models = json_object_get(ref, "models");
+    json_t *ref = ref_json_in(dir), *models = json_object_get(ref, "models");
     size_t i;
     json_t *mj;
     json_array_foreach(models, i, mj) {
@@ -641,8 +636,7 @@ static void test_model_with_16_bit_kv_caches(void **state)
     const char *model_path = test_model_path();
     char *dir = test_data_path("smollm2");
     char path[4096];
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref = ref_json_load(path), *prompts = json_object_get(ref, "prompts");
+    json_t *ref = ref_json_in(dir), *prompts = json_object_get(ref, "prompts");
     const int vocab = (int)json_integer_value(json_object_get(ref, "vocab_size"));
     const int n_prompts = (int)json_array_size(prompts);
     snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(ref, "logits_file")));

@@ -90,6 +90,36 @@ static int run(int dtype, int mode, const uint8_t *w, const float *x, int n, int
     return run_as(dtype, mode, 0, w, x, n, n_out, n_in, threads, y);
 }
 
+/* One format and n_in: random weights (N_OUT rows), N_MAX activation rows, their
+ * references, and room for three results. */
+typedef struct tcase {
+    uint8_t *w;
+    float *wf, *wmin, *x, *ys, *y1, *yb;
+    qref_pair *pairs;
+} tcase;
+
+static void tcase_new(tcase *c, int dt, int n_in, uint64_t *seed)
+{
+    c->w = malloc(qref_row_bytes(dt, n_in) * N_OUT);
+    c->wf = malloc(sizeof(float) * N_OUT * n_in);
+    c->wmin = malloc(sizeof(float) * N_OUT * n_in);
+    c->x = malloc(sizeof(float) * N_MAX * n_in);
+    c->pairs = malloc(sizeof *c->pairs * N_MAX * N_OUT);
+    c->ys = malloc(sizeof(float) * N_MAX * N_OUT);
+    c->y1 = malloc(sizeof(float) * N_MAX * N_OUT);
+    c->yb = malloc(sizeof(float) * N_MAX * N_OUT);
+    qref_weights(dt, N_OUT, n_in, seed, c->w);
+    qref_dequant(dt, c->w, N_OUT, n_in, c->wf, c->wmin);
+    qref_activations(c->x, (size_t)N_MAX * n_in, seed);
+    qref_pairs(dt, c->wf, c->wmin, c->x, N_MAX, N_OUT, n_in, c->pairs);
+}
+
+static void tcase_free(tcase *c)
+{
+    free(c->w), free(c->wf), free(c->wmin), free(c->x), free(c->pairs), free(c->ys), free(c->y1);
+    free(c->yb);
+}
+
 static double tol_f32(int mode, int dtype, const qref_pair *p, int n_in)
 {
     const int q8 = mode == QMM_Q8 && dtype != DT_F32 && dtype != DT_F16;
@@ -142,16 +172,11 @@ static void every_format_mode_and_path_matches_references(void **state)
         int sizes[3], n_sizes = n_ins(dt, sizes);
         for (int si = 0; si < n_sizes; si++) {
             const int n_in = sizes[si];
-            uint8_t *w = malloc(qref_row_bytes(dt, n_in) * N_OUT);
-            float *wf = malloc(sizeof(float) * N_OUT * n_in), *wmin = malloc(sizeof(float) * N_OUT * n_in);
-            float *x = malloc(sizeof(float) * N_MAX * n_in);
-            qref_pair *pairs = malloc(sizeof *pairs * N_MAX * N_OUT);
-            float *ys = malloc(sizeof(float) * N_MAX * N_OUT), *y1 = malloc(sizeof(float) * N_MAX * N_OUT);
-            float *yb = malloc(sizeof(float) * N_MAX * N_OUT);
-            qref_weights(dt, N_OUT, n_in, &seed, w);
-            qref_dequant(dt, w, N_OUT, n_in, wf, wmin);
-            qref_activations(x, (size_t)N_MAX * n_in, &seed);
-            qref_pairs(dt, wf, wmin, x, N_MAX, N_OUT, n_in, pairs);
+            tcase c;
+            tcase_new(&c, dt, n_in, &seed);
+            uint8_t *w = c.w;
+            float *x = c.x, *ys = c.ys, *y1 = c.y1, *yb = c.yb;
+            const qref_pair *pairs = c.pairs;
             for (int mode = QMM_EXACT; mode <= QMM_Q8; mode++) {
                 double max_rel = 0;
                 assert_int_equal(qmm_isa_force(QMM_ISA_SCALAR), DERAS_OK);
@@ -176,7 +201,7 @@ static void every_format_mode_and_path_matches_references(void **state)
                 print_message("%-5s %-5s n_in %4d: max |y - ref| / sum|w x| = %.2e\n", dtype_name(dt),
                               mode ? "q8" : "exact", n_in, max_rel);
             }
-            free(w), free(wf), free(wmin), free(x), free(pairs), free(ys), free(y1), free(yb);
+            tcase_free(&c);
         }
     }
     assert_int_equal(qmm_isa_force(best), DERAS_OK);
@@ -203,16 +228,11 @@ static void packed_weights_match_references_on_every_path(void **state)
             const size_t file48 = 3 * 16 * qref_row_bytes(dt, n_in);
             assert_int_equal(pbytes, dt == DT_Q4_K ? file48 / 144 * 148
                                      : dt == DT_Q5_K ? file48 / 176 * 180 : file48);
-            uint8_t *w = malloc(qref_row_bytes(dt, n_in) * N_OUT), *pw = malloc(pbytes);
-            float *wf = malloc(sizeof(float) * N_OUT * n_in), *wmin = malloc(sizeof(float) * N_OUT * n_in);
-            float *x = malloc(sizeof(float) * N_MAX * n_in);
-            qref_pair *pairs = malloc(sizeof *pairs * N_MAX * N_OUT);
-            float *ys = malloc(sizeof(float) * N_MAX * N_OUT), *y1 = malloc(sizeof(float) * N_MAX * N_OUT);
-            float *yb = malloc(sizeof(float) * N_MAX * N_OUT);
-            qref_weights(dt, N_OUT, n_in, &seed, w);
-            qref_dequant(dt, w, N_OUT, n_in, wf, wmin);
-            qref_activations(x, (size_t)N_MAX * n_in, &seed);
-            qref_pairs(dt, wf, wmin, x, N_MAX, N_OUT, n_in, pairs);
+            tcase c;
+            tcase_new(&c, dt, n_in, &seed);
+            uint8_t *w = c.w, *pw = malloc(pbytes);
+            float *x = c.x, *ys = c.ys, *y1 = c.y1, *yb = c.yb;
+            const qref_pair *pairs = c.pairs;
             assert_int_equal(qmm_pack(pw, w, dt, N_OUT, n_in), DERAS_OK);
             double max_rel = 0;
             assert_int_equal(qmm_isa_force(QMM_ISA_SCALAR), DERAS_OK);
@@ -239,7 +259,8 @@ static void packed_weights_match_references_on_every_path(void **state)
             }
             print_message("%-5s packed n_in %4d: max |y - ref| / sum|w x| = %.2e\n", dtype_name(dt),
                           n_in, max_rel);
-            free(w), free(pw), free(wf), free(wmin), free(x), free(pairs), free(ys), free(y1), free(yb);
+            free(pw);
+            tcase_free(&c);
         }
     }
     assert_int_equal(qmm_isa_force(best), DERAS_OK);
