@@ -11,8 +11,9 @@
  * maddubs takes |w| against the activation with w's sign (at most 2 x 128 x 127 = 32,512
  * per pair): no offset then. K super-blocks: group sums times the rows' scales
  * (vpmulld), the mins by vpmaddwd. The integer sums are exact, so results equal
- * qmm_pack.c's bit for bit. Tiles of 1, 2 and 4 activation rows (K formats: 1 and 2;
- * more would spill).
+ * qmm_pack.c's bit for bit. Tiles of 1, 2 and 4 activation rows (8 would spill the
+ * accumulators; the K formats' per-row integer sums spill at 4, cheaply: they are
+ * touched once per 32 elements).
  */
 #include "kernels/cpu/qmm_impl.h"
 
@@ -129,13 +130,13 @@ INL2 void strip_k(const uint8_t *s, const void *const *x, int nb, float *res, co
 {
     const size_t bb = qmm_pk_block(f), gb = qmm_pk_group(f);
     for (int h = 0; h < 2; h++) {
-        __m256 acc[2];
+        __m256 acc[4];
         UNROLL for (int a = 0; a < RT; a++)
             acc[a] = _mm256_setzero_ps();
         for (int b = 0; b < nb; b++) {
             const uint8_t *p = s + (size_t)b * bb;
-            const qmm_q8_256 *xb[2];
-            __m256i is[2];
+            const qmm_q8_256 *xb[4];
+            __m256i is[4];
             UNROLL for (int a = 0; a < RT; a++) {
                 xb[a] = (const qmm_q8_256 *)x[a] + b;
                 is[a] = _mm256_setzero_si256();
@@ -190,12 +191,12 @@ INL2 void strip_k(const uint8_t *s, const void *const *x, int nb, float *res, co
         body(s, x, nb, r, QF_##F, RT);                                                             \
     }
 #define KERNELS(F) KERNEL(F, strip, 1) KERNEL(F, strip, 2) KERNEL(F, strip, 4)
-#define KERNELS_K(F) KERNEL(F, strip_k, 1) KERNEL(F, strip_k, 2)
+#define KERNELS_K(F) KERNEL(F, strip_k, 1) KERNEL(F, strip_k, 2) KERNEL(F, strip_k, 4)
 KERNELS(Q8_0) KERNELS(Q4_0) KERNELS(Q4_1) KERNELS(Q5_0) KERNELS(Q5_1)
 KERNELS_K(Q4_K) KERNELS_K(Q5_K) KERNELS_K(Q6_K)
 
 #define ROW(F) [QF_##F] = {{F##_1, 1}, {F##_2, 2}, {F##_4, 4}, {F##_4, 4}}
-#define ROW_K(F) [QF_##F] = {{F##_1, 1}, {F##_2, 2}, {F##_2, 2}, {F##_2, 2}}
+#define ROW_K(F) [QF_##F] = {{F##_1, 1}, {F##_2, 2}, {F##_4, 4}, {F##_4, 4}}
 const qmm_skern qmm_pack_avx2[QF_COUNT][QMM_LEVELS] = {
     ROW(Q8_0), ROW(Q4_0), ROW(Q4_1), ROW(Q5_0), ROW(Q5_1), ROW_K(Q4_K), ROW_K(Q5_K), ROW_K(Q6_K),
 };
