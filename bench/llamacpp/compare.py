@@ -2,7 +2,7 @@
 """compare.py - deras against llama.cpp on the same GGUF files, the same threads, in one run.
 
     bench/llamacpp/compare.py [--model GGUF] [--threads 2] [--formats Q4_1,Q8_0,Q4_K]
-        [--modes exact,q8] [--rounds 2] [--no-serve] [--build DERAS_BUILD_DIR] [--out FILE.jsonl]
+        [--modes exact,q8,q8/f16] [--rounds 2] [--no-serve] [--build DERAS_BUILD_DIR] [--out FILE.jsonl]
 
 What it does, in this order (issue 12's targets in brackets):
  1. bench/llamacpp/build.sh: llama.cpp from the llama-cpp-python sdist on PyPI, built once
@@ -17,9 +17,10 @@ What it does, in this order (issue 12's targets in brackets):
     llama-bench -p 128,512 -n 0 (prefill) and -p 0 -n 128 -d 128 (decode of 128 tokens after
     a 128-token context, as bench_model decodes) against bench_model --prompt-lens 128,512
     --decode-tokens 128; both with --threads. [decode >= 1.2x, prefill >= 1.5x]
- 3b. deras runs once per --modes (its --matmul-mode: exact, the default, f32 activations;
-    q8, llama.cpp's arithmetic: int8 activations, on weights packed at load), each mode's
-    ratios reported on their own lines.
+ 3b. deras runs once per --modes entry, each reported on its own lines: MODE or MODE/KV,
+    MODE its --matmul-mode (exact, the default: f32 activations; q8, llama.cpp's
+    arithmetic: int8 activations, on weights packed at load) and KV its --kv-dtype (f32,
+    deras's CPU default, when not given; f16 is llama.cpp's default cache type).
  4. Serving (first format only): llama-server -np 16 and deras serve (each mode), one after the other,
     both loaded by bench/llamacpp/load.py with the same requests: 16 concurrent clients,
     prompts of 100 token ids, 64 output tokens, ignore_eos, streaming. [>= 2x]
@@ -113,10 +114,16 @@ def llama_bench(model, threads, args):
     return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
 
 
+def mode_args(mode):
+    """deras's options for a --modes entry: MODE or MODE/KV."""
+    mm, _, kv = mode.partition("/")
+    return ["--matmul-mode", mm] + (["--kv-dtype", kv] if kv else [])
+
+
 def deras_bench(build, model, threads, mode):
     r = subprocess.run([os.path.join(build, "bench", "bench_model"), "--model", model,
                         "--threads", str(threads), "--prompt-lens", "128,512",
-                        "--decode-tokens", "128", "--repeat", "3", "--matmul-mode", mode],
+                        "--decode-tokens", "128", "--repeat", "3"] + mode_args(mode),
                        check=True, capture_output=True, text=True)
     return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
 
@@ -162,7 +169,7 @@ def serve_load(kind, build, model, threads, a, mode="exact"):
                "--threads", str(threads), "--metrics-listen", f"127.0.0.1:{port}",
                "--listen", f"tcp://127.0.0.1:{free_port()}",
                "--admin", f"ipc://{tempfile.gettempdir()}/deras-compare-{os.getpid()}.sock",
-               "--kv-cache-memory", "2GiB", "--matmul-mode", mode] + sum(
+               "--kv-cache-memory", "2GiB"] + mode_args(mode) + sum(
                    (["--worker-arg", w] for w in a.deras_worker_arg), [])
     logf = open(os.path.join(CACHE, f"serve-{kind}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
@@ -194,7 +201,9 @@ def main():
         "~/.cache/deras/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--formats", default="Q4_1,Q8_0,Q4_K")
-    p.add_argument("--modes", default="exact,q8", help="deras --matmul-mode values to run")
+    p.add_argument("--modes", default="exact,q8",
+                   help="deras configurations to run: MODE[/KV], MODE a --matmul-mode, KV a "
+                        "--kv-dtype (e.g. exact,q8,q8/f16)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--no-serve", action="store_true")
