@@ -336,7 +336,7 @@ int main(int argc, char **argv)
             if (qmm_packs(dt) && !qmm_pack_bytes(dt, s->n_out, s->n_in, &b.packed_bytes) &&
                 (b.packed = malloc(b.packed_bytes * b.n_copies)))
                 for (int c = 0; c < b.n_copies; c++)
-                    qmm_pack(b.packed + c * b.packed_bytes, b.pool, dt, s->n_out, s->n_in);
+                    qmm_pack(b.packed + c * b.packed_bytes, b.pool, dt, s->n_out, s->n_in, b.threads);
             fprintf(stderr, "%s %s (%.1f MB)\n", dtype_name(dt), s->name, b.mat_bytes / 1e6);
             for (int mi = 0; mi < n_modes; mi++) {
                 const int mode = modes[mi];

@@ -291,12 +291,13 @@ static size_t cpu_pack_bytes(const backend_t *b, const backend_weight *w)
 
 static int cpu_pack(backend_t *b, backend_weight *w, void *buf)
 {
-    if (((cpu_backend *)b)->mm_mode != BACKEND_MM_Q8)
+    cpu_backend *cb = (cpu_backend *)b;
+    if (cb->mm_mode != BACKEND_MM_Q8)
         return DERAS_OK;
     char *at = buf;
     int rc = DERAS_OK;
     if (!w->n_parts && pack_size(w->dtype, w->rows, w->cols)) {
-        if (!(rc = qmm_pack(at, w->data, w->dtype, w->rows, w->cols)))
+        if (!(rc = qmm_pack(at, w->data, w->dtype, w->rows, w->cols, cb->pool)))
             w->packed = at;
     }
     for (int i = 0; !rc && i < w->n_parts; i++) {
@@ -304,7 +305,7 @@ static int cpu_pack(backend_t *b, backend_weight *w, void *buf)
         const size_t sz = pack_size(p->dtype, p->rows, w->cols);
         if (!sz)
             continue;
-        if (!(rc = qmm_pack(at, p->data, p->dtype, p->rows, w->cols)))
+        if (!(rc = qmm_pack(at, p->data, p->dtype, p->rows, w->cols, cb->pool)))
             p->packed = at;
         at += sz;
     }

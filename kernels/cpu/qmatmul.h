@@ -83,13 +83,13 @@ int qmm_scratch_bytes(int dtype, int mode, int n, int n_in, size_t *out);
 
 /* Packed weights. qmm_packs: true for the formats with a packed layout (the block
  * formats). qmm_pack_bytes: the bytes of W (n_out, n_in) packed (n_out rounded up to 16
- * rows). qmm_pack: W into dst
- * (qmm_pack_bytes of them, any alignment; W is not modified). DERAS_EUNSUPPORTED for
+ * rows). qmm_pack: W into dst (qmm_pack_bytes of them, any alignment; W is not modified),
+ * strips spread over pool's threads (NULL: the calling thread). DERAS_EUNSUPPORTED for
  * another format, DERAS_EINVAL for NULL pointers or sizes that are not positive whole
  * blocks. O(n_out * n_in), allocates nothing. */
 bool qmm_packs(int dtype);
 int qmm_pack_bytes(int dtype, int n_out, int n_in, size_t *out);
-int qmm_pack(void *dst, const void *w, int dtype, int n_out, int n_in);
+int qmm_pack(void *dst, const void *w, int dtype, int n_out, int n_in, struct cpu_pool *pool);
 
 /* True for the dtypes qmm_matmul computes on (the list above). O(1). */
 bool qmm_computes(int dtype);

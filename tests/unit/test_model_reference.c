@@ -599,6 +599,53 @@ static void kv_compare(const char *what, const char *path, int32_t *const *ids, 
     }
 }
 
+/* q8 mode on the tiny block-format files (Q8_0, Q4_1), under the sanitizers: the weights
+ * are packed at load (kernels/cpu/qmatmul.h) and the logits stay within q8's rounding of
+ * transformers' (each activation off by up to half a step of its block's max / 127, which
+ * these random-weight models carry to about 3e-2 of the logits' norm; bound 5e-2), and
+ * differ from exact mode's (the int8 activations are in use). */
+static void tiny_block_models_in_q8_mode(void **state)
+{
+    (void)state;
+    char *dir = test_data_path("tiny");
+    char path[4096];
+    json_t *ref = ref_json_in(dir), *models = json_object_get(ref, "models");
+    size_t i;
+    json_t *mj;
+    int seen = 0;
+    json_array_foreach(models, i, mj) {
+        const char *file = json_string_value(json_object_get(mj, "path"));
+        if (!strstr(file, "-q8_0.gguf") && !strstr(file, "-q4_1.gguf"))
+            continue;
+        int n, vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
+        int32_t *ids = ref_json_ids(json_object_get(mj, "input_ids"), &n);
+        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "logits_file")));
+        float *want = load_f32(path, (size_t)n * vocab);
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        float *exact = malloc((size_t)n * vocab * sizeof(float));
+        float *q8 = malloc((size_t)n * vocab * sizeof(float));
+        runner r;
+        runner_open(&r, path, n, 4);
+        runner_step(&r, ids, 0, n, false, exact);
+        runner_close(&r);
+        assert_int_equal(backend_set_matmul_mode(runner_backend, BACKEND_MM_Q8), DERAS_OK);
+        runner_open(&r, path, n, 4);
+        runner_step(&r, ids, 0, n, false, q8);
+        runner_close(&r);
+        assert_int_equal(backend_set_matmul_mode(runner_backend, BACKEND_MM_EXACT), DERAS_OK);
+        const double e = test_rel_l2(q8, want, (size_t)n * vocab);
+        printf("tiny %-24s q8 mode: rel L2 to transformers %.2e\n", file, e);
+        if (!(e < 5e-2))
+            fail_msg("%s in q8 mode: relative L2 %.3g to transformers, expected below 5e-2", file, e);
+        assert_true(memcmp(q8, exact, (size_t)n * vocab * sizeof(float)) != 0);
+        free(ids), free(want), free(exact), free(q8);
+        seen++;
+    }
+    assert_int_equal(seen, 2);
+    json_decref(ref);
+    free(dir);
+}
+
 static void tiny_models_with_16_bit_kv_caches(void **state)
 {
     (void)state;
@@ -667,7 +714,8 @@ int main(int argc, char **argv)
     /* `test_model_reference tiny` runs only the tiny models (no test model needed),
      * `f32path` the test model as stored against its dequantized-f32 path */
     const struct CMUnitTest tiny[] = {cmocka_unit_test(tiny_models_match_transformers),
-                                      cmocka_unit_test(conversions_and_misaligned_files)};
+                                      cmocka_unit_test(conversions_and_misaligned_files),
+                                      cmocka_unit_test(tiny_block_models_in_q8_mode)};
     const struct CMUnitTest full[] = {cmocka_unit_test(test_model_matches_transformers)};
     const struct CMUnitTest f32path[] = {cmocka_unit_test(test_model_as_stored_matches_the_f32_path)};
     const struct CMUnitTest tiny_kv[] = {cmocka_unit_test(tiny_models_with_16_bit_kv_caches)};

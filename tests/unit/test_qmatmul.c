@@ -233,7 +233,17 @@ static void packed_weights_match_references_on_every_path(void **state)
             uint8_t *w = c.w, *pw = malloc(pbytes);
             float *x = c.x, *ys = c.ys, *y1 = c.y1, *yb = c.yb;
             const qref_pair *pairs = c.pairs;
-            assert_int_equal(qmm_pack(pw, w, dt, N_OUT, n_in), DERAS_OK);
+            assert_int_equal(qmm_pack(pw, w, dt, N_OUT, n_in, NULL), DERAS_OK);
+            { /* packing on threads writes the same bytes */
+                uint8_t *pw2 = malloc(pbytes);
+                cpu_pool_t *pool;
+                assert_int_equal(cpu_pool_new(2, &pool), DERAS_OK);
+                memset(pw2, 0xa5, pbytes);
+                assert_int_equal(qmm_pack(pw2, w, dt, N_OUT, n_in, pool), DERAS_OK);
+                assert_memory_equal(pw, pw2, pbytes);
+                cpu_pool_destroy(&pool);
+                free(pw2);
+            }
             double max_rel = 0;
             assert_int_equal(qmm_isa_force(QMM_ISA_SCALAR), DERAS_OK);
             assert_int_equal(run_as(dt, QMM_Q8, 1, pw, x, N_MAX, N_OUT, n_in, 2, ys), DERAS_OK);
@@ -273,7 +283,7 @@ static void packed_weights_match_references_on_every_path(void **state)
     assert_int_equal(qmm_pack_bytes(DT_BF16, 16, 256, &b), DERAS_EUNSUPPORTED);
     assert_int_equal(qmm_pack_bytes(DT_Q4_K, 16, 288, &b), DERAS_EINVAL);
     assert_int_equal(qmm_pack_bytes(DT_Q8_0, 16, 48, &b), DERAS_EINVAL);
-    assert_int_equal(qmm_pack(NULL, ww, DT_Q8_0, 16, 32), DERAS_EINVAL);
+    assert_int_equal(qmm_pack(NULL, ww, DT_Q8_0, 16, 32, NULL), DERAS_EINVAL);
 }
 
 /* Exact mode against one-hot activations returns the weights themselves: the in-register
