@@ -98,24 +98,44 @@ static float *all_logits(const char *path, const int32_t *ids, int n, int conver
     return out;
 }
 
+/* One model of tests/data/tiny/reference.json: its prompt (n ids), vocabulary,
+ * transformers' logits at every position (n x vocab, malloc'ed like ids) and its file. */
+typedef struct tiny_ref {
+    const char *name;
+    int n, vocab;
+    int32_t *ids;
+    float *want;
+    char path[4096];
+} tiny_ref;
+
+static void tiny_ref_load(const char *dir, const json_t *mj, tiny_ref *t)
+{
+    t->name = json_string_value(json_object_get(mj, "name"));
+    t->vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
+    t->ids = ref_json_ids(json_object_get(mj, "input_ids"), &t->n);
+    snprintf(t->path, sizeof t->path, "%s/%s", dir,
+             json_string_value(json_object_get(mj, "logits_file")));
+    t->want = load_f32(t->path, (size_t)t->n * t->vocab);
+    snprintf(t->path, sizeof t->path, "%s/%s", dir, json_string_value(json_object_get(mj, "path")));
+}
+
 static void tiny_models_match_transformers(void **state)
 {
     (void)state;
     char *dir = test_data_path("tiny");
-    char path[4096];
     json_t *ref = ref_json_in(dir), *models = json_object_get(ref, "models");
     assert_true(json_array_size(models) >= 5);
     size_t i;
     json_t *mj;
     json_array_foreach(models, i, mj) {
-        const char *name = json_string_value(json_object_get(mj, "name"));
-        int n, vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
-        int32_t *ids = ref_json_ids(json_object_get(mj, "input_ids"), &n);
+        tiny_ref tr;
+        tiny_ref_load(dir, mj, &tr);
+        const char *name = tr.name, *path = tr.path;
+        const int n = tr.n, vocab = tr.vocab;
+        int32_t *ids = tr.ids;
+        float *want = tr.want;
         int n_greedy;
         int32_t *greedy = ref_json_ids(json_object_get(mj, "greedy"), &n_greedy);
-        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "logits_file")));
-        float *want = load_f32(path, (size_t)n * vocab);
-        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "path")));
 
         runner r;
         runner_open(&r, path, n + n_greedy, 4);
@@ -608,7 +628,6 @@ static void tiny_block_models_in_q8_mode(void **state)
 {
     (void)state;
     char *dir = test_data_path("tiny");
-    char path[4096];
     json_t *ref = ref_json_in(dir), *models = json_object_get(ref, "models");
     size_t i;
     json_t *mj;
@@ -617,11 +636,12 @@ static void tiny_block_models_in_q8_mode(void **state)
         const char *file = json_string_value(json_object_get(mj, "path"));
         if (!strstr(file, "-q8_0.gguf") && !strstr(file, "-q4_1.gguf"))
             continue;
-        int n, vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
-        int32_t *ids = ref_json_ids(json_object_get(mj, "input_ids"), &n);
-        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "logits_file")));
-        float *want = load_f32(path, (size_t)n * vocab);
-        snprintf(path, sizeof path, "%s/%s", dir, file);
+        tiny_ref t;
+        tiny_ref_load(dir, mj, &t);
+        const char *path = t.path;
+        const int n = t.n, vocab = t.vocab;
+        int32_t *ids = t.ids;
+        float *want = t.want;
         float *exact = malloc((size_t)n * vocab * sizeof(float));
         float *q8 = malloc((size_t)n * vocab * sizeof(float));
         runner r;
@@ -650,17 +670,17 @@ static void tiny_models_with_16_bit_kv_caches(void **state)
 {
     (void)state;
     char *dir = test_data_path("tiny");
-    char path[4096];
     json_t *ref = ref_json_in(dir), *models = json_object_get(ref, "models");
     size_t i;
     json_t *mj;
     json_array_foreach(models, i, mj) {
-        const char *name = json_string_value(json_object_get(mj, "name"));
-        int n, vocab = (int)json_integer_value(json_object_get(mj, "vocab_size"));
-        int32_t *ids = ref_json_ids(json_object_get(mj, "input_ids"), &n);
-        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "logits_file")));
-        float *want = load_f32(path, (size_t)n * vocab);
-        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(mj, "path")));
+        tiny_ref t;
+        tiny_ref_load(dir, mj, &t);
+        const char *name = t.name, *path = t.path;
+        int n = t.n;
+        const int vocab = t.vocab;
+        int32_t *ids = t.ids;
+        float *want = t.want;
         kv_run f32;
         kv_run_prompts(path, DT_F32, &ids, &n, 1, n, n + N_KV_GREEDY, 4, &f32);
         double e32 = 0;
