@@ -18,12 +18,11 @@
 
 #ifdef QMM_X86
 #include <immintrin.h>
+#include <string.h>
 
 #define T5V __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLV static inline __attribute__((always_inline)) T5V
 #define UNROLL _Pragma("GCC unroll 8")
-
-#include <string.h>
 
 /* The 8 code vectors of the code group at p. */
 INLV void group_codes(const int f, const uint8_t *p, __m512i c[8])
