@@ -39,11 +39,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -84,12 +85,6 @@ def model_bytes(preset, qtype, python):
                                 check=True).stdout)
     bits = {"f16": 16, "q8_0": 8.5, "q4_0": 4.5, "q4_k": 4.5, "q4_k_m": 4.9}[qtype]
     return int(params * bits / 8)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def status_kib(pid):

@@ -28,47 +28,14 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
+
+from benchlib import free_port, machine, wait_health
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return "%s, %d cores" % (line.split(":", 1)[1].strip(), os.cpu_count())
-    except OSError:
-        pass
-    return "unknown"
-
-
-def wait_ready(url, proc, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("deras serve exited with %d" % proc.returncode)
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("deras serve never became ready")
 
 
 def cpu_s(pid):
@@ -149,7 +116,7 @@ def main():
     targets = {"zmq": ["--address", addr], "http": ["--http", url]}
     runs = []
     try:
-        wait_ready(url, p)
+        wait_health(url, p, timeout=120, what="deras serve")
         found = children(p.pid)
         procs = {"router": found["deras-router"], "worker": found["deras-worker"]}
         for t in ("zmq", "http"):  # warm-up: first connections, allocator, caches
@@ -173,7 +140,7 @@ def main():
     s["ratio_median"] = (s["http"]["output_tokens_per_s_median"] /
                          s["zmq"]["output_tokens_per_s_median"])
     out = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "cpu": cpu_model(), "loadavg": os.getloadavg(), "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] +
+           "cpu": "%(cpu)s, %(cores)d cores" % machine(), "loadavg": os.getloadavg(), "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] +
                                                    sys.argv[1:]),
            "serve": " ".join(serve[1:]), "bench_args": " ".join(args), "runs": runs,
            "summary": s}

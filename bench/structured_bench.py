@@ -25,7 +25,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,15 +32,11 @@ import tempfile
 import time
 import urllib.request
 
+from benchlib import free_port
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SUBJECTS = ["a bookshop", "a bakery", "a hardware store", "a flower shop",
             "an electronics store", "a toy store", "a coffee roaster", "a bicycle shop"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(url, body, timeout=3600):

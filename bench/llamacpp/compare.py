@@ -35,11 +35,7 @@ format per round plus 1-2 minutes of serving per round.
 import argparse
 import json
 import os
-import platform
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +43,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import free_port, machine, stop, wait_health  # noqa: E402
 CACHE = os.environ.get("DERAS_LLAMACPP_DIR", os.path.expanduser("~/.cache/deras/llama.cpp"))
 TARGETS = {"decode": 1.2, "prefill": 1.5, "serve": 2.0}
 
@@ -66,27 +64,6 @@ def emit(out, rec):
 def llama_bin(name):
     d = os.environ.get("DERAS_LLAMACPP_BIN", os.path.join(CACHE, "build", "bin"))
     return os.path.join(d, name)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def machine():
-    info = {"cpu": platform.processor(), "flags": "", "cores": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            txt = f.read()
-        info["cpu"] = re.search(r"model name\s*:\s*(.*)", txt).group(1)
-        flags = re.search(r"flags\s*:\s*(.*)", txt).group(1).split()
-        keep = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-                "avx512_bf16", "avx_vnni", "amx_int8")
-        info["flags"] = " ".join(f for f in keep if f in flags)
-    except (OSError, AttributeError):
-        pass
-    return info
 
 
 def loadavg():
@@ -128,32 +105,6 @@ def deras_bench(build, model, threads, mode):
     return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
 
 
-def wait_health(url, proc, timeout=300):
-    import urllib.request
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server not healthy in time")
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def serve_load(kind, build, model, threads, a, mode="exact"):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -174,7 +125,7 @@ def serve_load(kind, build, model, threads, a, mode="exact"):
     logf = open(os.path.join(CACHE, f"serve-{kind}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_health(url, proc)
+        wait_health(url, proc, what=kind)
         r = subprocess.run([sys.executable, os.path.join(HERE, "load.py"), "--url", url,
                             "--concurrency", str(a.concurrency), "--requests", str(a.requests),
                             "--prompt-tokens", str(a.prompt_tokens), "--max-tokens",
