@@ -29,10 +29,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
-from benchlib import free_port
+from benchlib import free_port, wait_health
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SUBJECTS = ["a bookshop", "a bakery", "a hardware store", "a flower shop",
@@ -80,19 +79,11 @@ def llama_bench(args, schema, batches):
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         url = "http://127.0.0.1:%d" % port
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if p.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError("llama-server did not start:\n" +
-                                       log.read().decode(errors="replace")[-3000:])
-                time.sleep(0.5)
+            try:
+                wait_health(url, p, timeout=300, what="llama-server")
+            except RuntimeError as e:
+                log.seek(0)
+                raise RuntimeError("%s:\n%s" % (e, log.read().decode(errors="replace")[-3000:]))
             arms = {"free": None, "schema": schema}
             for name, sch in arms.items():  # warm-up
                 llama_run(url, batch, args.output, sch)
