@@ -28,7 +28,8 @@
 
 /* ---- the text builder (js_internal.h) ---- */
 
-int sb_put(sbuf *b, const char *s, size_t n)
+/* Room for n more bytes and the terminating NUL. */
+static int sb_room(sbuf *b, size_t n)
 {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
@@ -40,6 +41,14 @@ int sb_put(sbuf *b, const char *s, size_t n)
         b->s = p;
         b->cap = cap;
     }
+    return DERAS_OK;
+}
+
+int sb_put(sbuf *b, const char *s, size_t n)
+{
+    int rc = sb_room(b, n);
+    if (rc)
+        return rc;
     memcpy(b->s + b->n, s, n);
     b->n += n;
     b->s[b->n] = 0;
@@ -51,17 +60,24 @@ int sb_puts(sbuf *b, const char *s)
     return sb_put(b, s, strlen(s));
 }
 
+/* Any length: a piece may carry a whole pattern's rule (the output's own limit is
+ * checked where rules are emitted). */
 int sb_printf(sbuf *b, const char *fmt, ...)
 {
-    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return deras_fail(DERAS_EINTERNAL, "json_schema: a formatted piece over %zu bytes",
-                          sizeof tmp);
-    return sb_put(b, tmp, (size_t)n);
+    if (n < 0)
+        return deras_fail(DERAS_EINTERNAL, "json_schema: a piece that cannot be formatted");
+    int rc = sb_room(b, (size_t)n);
+    if (rc)
+        return rc;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+    return DERAS_OK;
 }
 
 void sb_free(sbuf *b)
