@@ -14,8 +14,9 @@
  * (software prefetch: the hardware prefetcher loses track of many short streams). Small
  * products run on the calling thread alone: below MIN_WORK multiply-adds per thread a
  * job would cost more than it saves. Packed weights (qmm_pack) are walked the same way a
- * strip of 16 rows at a time, each strip one contiguous stream (no software prefetch). Cost per call beyond the arithmetic: the pool job
- * (bench/bench_qmatmul.c measures it) and two atomics per chunk.
+ * strip of 16 rows at a time, each strip one contiguous stream (no software prefetch).
+ * Cost per call beyond the arithmetic: the pool job (bench/bench_qmatmul.c measures it)
+ * and two atomics per chunk.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -110,6 +111,21 @@ typedef struct job {
     const qmm_skern *stab; /* packed weights: the strip kernels per level; NULL: not packed */
 } job;
 
+/* The tiles of activation rows, for both kinds of kernel table: the level to try first
+ * for the `left` rows still to do (tiles of 8, 4, 2, 1; 3 rows take a 4-row tile), the
+ * caller stepping down to a level its table has; then x[0 .. rt) point at the tile's rows
+ * from r0, the last of its nr valid rows repeated where the matrix runs out. */
+static int first_level(int left)
+{
+    return left >= 8 ? 3 : left >= 3 ? 2 : left - 1;
+}
+
+static void tile_rows(const job *j, int r0, int nr, int rt, const void **x)
+{
+    for (int r = 0; r < rt; r++)
+        x[r] = j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row;
+}
+
 /* Packed weights (qmm_impl.h): the strips of weight rows [o0, o1) (o0 a multiple of
  * QMM_STRIP) against every activation row, a tile of activation rows at a time, each tile
  * walking the chunk's strips (which stay in L2 between tiles). */
@@ -122,13 +138,12 @@ static void strips(const job *j, int o0, int o1)
     const void *xp[8];
     for (int r0 = 0; r0 < a->n;) {
         const int left = a->n - r0;
-        int level = left >= 8 ? 3 : left >= 3 ? 2 : left - 1;
+        int level = first_level(left);
         while (!j->stab[level].fn)
             level--;
         const qmm_skern *k = &j->stab[level];
         const int nr = k->rt < left ? k->rt : left;
-        for (int r = 0; r < k->rt; r++)
-            xp[r] = j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row;
+        tile_rows(j, r0, nr, k->rt, xp);
         for (int o = o0; o < o1; o += QMM_STRIP) {
             k->fn((const uint8_t *)a->w + (size_t)(o / QMM_STRIP) * sbytes, xp, nb, res);
             const int no = o1 - o < QMM_STRIP ? o1 - o : QMM_STRIP;
@@ -150,15 +165,14 @@ static void tiles(const job *j, const qmm_kern *tab, const uint8_t *w, size_t w_
     t.n_in = a->n_in;
     for (int r0 = 0; r0 < a->n;) {
         const int left = a->n - r0;
-        int level = left >= 8 ? 3 : left >= 3 ? 2 : left - 1;
+        int level = first_level(left);
         while (!tab[level].fn)
             level--;
         const qmm_kern *k = &tab[level];
         const int nr = k->rt < left ? k->rt : left;
         t.ot = k->ot;
         t.rt = k->rt;
-        for (int r = 0; r < k->rt; r++)
-            t.x[r] = j->xa + (size_t)(r0 + (r < nr ? r : nr - 1)) * j->xa_row;
+        tile_rows(j, r0, nr, k->rt, t.x);
         const uint8_t *pf = w;
         const uint8_t *const end = w + (size_t)(a->n_out - o0) * w_row; /* the weights' end */
         for (int o = o0; o < o1; o += k->ot) {
