@@ -257,6 +257,8 @@ enum proto_error_code chat_render(const chat_t *c, const proto_request *q, char 
 
 int chat_add_stops(const chat_t *c, req_params *p)
 {
+    if (p->ignore_eos) /* vLLM's: the turn's end is the chat's end of generation */
+        return DERAS_OK;
     int32_t ids[REQ_MAX_STOP_IDS];
     int n = p->n_stop_ids;
     memcpy(ids, p->stop_ids, (size_t)n * sizeof *ids);

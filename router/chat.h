@@ -67,8 +67,10 @@ const char *chat_describe(const chat_t *c);
 enum proto_error_code chat_render(const chat_t *c, const proto_request *q, char **text,
                                   size_t *len, bool *add_special, char *msg, size_t cap);
 
-/* Add the end-of-turn ids to p->stop_ids, each once (ids already there are not repeated).
- * DERAS_OK, or DERAS_ERANGE when they do not fit REQ_MAX_STOP_IDS (p unchanged). O(16^2). */
+/* Add the end-of-turn ids to p->stop_ids, each once (ids already there are not repeated);
+ * none for an ignore_eos request, which in a chat runs past the turn's end as vLLM's does
+ * (its own stop_token_ids still stop it). DERAS_OK, or DERAS_ERANGE when they do not fit
+ * REQ_MAX_STOP_IDS (p unchanged). O(16^2). */
 int chat_add_stops(const chat_t *c, req_params *p);
 
 #endif

@@ -14,7 +14,8 @@
   no router `deras chat` where nothing listens: exit 1 at once, naming the address
 
 The worker's steps are slowed by the test-only DERAS_TEST_STEP_DELAY_MS (30 ms), so an
-answer of 1,000 tokens lasts at least 30 s by construction: the terminal test's Ctrl-C
+answer of 1,000 tokens lasts at least 30 s by construction, and with --ignore-eos only
+max_tokens ends it (a chat adds no end-of-turn stops then): the terminal test's Ctrl-C
 always lands inside it. Nothing is timed; waits have generous hang guards.
 """
 

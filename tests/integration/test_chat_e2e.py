@@ -7,7 +7,7 @@ that a chat request is the model's own chat template rendered as Python Jinja2 r
 conversation the same text, rendered by Jinja2 here and sent as a `prompt` without added
 special tokens, must give the router the same number of prompt tokens and, greedy, the same
 answer token for token; a conversation Jinja2 fails on fails as chat_template_error. Then that a chat answer ends with finish_reason "stop" at the
-model's end of turn (the haiku the README asks for), that streams and the C client's
+model's end of turn (the haiku the README asks for) unless ignore_eos, that streams and the C client's
 `deras complete --chat` agree with it, and that broken conversations get their error codes.
 
     DERAS_BUILD_DIR=build DERAS_TEST_MODEL=model.gguf python3 tests/integration/test_chat_e2e.py
@@ -146,6 +146,13 @@ class Chat(unittest.TestCase):
         self.assertLess(c.usage.completion_tokens, 200)
         self.assertGreater(len(c.text.strip()), 10)
         self.assertNotIn("<|im_end|>", c.text)
+        # with ignore_eos (vLLM's semantics) the turn's end does not stop it: the same
+        # greedy tokens, then on past the end of the turn to max_tokens
+        k = c.usage.completion_tokens
+        more = self.client.chat(messages, max_tokens=k + 4, temperature=0, ignore_eos=True)
+        self.assertEqual(more.finish_reasons, ["length"])
+        self.assertEqual(more.usage.completion_tokens, k + 4)
+        self.assertEqual(more.token_ids[0][:len(c.token_ids[0])], c.token_ids[0])
         # streamed, the same answer
         events = list(self.client.chat_stream(messages, max_tokens=200, temperature=0))
         self.assertEqual("".join(e.text for e in events if isinstance(e, Chunk)), c.text)

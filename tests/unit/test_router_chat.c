@@ -118,6 +118,13 @@ static void the_models_template_renders_with_transformers_variables(void **state
         p.stop_ids[p.n_stop_ids] = 100 + p.n_stop_ids;
     assert_int_equal(chat_add_stops(c, &p), DERAS_ERANGE);
     assert_int_equal(p.n_stop_ids, REQ_MAX_STOP_IDS);
+    /* ignore_eos: the turn's end does not stop a chat either; the request's own ids stay */
+    req_params_init(&p);
+    p.ignore_eos = true;
+    p.stop_ids[p.n_stop_ids++] = 7;
+    assert_int_equal(chat_add_stops(c, &p), DERAS_OK);
+    assert_int_equal(p.n_stop_ids, 1);
+    assert_int_equal(p.stop_ids[0], 7);
     chat_destroy(&c);
     assert_null(c);
     chat_destroy(&c);
