@@ -24,6 +24,9 @@
  * kernels' pool (kernels/cpu/cpu_pool.h) on two, and a call just big enough to use both
  * threads.
  *
+ * Packing (qmm_pack, as a q8-mode load does it, on all --threads' largest pool): file
+ * bytes per second, the packed copies' fresh pages included.
+ *
  * Errors (best path, 4 rows of activations with outliers): max |y - ref| / max |ref| and
  * ||y - ref|| / ||ref|| against sum w x in double over the weights dequantized by
  * common/base/dtype.c. JSON lines on stdout, progress on stderr.
@@ -334,9 +337,16 @@ int main(int argc, char **argv)
                 memcpy(b.pool + c * b.mat_bytes, b.pool, b.mat_bytes);
             b.packed = NULL;
             if (qmm_packs(dt) && !qmm_pack_bytes(dt, s->n_out, s->n_in, &b.packed_bytes) &&
-                (b.packed = malloc(b.packed_bytes * b.n_copies)))
+                (b.packed = malloc(b.packed_bytes * b.n_copies))) {
+                const double t0 = cli_now(); /* fresh pages included, as at load */
                 for (int c = 0; c < b.n_copies; c++)
                     qmm_pack(b.packed + c * b.packed_bytes, b.pool, dt, s->n_out, s->n_in, b.threads);
+                const double t = (cli_now() - t0) / b.n_copies;
+                printf("{\"bench\":\"pack\",\"format\":\"%s\",\"shape\":\"%s\",\"threads\":%d,"
+                       "\"us\":%.1f,\"file_GBps\":%.2f}\n",
+                       dtype_name(dt), s->name, cpu_pool_threads(b.threads), t * 1e6,
+                       b.mat_bytes / t / 1e9);
+            }
             fprintf(stderr, "%s %s (%.1f MB)\n", dtype_name(dt), s->name, b.mat_bytes / 1e6);
             for (int mi = 0; mi < n_modes; mi++) {
                 const int mode = modes[mi];

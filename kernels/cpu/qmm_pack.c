@@ -54,86 +54,113 @@ int qmm_pack_bytes(int dtype, int n_out, int n_in, size_t *out)
     return DERAS_OK;
 }
 
-/* Row r's codes c[32] (0..63; Q8_0: stored + 128) into the code group at p (zeroed). */
-static void put_group(int f, uint8_t *p, int r, const uint8_t *c)
+/* Packing works on 32-bit words: in every format the 4 codes of a dword lane are 4
+ * consecutive elements, and the file keeps 4-bit codes as nibble pairs (element e and
+ * e + 16 of a 32-element group) exactly as a code group's low half does. */
+
+static uint32_t rd32(const uint8_t *p)
 {
-    if (f == QF_Q8_0) {
-        for (int e = 0; e < 32; e++)
-            p[64 * (e / 4) + 4 * r + e % 4] = c[e];
-        return;
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Dword k of row r's codes in the code group at g. */
+static void put4(uint8_t *g, int r, int k, uint32_t v)
+{
+    memcpy(g + 64 * k + 4 * r, &v, 4);
+}
+
+/* Row r's fifth bits (bit e: element e's) into the mask ahead of a code group at g. */
+static void put_h(uint8_t *g, int r, uint32_t h32)
+{
+    for (int k = 0; k < 8; k++) {
+        uint64_t m;
+        memcpy(&m, g + 8 * k, 8);
+        m |= (uint64_t)((h32 >> (4 * k)) & 15) << (4 * r);
+        memcpy(g + 8 * k, &m, 8);
     }
-    uint8_t *codes = p;
-    if (qmm_pk_has_h(f)) {
-        uint32_t h32 = 0; /* bit e: element e's fifth bit */
-        for (int e = 0; e < 32; e++)
-            h32 |= (uint32_t)((c[e] >> 4) & 1) << e;
-        for (int k = 0; k < 8; k++) {
-            uint64_t m;
-            memcpy(&m, p + 8 * k, 8);
-            m |= (uint64_t)((h32 >> (4 * k)) & 15) << (4 * r);
-            memcpy(p + 8 * k, &m, 8);
-        }
-        codes += 64;
+}
+
+/* A 32-element group whose 4-bit codes are the nibbles at shift sh of the 32 bytes at q
+ * (element l: (q[l] >> sh) & 15), as nibble pairs into the codes at g. */
+static void put_nibbles(uint8_t *g, int r, const uint8_t *q, int sh)
+{
+    for (int k = 0; k < 4; k++) {
+        const uint32_t a = rd32(q + 4 * k) >> sh & 0x0f0f0f0fu;
+        const uint32_t b = rd32(q + 16 + 4 * k) >> sh & 0x0f0f0f0fu;
+        put4(g, r, k, a | b << 4);
     }
-    for (int e = 0; e < 16; e++)
-        codes[64 * (e / 4) + 4 * r + e % 4] = (uint8_t)((c[e] & 15) | (c[e + 16] & 15) << 4);
-    if (f == QF_Q6_K)
-        for (int e = 0; e < 32; e++) {
-            const int k = e / 4;
-            codes[256 + 64 * (k / 4) + 4 * r + e % 4] |= (uint8_t)((c[e] >> 4) << (2 * (k % 4)));
-        }
+}
+
+/* Bit j of each of the 32 bytes at q, as the bits of a word (byte l: bit l). */
+static uint32_t bit_plane(const uint8_t *q, int j)
+{
+    uint32_t h = 0;
+    for (int w = 0; w < 4; w++) {
+        uint64_t v;
+        memcpy(&v, q + 8 * w, 8);
+        /* the low bit of byte i lands on bit 56 + i, every partial product elsewhere */
+        h |= (uint32_t)((((v >> j) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56)
+             << (8 * w);
+    }
+    return h;
 }
 
 /* One file block of row r into strip block sb (zeroed by the caller). */
 static void pack_block(int f, const uint8_t *src, uint8_t *sb, int r)
 {
-    uint8_t c[256];
     memcpy(sb + 2 * r, src + (f == QF_Q6_K ? 208 : 0), 2); /* d */
+    uint8_t *g = sb + qmm_pk_head(f);
     if (f < QF_Q4_K) { /* legacy: d, [m], [qh], qs */
         size_t at = 2;
         if (qmm_pk_has_m(f))
             memcpy(sb + 32 + 2 * r, src + 2, 2), at = 4;
-        uint32_t qh = 0;
-        if (qmm_pk_has_h(f))
-            memcpy(&qh, src + at, 4), at += 4;
-        const uint8_t *qs = src + at;
-        for (int e = 0; e < 32; e++)
-            c[e] = f == QF_Q8_0 ? (uint8_t)(qs[e] ^ 0x80)
-                                : (uint8_t)((e < 16 ? qs[e] & 15 : qs[e - 16] >> 4) |
-                                            ((qh >> e) & 1) << 4);
-        put_group(f, sb + qmm_pk_head(f), r, c);
+        if (qmm_pk_has_h(f)) {
+            put_h(g, r, rd32(src + at));
+            g += 64, at += 4;
+        }
+        if (f == QF_Q8_0)
+            for (int k = 0; k < 8; k++)
+                put4(g, r, k, rd32(src + at + 4 * k) ^ 0x80808080u);
+        else
+            for (int k = 0; k < 4; k++)
+                put4(g, r, k, rd32(src + at + 4 * k));
         return;
     }
-    if (f == QF_Q6_K) {
-        const uint8_t *ql = src, *qh = src + 128;
-        for (int g = 0; g < 16; g++)
-            sb[32 + 16 * g + r] = src[192 + g];
-        for (int h = 0; h < 2; h++, ql += 64, qh += 32)
-            for (int l = 0; l < 32; l++) {
-                uint8_t *o = c + 128 * h + l;
-                o[0] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
-                o[32] = (uint8_t)((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
-                o[64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
-                o[96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+    const size_t gb = qmm_pk_group(f);
+    if (f == QF_Q6_K) { /* ql[128], qh[64], sc[16], d */
+        for (int s = 0; s < 16; s++)
+            sb[32 + 16 * s + r] = src[192 + s];
+        for (int j = 0; j < 8; j++, g += gb) {
+            /* group j = 4 h + t: low nibbles from ql[64 h + 32 (t & 1) ..] at shift
+             * 4 (t >> 1), the top two bits from bits 2t, 2t + 1 of qh[32 h ..] */
+            const int h = j / 4, t = j % 4;
+            const uint8_t *qh = src + 128 + 32 * h;
+            put_nibbles(g, r, src + 64 * h + 32 * (t & 1), 4 * (t >> 1));
+            for (int half = 0; half < 2; half++) { /* elements 16 half .. 16 half + 15 */
+                uint32_t v = 0;
+                for (int s = 0; s < 4; s++)
+                    v |= (rd32(qh + 16 * half + 4 * s) >> (2 * t) & 0x03030303u) << (2 * s);
+                put4(g + 256, r, half, v);
             }
-    } else { /* Q4_K, Q5_K: d, dmin, 12 bytes of scales and mins, [qh], qs */
-        uint8_t sm[16];
-        memcpy(sb + 32 + 2 * r, src + 2, 2);
-        qmm_k4_scales(src + 4, sm);
-        for (int j = 0; j < 8; j++) {
-            sb[64 + 16 * j + r] = sm[j];
-            sb[192 + 32 * (j / 2) + 2 * r + j % 2] = sm[8 + j];
         }
-        const uint8_t *qh = src + 16, *ql = f == QF_Q5_K ? src + 48 : src + 16;
-        for (int j = 0; j < 8; j++)
-            for (int l = 0; l < 32; l++) {
-                const uint8_t b = ql[(j / 2) * 32 + l];
-                c[32 * j + l] = (uint8_t)((j % 2 ? b >> 4 : b & 15) |
-                                          (f == QF_Q5_K ? ((qh[l] >> j) & 1) << 4 : 0));
-            }
+        return;
     }
-    for (int j = 0; j < 8; j++)
-        put_group(f, sb + qmm_pk_head(f) + j * qmm_pk_group(f), r, c + 32 * j);
+    /* Q4_K, Q5_K: d, dmin, 12 bytes of scales and mins, [qh[32]], qs[128] */
+    uint8_t sm[16];
+    memcpy(sb + 32 + 2 * r, src + 2, 2);
+    qmm_k4_scales(src + 4, sm);
+    for (int j = 0; j < 8; j++) {
+        sb[64 + 16 * j + r] = sm[j];
+        sb[192 + 32 * (j / 2) + 2 * r + j % 2] = sm[8 + j];
+    }
+    const uint8_t *qh = src + 16, *ql = f == QF_Q5_K ? src + 48 : src + 16;
+    for (int j = 0; j < 8; j++, g += gb) {
+        if (f == QF_Q5_K)
+            put_h(g, r, bit_plane(qh, j));
+        put_nibbles(g + (f == QF_Q5_K ? 64 : 0), r, ql + 32 * (j / 2), 4 * (j % 2));
+    }
 }
 
 typedef struct pack_job {
