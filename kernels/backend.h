@@ -177,8 +177,9 @@ int backend_reserve_matmul(backend_t *b, int max_rows, int max_cols);
  * nothing is packed (another mode, format or backend). backend_pack: writes it into buf
  * (backend memory of that many bytes, owned by the caller for w's life) and sets w's
  * `packed` pointers; w's data stays valid and is still what embedding lookups and exact
- * mode read (a caller that will not read it again may drop its pages). DERAS_EINVAL for
- * NULL arguments. O(weight bytes). */
+ * mode read (a caller that will not read it again may drop its pages). The CPU backend
+ * asks for huge pages under buf before writing it (THP, where the OS grants them).
+ * DERAS_EINVAL for NULL arguments. O(weight bytes). */
 size_t backend_pack_bytes(const backend_t *b, const backend_weight *w);
 int backend_pack(backend_t *b, backend_weight *w, void *buf);
 

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -445,6 +446,26 @@ static void parts_that_do_not_make_a_matrix_are_refused(void **state)
     assert_int_equal(backend_weight_dtype(be, DT_BF16), DT_BF16);
 }
 
+/* backend_alloc: zeroed, 64-byte aligned, every byte writable; buffers of 1 MiB and more
+ * (mapped) start on a 2 MiB boundary, where packed weights can be given huge pages. */
+static void memory_is_zeroed_aligned_and_large_buffers_start_on_huge_pages(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {1, 100, ((size_t)1 << 20) - 64, (size_t)1 << 20, ((size_t)3 << 20) + 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        unsigned char *p = NULL;
+        assert_int_equal(backend_alloc(be, sizes[i], (void **)&p), DERAS_OK);
+        assert_int_equal((uintptr_t)p % 64, 0);
+        if (sizes[i] >= (size_t)1 << 20)
+            assert_int_equal((uintptr_t)p % ((size_t)2 << 20), 0);
+        for (size_t k = 0; k < sizes[i]; k++)
+            if (p[k])
+                fail_msg("buffer of %zu bytes: byte %zu is %d", sizes[i], k, p[k]);
+        memset(p, 0xa5, sizes[i]);
+        backend_free(be, p);
+    }
+}
+
 static void ops_reject_invalid_arguments(void **state)
 {
     (void)state;
@@ -488,7 +509,8 @@ static void packing_lays_out_q8_weights_for_the_kernels(void **state)
             want += (one + 63) & ~(size_t)63;
         }
     assert_int_equal(backend_pack_bytes(be, &w), want);
-    void *buf = aligned_alloc(64, want);
+    void *buf = NULL;
+    assert_int_equal(backend_alloc(be, want, &buf), DERAS_OK);
     assert_int_equal(backend_pack(be, &w, buf), DERAS_OK);
     for (int p = 0; p < NP; p++)
         assert_true((w.parts[p].packed != NULL) == qmm_packs(specs[p].dtype));
@@ -523,7 +545,8 @@ static void packing_lays_out_q8_weights_for_the_kernels(void **state)
     assert_int_equal(backend_pack(be, &w, NULL), DERAS_EINVAL);
     for (int p = 0; p < NP; p++)
         free(data[p]);
-    free(buf), free(x), free(y), free(yp), free(ye), free(scratch);
+    backend_free(be, buf);
+    free(x), free(y), free(yp), free(ye), free(scratch);
 }
 
 int main(void)
@@ -539,6 +562,7 @@ int main(void)
         cmocka_unit_test(parts_multiply_as_their_tensors_do),
         cmocka_unit_test(packing_lays_out_q8_weights_for_the_kernels),
         cmocka_unit_test(parts_that_do_not_make_a_matrix_are_refused),
+        cmocka_unit_test(memory_is_zeroed_aligned_and_large_buffers_start_on_huge_pages),
         cmocka_unit_test(ops_reject_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
