@@ -304,8 +304,9 @@ static size_t cpu_pack_bytes(const backend_t *b, const backend_weight *w)
  * first touched. Weights are read whole every step: with 4 KiB pages a large model's
  * decode misses the TLB on every page of every matrix, and its load takes a fault per
  * page; where the OS grants 2 MiB pages (transparent huge pages, "madvise" or "always"),
- * both shrink. Llama-3-8B-shaped Q4_K_M on 2 threads: load about 20% and decode about 10%
- * faster (docs/benchmarks.md). Elsewhere the call fails and nothing changes. */
+ * both shrink (Llama-3-8B-shaped Q4_K_M, 2 threads: load 3.8-4.3 s instead of 5.4-6.9 s,
+ * decode a few percent faster; docs/benchmarks.md). Elsewhere the call fails and nothing
+ * changes. */
 static void advise_huge(void *buf, size_t bytes)
 {
     const uintptr_t page = 4096, lo = ((uintptr_t)buf + page - 1) & ~(page - 1),
