@@ -88,8 +88,9 @@ static void for_rows(backend_t *b, int n, int serial, row_fn fn, const void *arg
  * cache, weights) come from anonymous mmap: zero pages are mapped on first touch, so a
  * cache sized for the worst case costs nothing until it fills, and start-up does not
  * spend seconds writing zeros. Their data starts on a 2 MiB boundary (the mapping has
- * that much slack, never touched), so that weights advised into huge pages (cpu_pack) get
- * them from their first byte. Small ones come from the heap. */
+ * that much slack in front, of which only the header's page is ever touched), so that
+ * weights advised into huge pages (cpu_pack) get them from their first byte. Small ones
+ * come from the heap. */
 #define ALLOC_HDR 64
 #define ALLOC_MMAP_MIN ((size_t)1 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)

@@ -6,9 +6,10 @@ that a chat request is the model's own chat template rendered as Python Jinja2 r
 (tests/ref/jinja_reference.py, transformers' environment) and nothing else: for each
 conversation the same text, rendered by Jinja2 here and sent as a `prompt` without added
 special tokens, must give the router the same number of prompt tokens and, greedy, the same
-answer token for token; a conversation Jinja2 fails on fails as chat_template_error. Then that a chat answer ends with finish_reason "stop" at the
-model's end of turn (the haiku the README asks for) unless ignore_eos, that streams and the C client's
-`deras complete --chat` agree with it, and that broken conversations get their error codes.
+answer token for token; a conversation Jinja2 fails on fails as chat_template_error. Then
+that a chat answer ends with finish_reason "stop" at the model's end of turn (the haiku the
+README asks for) unless ignore_eos, that streams and the C client's `deras complete --chat`
+agree with it, and that broken conversations get their error codes.
 
     DERAS_BUILD_DIR=build DERAS_TEST_MODEL=model.gguf python3 tests/integration/test_chat_e2e.py
 Exit 77 (skipped) without pyzmq/msgpack, python3-jinja2, the built binaries or the model
